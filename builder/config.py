@@ -1,0 +1,135 @@
+"""The run.yaml schema.
+
+Every model forbids unknown keys, so a typo is an error that names its YAML path rather than a
+setting silently ignored. A provider's own `config` is kept as a plain mapping here and validated
+against that provider's config model by the resolver (`builder.resolve`), which knows the spec.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+__all__ = [
+    "BackendConfig",
+    "CorsConfig",
+    "ModelConfig",
+    "PostgresBackend",
+    "ProviderEntry",
+    "ServerConfig",
+    "SqliteBackend",
+    "StackConfig",
+    "StorageConfig",
+]
+
+DEFAULT_PORT = 8321
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ProviderEntry(_Strict):
+    """One provider of one API, as listed under `providers.<api>`."""
+
+    provider_id: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.\-]+$")
+    provider_type: str = Field(min_length=1)
+    config: dict[str, Any] = Field(default_factory=dict)
+    enabled_if_env: list[str] = Field(default_factory=list)
+    """Environment variables that must all be set (non-empty) for this provider to be active.
+
+    A provider whose variables are missing is reported as inactive at start-up, with the
+    variables to set; its `config` is then not substituted, so it may use `${env.NAME}`."""
+
+
+class SqliteBackend(_Strict):
+    """An SQLite database file, the embedded default. Opened in WAL mode."""
+
+    type: Literal["sqlite"]
+    path: Path
+
+
+class PostgresBackend(_Strict):
+    """A PostgreSQL server, by DSN (`postgresql://user:pass@host:5432/db`)."""
+
+    type: Literal["postgres"]
+    dsn: str = Field(min_length=1)
+    pool_size: int = Field(default=10, ge=1)
+
+
+BackendConfig = Annotated[SqliteBackend | PostgresBackend, Field(discriminator="type")]
+
+STORE_NAMES = ("responses", "conversations", "chat_completions", "files", "metadata")
+
+
+class StoresConfig(_Strict):
+    """Which named backend each service keeps its records in."""
+
+    responses: str = "default"
+    conversations: str = "default"
+    chat_completions: str = "default"
+    files: str = "default"
+    metadata: str = "default"
+
+
+class StorageConfig(_Strict):
+    backends: dict[str, BackendConfig] = Field(default_factory=dict)
+    stores: StoresConfig = Field(default_factory=StoresConfig)
+
+
+class ModelConfig(_Strict):
+    """A model registered up front, in addition to those the providers report."""
+
+    model_id: str = Field(min_length=1)
+    provider_id: str = Field(min_length=1)
+    provider_model_id: str | None = None
+    model_type: Literal["llm", "embedding"] = "llm"
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class CorsConfig(_Strict):
+    allow_origins: list[str] = Field(default_factory=lambda: ["*"])
+    allow_methods: list[str] = Field(default_factory=lambda: ["*"])
+    allow_headers: list[str] = Field(default_factory=lambda: ["*"])
+    allow_credentials: bool = False
+
+
+class ServerConfig(_Strict):
+    host: str = "127.0.0.1"
+    port: int = Field(default=DEFAULT_PORT, ge=0, le=65535)
+    tls_certfile: Path | None = None
+    tls_keyfile: Path | None = None
+    cors: CorsConfig | None = None
+    max_request_bytes: int = Field(default=32 * 1024 * 1024, ge=1024)
+    """Requests whose body is larger are refused with a 413."""
+
+
+class StackConfig(_Strict):
+    """A whole run.yaml."""
+
+    version: Literal[1] = 1
+    name: str = Field(default="stack", min_length=1)
+    apis: list[str] | None = None
+    """The APIs whose routes are served; defaults to every API that has a provider. A provider
+    of an API not listed here still runs, as a dependency of the served ones."""
+    providers: dict[str, list[ProviderEntry]] = Field(default_factory=dict)
+    storage: StorageConfig = Field(default_factory=StorageConfig)
+    models: list[ModelConfig] = Field(default_factory=list)
+    server: ServerConfig = Field(default_factory=ServerConfig)
+    state_dir: Path | None = None
+    """Where providers keep local state; defaults to ~/.stack/<name> (or $STACK_STATE_DIR/<name>)."""
+
+    @field_validator("providers")
+    @classmethod
+    def _unique_provider_ids(
+        cls, providers: dict[str, list[ProviderEntry]]
+    ) -> dict[str, list[ProviderEntry]]:
+        for api, entries in providers.items():
+            seen: set[str] = set()
+            for entry in entries:
+                if entry.provider_id in seen:
+                    raise ValueError(f"provider_id {entry.provider_id!r} is used twice under {api}")
+                seen.add(entry.provider_id)
+        return providers

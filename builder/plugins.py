@@ -1,0 +1,112 @@
+"""Provider discovery: entry points in one group per API, loaded with stevedore."""
+
+from __future__ import annotations
+
+import importlib.metadata
+from dataclasses import dataclass
+
+from stevedore import DriverManager, ExtensionManager
+from stevedore.exception import MultipleMatches, NoMatches
+
+from builder.errors import ConfigError
+from providers.spec import Api, ProviderSpec, entry_point_group
+
+__all__ = [
+    "InstalledProvider",
+    "PluginLoadError",
+    "forget_cached_entry_points",
+    "installed_providers",
+    "load_spec",
+    "provider_names",
+]
+
+
+class PluginLoadError(ConfigError):
+    """A provider named in run.yaml whose entry point is missing, broken or not a ProviderSpec."""
+
+
+@dataclass(frozen=True)
+class InstalledProvider:
+    """One entry point of a provider group: its spec, or why it could not be loaded."""
+
+    api: Api
+    name: str
+    target: str
+    distribution: str | None
+    spec: ProviderSpec | None
+    error: str | None
+
+
+def provider_names(api: Api) -> list[str]:
+    """The provider types installed for `api`, without importing them."""
+    return sorted(set(importlib.metadata.entry_points(group=entry_point_group(api)).names))
+
+
+def load_spec(api: Api, name: str) -> ProviderSpec:
+    """Load the spec that entry point `name` of `api`'s group points at.
+
+    Raises PluginLoadError naming the entry point; an import error is chained as the cause.
+    """
+    group = entry_point_group(api)
+    try:
+        manager: DriverManager[ProviderSpec] = DriverManager(
+            group, name, on_missing_entrypoints_callback=None
+        )
+    except NoMatches:
+        installed = ", ".join(provider_names(api)) or "none"
+        raise PluginLoadError(
+            f"unknown provider {name!r} for API {api.value!r} (installed: {installed})"
+        ) from None
+    except MultipleMatches:
+        raise PluginLoadError(
+            f"entry point {name!r} is registered twice in group {group!r}: uninstall one of the packages"
+        ) from None
+    except Exception as error:
+        raise PluginLoadError(
+            f"provider {name!r} (entry point {name!r} in group {group!r}) failed to load: "
+            f"{type(error).__name__}: {error}"
+        ) from error
+    target = manager.extensions[0].entry_point.value
+    return _checked_spec(api, name, target, manager.driver)
+
+
+def installed_providers(api: Api) -> list[InstalledProvider]:
+    """Every provider entry point of `api`, loaded; broken ones are listed with their error."""
+    failures: dict[str, str] = {}
+
+    def on_failure(_manager: object, entry_point: object, error: BaseException) -> None:
+        failures[getattr(entry_point, "name", "?")] = f"{type(error).__name__}: {error}"
+
+    manager: ExtensionManager[ProviderSpec] = ExtensionManager(
+        entry_point_group(api), on_load_failure_callback=on_failure
+    )
+    # stevedore's cached entry points do not keep their distribution; importlib.metadata's do.
+    owners = {ep.name: ep.dist.name for ep in importlib.metadata.entry_points(group=entry_point_group(api)) if ep.dist}
+    listing: list[InstalledProvider] = []
+    for entry_point in manager.list_entry_points():
+        dist = owners.get(entry_point.name)
+        spec: ProviderSpec | None = None
+        error = failures.get(entry_point.name)
+        if error is None and entry_point.name in manager:
+            try:
+                spec = _checked_spec(api, entry_point.name, entry_point.value, manager[entry_point.name].plugin)
+            except PluginLoadError as bad:
+                error = bad.message
+        listing.append(InstalledProvider(api, entry_point.name, entry_point.value, dist, spec, error))
+    return sorted(listing, key=lambda item: item.name)
+
+
+def forget_cached_entry_points() -> None:
+    """Drop stevedore's per-process cache, so packages installed since are seen."""
+    ExtensionManager.ENTRY_POINT_CACHE.clear()
+
+
+def _checked_spec(api: Api, name: str, target: str, loaded: object) -> ProviderSpec:
+    where = f"entry point {name!r} ({target}) in group {entry_point_group(api)!r}"
+    if not isinstance(loaded, ProviderSpec):
+        raise PluginLoadError(f"{where} is a {type(loaded).__name__}, expected a providers.spec.ProviderSpec")
+    if loaded.api is not api:
+        raise PluginLoadError(f"{where} declares api {loaded.api.value!r}, expected {api.value!r}")
+    if loaded.name != name:
+        raise PluginLoadError(f"{where} declares name {loaded.name!r}, expected {name!r}")
+    return loaded

@@ -1,0 +1,288 @@
+"""`stack build`: resolve a run.yaml and render what it takes to deploy it.
+
+The output directory gets four files, each from a jinja2 template in `builder/templates/`:
+
+- `run.yaml`: the source file verbatim under a header recording how it resolved at build time.
+  It is copied rather than re-serialised from the validated config because the validated config
+  has its `${env.*}` references substituted: writing it back would bake the build machine's
+  environment (secrets included) into the deployment, instead of letting the deployed stack read
+  its own.
+- `requirements.txt`: the server, then the `pip_packages` of the providers that were active at
+  build time, sorted and deduplicated, each under a comment naming the providers that need it.
+  Providers inactive at build time (an `enabled_if_env` variable unset) are listed last with
+  their packages commented out and the variables that would enable them: the deployed
+  environment may well set those variables, but installing packages for providers that will
+  not run is the deployer's call, not the builder's. The server line is `stack==<version>`;
+  `STACK_BUILD_SERVER_REQUIREMENT` replaces it (e.g. a path to a checkout), and an empty value
+  leaves it out.
+- `Containerfile`: a python:3.11-slim image that installs the requirements and runs the stack,
+  keeping provider state on a `/data` volume.
+- `launch.sh`: starts the stack from the rendered run.yaml, in the built venv if there is one.
+
+With a venv path, a virtual environment is created with the running interpreter and the
+requirements are installed into it, pip's output streamed through.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import ipaddress
+import json
+import os
+import shlex
+import subprocess
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from builder.errors import ConfigError
+from builder.load import find_config, load_config
+from builder.plugins import PluginLoadError, load_spec
+from builder.resolve import InactiveProvider, PlannedProvider, StackPlan, resolve
+from providers.spec import Api, ProviderSpec
+
+__all__ = [
+    "SERVER_REQUIREMENT_ENV",
+    "build",
+    "create_venv",
+    "install_requirements",
+    "render_containerfile",
+    "render_launch_script",
+    "render_requirements",
+    "render_run_yaml",
+    "server_requirement",
+    "write_build",
+]
+
+SERVER_REQUIREMENT_ENV = "STACK_BUILD_SERVER_REQUIREMENT"
+TEMPLATES_DIR = Path(__file__).resolve().parent / "templates"
+SpecLoader = Callable[[Api, str], ProviderSpec]
+
+
+def build(source: str | Path, output: str | Path | None, venv: str | Path | None, env: Mapping[str, str]) -> int:
+    """Resolve `source`, render the deployment files into `output`, optionally build `venv`.
+
+    Config problems raise ConfigError (the CLI prints them as one line); a failing venv
+    creation or pip install is reported on stderr and returns 1.
+    """
+    path = find_config(source)
+    plan = resolve(load_config(path, env), env)
+    directory = Path(output) if output is not None else Path(f"{plan.config.name}-build")
+    venv_path = Path(venv).expanduser().absolute() if venv is not None else None
+    written = write_build(plan, path, directory, venv_path, server_requirement(env))
+    for file in written:
+        print(f"wrote {file}")
+    if venv_path is not None and _build_venv(venv_path, directory / "requirements.txt") != 0:
+        return 1
+    print(f"launch with: {directory / 'launch.sh'}  (or build an image: podman build -t {plan.config.name} {directory})")
+    return 0
+
+
+def write_build(plan: StackPlan, source: Path, output: Path, venv: Path | None, server: str) -> list[Path]:
+    """Render every file of a build into `output` (created if needed); returns the paths written."""
+    _prepare_output(output, source)
+    try:
+        source_text = source.read_text(encoding="utf-8")
+    except OSError as error:
+        raise ConfigError(f"cannot read: {error.strerror}", source=str(source)) from None
+    files = {
+        "run.yaml": render_run_yaml(plan, source_text, str(source)),
+        "requirements.txt": render_requirements(plan, server),
+        "Containerfile": render_containerfile(plan),
+        "launch.sh": render_launch_script(plan, venv),
+    }
+    written = [_write(output / name, text) for name, text in files.items()]
+    # Executable so it can be started as ./launch.sh, like any rendered entry point.
+    (output / "launch.sh").chmod(0o755)
+    return written
+
+
+def server_requirement(env: Mapping[str, str]) -> str:
+    """The requirement line that installs the server: the override if set, else `stack==<version>`."""
+    override = env.get(SERVER_REQUIREMENT_ENV)
+    if override is not None:
+        return override.strip()
+    try:
+        return f"stack=={importlib.metadata.version('stack')}"
+    except importlib.metadata.PackageNotFoundError:
+        raise ConfigError(
+            f"the stack package is not installed, so its version is unknown: set {SERVER_REQUIREMENT_ENV} "
+            "to what should install the server (or to an empty value to leave it out)"
+        ) from None
+
+
+def render_run_yaml(plan: StackPlan, source_text: str, source: str) -> str:
+    """The source run.yaml verbatim, under a header recording what was active at build time."""
+    return _render(
+        "run.yaml.j2",
+        source=source,
+        source_text=source_text,
+        active=[_label(p.api, p.provider_id, p.spec.name) for p in plan.providers],
+        inactive=[f"{_label(p.api, p.provider_id, p.provider_type)}: set {', '.join(p.missing_env)}" for p in plan.inactive],
+        served=", ".join(api.value for api in plan.served_apis),
+    )
+
+
+def render_requirements(plan: StackPlan, server: str, load: SpecLoader = load_spec) -> str:
+    """requirements.txt: `server` (left out if empty), the active providers' packages, then the
+    inactive providers' packages commented out. `load` finds an inactive provider's spec, which
+    the plan does not hold because inactive providers are never loaded by the resolver."""
+    return _render(
+        "requirements.txt.j2",
+        name=plan.config.name,
+        server=server,
+        packages=_active_packages(plan.providers),
+        inactive=[_inactive_packages(provider, load) for provider in plan.inactive],
+    )
+
+
+def render_containerfile(plan: StackPlan) -> str:
+    """A Containerfile that installs requirements.txt and runs run.yaml, state on a /data volume."""
+    host = plan.config.server.host
+    rebind = _is_loopback(host)
+    command = ["stack", "run", "/app/run.yaml", *(["--host", "0.0.0.0"] if rebind else [])]
+    return _render(
+        "Containerfile.j2", name=plan.config.name, port=plan.config.server.port, host=host, rebind=rebind, command=command
+    )
+
+
+def render_launch_script(plan: StackPlan, venv: Path | None) -> str:
+    """launch.sh: runs the run.yaml beside it, with `venv` (an absolute path) first on PATH if given."""
+    return _render("launch.sh.j2", name=plan.config.name, venv=str(venv) if venv is not None else None)
+
+
+def create_venv(path: Path) -> int:
+    """Create a virtual environment (with pip) at `path` using this interpreter; returns the exit status."""
+    print(f"creating virtual environment at {path}", flush=True)
+    return _stream([sys.executable, "-m", "venv", str(path)])
+
+
+def install_requirements(python: Path, requirements: Path) -> int:
+    """`python -m pip install -r requirements`, output streamed to stdout; returns pip's exit status."""
+    command = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "-r", str(requirements)]
+    return _stream(command)
+
+
+@dataclass(frozen=True)
+class _Package:
+    requirement: str
+    needed_by: list[str]
+
+
+@dataclass(frozen=True)
+class _InactivePackages:
+    label: str
+    missing_env: tuple[str, ...]
+    packages: list[str] | None
+    """None when the provider type cannot be loaded here, so its packages are unknown."""
+
+
+def _active_packages(providers: Sequence[PlannedProvider]) -> list[_Package]:
+    needed_by: dict[str, list[str]] = {}
+    for provider in providers:
+        label = _label(provider.api, provider.provider_id, provider.spec.name)
+        for requirement in dict.fromkeys(r.strip() for r in provider.spec.pip_packages if r.strip()):
+            needed_by.setdefault(requirement, []).append(label)
+    return [_Package(r, needed_by[r]) for r in sorted(needed_by, key=lambda r: (r.lower(), r))]
+
+
+def _inactive_packages(provider: InactiveProvider, load: SpecLoader) -> _InactivePackages:
+    label = _label(provider.api, provider.provider_id, provider.provider_type)
+    try:
+        spec = load(provider.api, provider.provider_type)
+    except PluginLoadError:
+        return _InactivePackages(label, provider.missing_env, None)
+    packages = sorted({r.strip() for r in spec.pip_packages if r.strip()}, key=lambda r: (r.lower(), r))
+    return _InactivePackages(label, provider.missing_env, packages)
+
+
+def _label(api: Api, provider_id: str, provider_type: str) -> str:
+    # json.dumps keeps a stray newline in a provider type from breaking out of a comment line.
+    return f"{api.value} provider {provider_id} (type {json.dumps(provider_type)})"
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _prepare_output(output: Path, source: Path) -> None:
+    if output.exists() and not output.is_dir():
+        raise ConfigError(f"{output}: exists and is not a directory (choose another --output)")
+    # Rendering into the source's own directory would prepend a header to the user's run.yaml.
+    if (output / "run.yaml").resolve() == source.resolve():
+        raise ConfigError(f"{output}: is the directory of the source run.yaml, which would be overwritten (choose another --output)")
+    try:
+        output.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ConfigError(f"{output}: cannot create the output directory: {error.strerror}") from None
+
+
+def _write(path: Path, text: str) -> Path:
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot write: {error.strerror}") from None
+    return path
+
+
+def _build_venv(venv: Path, requirements: Path) -> int:
+    status = create_venv(venv)
+    if status != 0:
+        print(f"error: creating the virtual environment {venv} failed (exit status {status})", file=sys.stderr)
+        return status
+    count = sum(1 for line in requirements.read_text(encoding="utf-8").splitlines() if line.strip() and not line.lstrip().startswith("#"))
+    print(f"installing {count} requirements into {venv}", flush=True)
+    status = install_requirements(_venv_python(venv), requirements)
+    if status != 0:
+        print(f"error: pip install into {venv} failed (exit status {status})", file=sys.stderr)
+        return status
+    print("done")
+    return 0
+
+
+def _venv_python(venv: Path) -> Path:
+    return venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+
+
+def _stream(command: list[str]) -> int:
+    """Run `command`, echoing its combined output line by line through print (so it interleaves
+    with our own progress lines and is captured wherever stdout is)."""
+    try:
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
+    except OSError as error:
+        print(f"{command[0]}: {error.strerror}", flush=True)
+        return 127
+    assert process.stdout is not None
+    with process:
+        for line in process.stdout:
+            print(line, end="", flush=True)
+    return process.returncode
+
+
+def _render(template: str, **context: Any) -> str:
+    return _environment().get_template(template).render(**context)
+
+
+@functools.cache
+def _environment() -> jinja2.Environment:
+    environment = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES_DIR),
+        autoescape=False,
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    environment.filters["quoted"] = lambda value: json.dumps(value, ensure_ascii=False)
+    environment.filters["shell_quote"] = shlex.quote
+    return environment

@@ -1,0 +1,218 @@
+"""Resolve a StackConfig into a StackPlan: every provider loaded, validated and put in start order.
+
+Nothing is started here; a plan that resolves is a stack that can start (up to its providers'
+own start-up failures, such as an unreachable database).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from builder.config import ModelConfig, StackConfig
+from builder.errors import ConfigError, PathPart, format_path
+from builder.load import missing_env
+from builder.plugins import PluginLoadError, load_spec
+from builder.validation import validate_model
+from providers.spec import MULTI_PROVIDER_APIS, Api, ProviderSpec
+
+__all__ = ["InactiveProvider", "PlannedProvider", "StackPlan", "parse_api", "resolve"]
+
+
+@dataclass(frozen=True)
+class PlannedProvider:
+    """A provider that will run: its spec and its validated config."""
+
+    api: Api
+    provider_id: str
+    spec: ProviderSpec
+    config: BaseModel
+    path: str
+    """Where it is declared in run.yaml, e.g. `providers.inference[0]`."""
+
+
+@dataclass(frozen=True)
+class InactiveProvider:
+    """A provider left out because the environment variables it needs are not set."""
+
+    api: Api
+    provider_id: str
+    provider_type: str
+    missing_env: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class StackPlan:
+    """A resolved stack: what to start, in which order, and what to serve."""
+
+    config: StackConfig
+    providers: tuple[PlannedProvider, ...]
+    """In start order: every provider comes after the providers of the APIs it depends on."""
+    served_apis: tuple[Api, ...]
+    models: tuple[ModelConfig, ...]
+    """The registered models whose provider is active."""
+    inactive: tuple[InactiveProvider, ...]
+    state_dir: Path
+
+    def providers_of(self, api: Api) -> tuple[PlannedProvider, ...]:
+        return tuple(p for p in self.providers if p.api is api)
+
+    @property
+    def apis(self) -> tuple[Api, ...]:
+        """Every API with a provider, in start order."""
+        return tuple(dict.fromkeys(p.api for p in self.providers))
+
+
+def parse_api(name: str, path: tuple[PathPart, ...]) -> Api:
+    try:
+        return Api(name)
+    except ValueError:
+        known = ", ".join(api.value for api in Api)
+        raise ConfigError.at(path, f"unknown API {name!r} (expected one of: {known})") from None
+
+
+def resolve(config: StackConfig, env: Mapping[str, str] | None = None) -> StackPlan:
+    """Load and validate every active provider, check dependencies and storage, order the start."""
+    env = os.environ if env is None else env
+    planned: dict[Api, list[PlannedProvider]] = {}
+    inactive: list[InactiveProvider] = []
+    for api_name, entries in config.providers.items():
+        api = parse_api(api_name, ("providers", api_name))
+        for index, entry in enumerate(entries):
+            missing = missing_env(entry, env)
+            if missing:
+                inactive.append(InactiveProvider(api, entry.provider_id, entry.provider_type, tuple(missing)))
+                continue
+            path = ("providers", api_name, index)
+            planned.setdefault(api, []).append(_plan_provider(api, entry.provider_id, entry.provider_type, entry.config, path))
+    _check_provider_counts(planned)
+    _check_dependencies(planned)
+    order = _start_order(planned)
+    served = _served_apis(config, planned)
+    _check_storage(config)
+    models = _active_models(config, planned, {p.provider_id for p in inactive if p.api is Api.inference})
+    return StackPlan(
+        config=config,
+        providers=tuple(p for api in order for p in planned[api]),
+        served_apis=served,
+        models=models,
+        inactive=tuple(inactive),
+        state_dir=_state_dir(config, env),
+    )
+
+
+def _plan_provider(api: Api, provider_id: str, provider_type: str, raw: dict[str, Any], path: tuple[PathPart, ...]) -> PlannedProvider:
+    try:
+        spec = load_spec(api, provider_type)
+    except PluginLoadError as error:
+        raise PluginLoadError(f"{format_path((*path, 'provider_type'))}: {error.message}") from error.__cause__
+    config = validate_model(spec.config_model, raw, (*path, "config"))
+    return PlannedProvider(api, provider_id, spec, config, format_path(path))
+
+
+def _check_provider_counts(planned: Mapping[Api, list[PlannedProvider]]) -> None:
+    for api, providers in planned.items():
+        if len(providers) > 1 and api not in MULTI_PROVIDER_APIS:
+            ids = ", ".join(p.provider_id for p in providers)
+            raise ConfigError(
+                f"providers.{api.value}: {len(providers)} providers are configured ({ids}), but the "
+                f"{api.value} API does not route between providers: keep exactly one"
+            )
+
+
+def _check_dependencies(planned: Mapping[Api, list[PlannedProvider]]) -> None:
+    for providers in planned.values():
+        for provider in providers:
+            for needed in provider.spec.requires:
+                if needed not in planned:
+                    raise ConfigError(
+                        f"{provider.path}: provider {provider.spec.name!r} requires the {needed.value!r} API, "
+                        f"which has no provider configured (add one under providers.{needed.value})"
+                    )
+
+
+def _dependencies(api: Api, planned: Mapping[Api, list[PlannedProvider]]) -> list[Api]:
+    needed: dict[Api, None] = {}
+    for provider in planned[api]:
+        for dep in (*provider.spec.requires, *provider.spec.optional):
+            if dep in planned:
+                needed[dep] = None
+    return list(needed)
+
+
+def _start_order(planned: Mapping[Api, list[PlannedProvider]]) -> list[Api]:
+    """Depth-first topological order of the configured APIs; a cycle is a ConfigError."""
+    order: list[Api] = []
+    state: dict[Api, str] = {}
+
+    def visit(api: Api, trail: list[Api]) -> None:
+        if state.get(api) == "done":
+            return
+        if state.get(api) == "visiting":
+            cycle = trail[trail.index(api):] + [api]
+            raise ConfigError("dependency cycle between providers: " + " -> ".join(a.value for a in cycle))
+        state[api] = "visiting"
+        for dep in _dependencies(api, planned):
+            visit(dep, [*trail, api])
+        state[api] = "done"
+        order.append(api)
+
+    for api in planned:
+        visit(api, [])
+    return order
+
+
+def _served_apis(config: StackConfig, planned: Mapping[Api, list[PlannedProvider]]) -> tuple[Api, ...]:
+    if config.apis is None:
+        return tuple(planned)
+    served: list[Api] = []
+    for index, name in enumerate(config.apis):
+        api = parse_api(name, ("apis", index))
+        if api not in planned:
+            raise ConfigError.at(
+                ("apis", index),
+                f"API {name!r} is listed to be served, but no active provider is configured for it "
+                f"(add one under providers.{name})",
+            )
+        served.append(api)
+    return tuple(served)
+
+
+def _check_storage(config: StackConfig) -> None:
+    declared = set(config.storage.backends) | {"default"}
+    for store, backend in config.storage.stores.model_dump().items():
+        if backend not in declared:
+            raise ConfigError.at(
+                ("storage", "stores", store),
+                f"unknown backend {backend!r} (declared under storage.backends: {', '.join(sorted(declared))})",
+            )
+
+
+def _active_models(
+    config: StackConfig, planned: Mapping[Api, list[PlannedProvider]], inactive_ids: set[str]
+) -> tuple[ModelConfig, ...]:
+    inference_ids = {p.provider_id for p in planned.get(Api.inference, [])}
+    active: list[ModelConfig] = []
+    for index, model in enumerate(config.models):
+        if model.provider_id in inactive_ids:
+            continue
+        if model.provider_id not in inference_ids:
+            known = ", ".join(sorted(inference_ids)) or "none active"
+            raise ConfigError.at(
+                ("models", index, "provider_id"),
+                f"{model.provider_id!r} is not an inference provider (inference providers: {known})",
+            )
+        active.append(model)
+    return tuple(active)
+
+
+def _state_dir(config: StackConfig, env: Mapping[str, str]) -> Path:
+    if config.state_dir is not None:
+        return config.state_dir.expanduser()
+    root = env.get("STACK_STATE_DIR") or "~/.stack"
+    return Path(root).expanduser() / config.name

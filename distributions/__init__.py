@@ -1,0 +1,1 @@
+"""Ready-made run.yaml files, one folder per distribution (`stack run starter`)."""

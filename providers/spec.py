@@ -1,0 +1,122 @@
+"""The provider contract: what a plugin package publishes.
+
+A provider is one implementation of one API (inference, responses, files...). A package makes
+it available by pointing an entry point at a `ProviderSpec` instance, in the group for that API:
+
+    # the plugin's pyproject.toml
+    [project.entry-points."stack.providers.inference"]
+    my-llm = "my_package.provider:SPEC"
+
+The entry-point name (`my-llm`) is the `provider_type` used in run.yaml. After `pip install
+my-package` the provider is available; nothing else is configured.
+
+The spec's `factory` is called with a `ProviderContext` and returns an async context manager
+that yields the implementation. Code before the `yield` is the start-up hook, code after it the
+shutdown hook; the stack enters providers in dependency order and leaves them in reverse, so a
+provider may use its dependencies until its own shutdown finishes:
+
+    @contextlib.asynccontextmanager
+    async def create(ctx: ProviderContext[MyConfig]) -> AsyncIterator[MyLLM]:
+        client = httpx2.AsyncClient(base_url=ctx.config.base_url)
+        try:
+            yield MyLLM(client)
+        finally:
+            await client.aclose()
+
+    SPEC = ProviderSpec(api=Api.inference, name="my-llm", config_model=MyConfig, factory=create,
+                        description="My model server")
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from pydantic import BaseModel, ConfigDict
+
+if TYPE_CHECKING:
+    from runtime.storage import Database
+
+__all__ = [
+    "ENTRY_POINT_GROUP_PREFIX",
+    "MULTI_PROVIDER_APIS",
+    "Api",
+    "EmptyConfig",
+    "ProviderContext",
+    "ProviderFactory",
+    "ProviderSpec",
+    "entry_point_group",
+]
+
+
+class Api(str, enum.Enum):
+    """The APIs a stack can serve; each has one entry-point group of providers."""
+
+    inference = "inference"
+    responses = "responses"
+    conversations = "conversations"
+    tool_runtime = "tool_runtime"
+    vector_stores = "vector_stores"
+    files = "files"
+    safety = "safety"
+
+
+MULTI_PROVIDER_APIS = frozenset({Api.inference})
+"""APIs that route each request to one of several providers by model; every other API takes one."""
+
+ENTRY_POINT_GROUP_PREFIX = "stack.providers."
+
+
+def entry_point_group(api: Api) -> str:
+    """The entry-point group whose names are the provider types of `api`."""
+    return ENTRY_POINT_GROUP_PREFIX + api.value
+
+
+class EmptyConfig(BaseModel):
+    """The config model of a provider that takes no settings."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+ConfigT = TypeVar("ConfigT", bound=BaseModel)
+
+
+@dataclass(frozen=True)
+class ProviderContext(Generic[ConfigT]):
+    """What a provider's factory receives.
+
+    `deps` holds the implementation of every required API and of each optional API that is
+    configured; an optional API that is not configured is absent. Where an API has several
+    providers (inference routes by model) the dependency is the router over all of them.
+    """
+
+    api: Api
+    provider_id: str
+    config: ConfigT
+    deps: Mapping[Api, Any]
+    state_dir: Path
+    databases: Callable[[str], Database]
+    """Opens the storage backend that run.yaml's `storage.stores` assigns to a store name."""
+
+
+ProviderFactory = Callable[[ProviderContext[Any]], AbstractAsyncContextManager[Any]]
+
+
+@dataclass(frozen=True)
+class ProviderSpec:
+    """A provider, as published by an entry point. Frozen: the resolver never mutates it."""
+
+    api: Api
+    name: str
+    config_model: type[BaseModel]
+    factory: ProviderFactory
+    requires: tuple[Api, ...] = ()
+    optional: tuple[Api, ...] = ()
+    pip_packages: tuple[str, ...] = ()
+    description: str = ""
+    sample_config: Mapping[str, Any] = field(default_factory=dict)
+    """A config for `stack build --providers` and `api=provider` test stacks; env placeholders allowed."""

@@ -1,0 +1,96 @@
+"""The FastAPI app over a started stack: the routes of the served APIs plus the system routes."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.middleware.cors import CORSMiddleware
+
+from runtime.apis import SURFACES
+from runtime.errors import APIError, error_body
+from runtime.middleware import RequestGuard
+from runtime.stack import Stack
+from runtime.system_routes import stack_version, system_router
+
+__all__ = ["create_app"]
+
+log = logging.getLogger("stack")
+
+
+def create_app(stack: Stack) -> FastAPI:
+    """The ASGI app the server and the library client both run."""
+    app = FastAPI(
+        title=f"stack: {stack.plan.config.name}",
+        version=stack_version(),
+        docs_url="/docs",
+        redoc_url=None,
+        openapi_url="/openapi.json",
+    )
+    app.include_router(system_router(stack, app))
+    for api in stack.plan.served_apis:
+        surface = SURFACES.get(api)
+        if surface is not None:
+            app.include_router(surface.router(stack.impls[api]), prefix="/v1", tags=[api.value])
+    _install_error_handlers(app)
+    server = stack.plan.config.server
+    if server.cors is not None:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=server.cors.allow_origins,
+            allow_methods=server.cors.allow_methods,
+            allow_headers=server.cors.allow_headers,
+            allow_credentials=server.cors.allow_credentials,
+            expose_headers=["x-request-id"],
+        )
+    app.add_middleware(RequestGuard, max_body_bytes=server.max_request_bytes)
+    return app
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(APIError, _api_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+
+
+async def _api_error(_request: Request, error: Exception) -> JSONResponse:
+    assert isinstance(error, APIError)
+    return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
+
+
+async def _validation_error(_request: Request, error: Exception) -> JSONResponse:
+    assert isinstance(error, RequestValidationError)
+    first: dict[str, Any] = error.errors()[0] if error.errors() else {}
+    loc = [str(part) for part in first.get("loc", ()) if part not in ("body", "query", "path", "header")]
+    param = ".".join(loc) or None
+    kind = first.get("type", "")
+    if kind == "json_invalid":
+        message, code = "We could not parse the JSON body of your request: it is not valid JSON.", "invalid_json"
+    elif kind == "missing":
+        message, code = f"Missing required parameter: '{param}'.", "missing_required_parameter"
+    else:
+        got = first.get("input")
+        message = f"Invalid value for '{param}': {first.get('msg', 'invalid')}" + (f" (got {got!r:.80})." if got is not None else ".")
+        code = "invalid_value"
+    if len(error.errors()) > 1:
+        message += f" ({len(error.errors()) - 1} more problem(s) in the request.)"
+    return JSONResponse(error_body(message, "invalid_request_error", param, code), status_code=400)
+
+
+async def _http_error(request: Request, error: Exception) -> JSONResponse:
+    assert isinstance(error, StarletteHTTPException)
+    if error.status_code == 404:
+        message = f"Unknown route: {request.method} {request.url.path}"
+    elif error.status_code == 405:
+        message = f"Method {request.method} is not allowed on {request.url.path}"
+    else:
+        message = str(error.detail)
+    return JSONResponse(
+        error_body(message, "invalid_request_error", None, None),
+        status_code=error.status_code,
+        headers=dict(error.headers or {}),
+    )

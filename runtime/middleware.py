@@ -1,0 +1,108 @@
+"""The one ASGI middleware of the app: request ids, the body size limit, and the last-resort 500.
+
+Written against raw ASGI rather than Starlette's BaseHTTPMiddleware, which costs a task and a
+queue per request and would sit on every streamed chunk.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from runtime.errors import PayloadTooLargeError, error_body
+
+__all__ = ["RequestGuard", "new_request_id"]
+
+log = logging.getLogger("stack")
+
+
+def new_request_id() -> str:
+    return "req_" + secrets.token_hex(12)
+
+
+class RequestGuard:
+    """Tags every response with `x-request-id`, refuses bodies over `max_body_bytes`, and turns an
+    exception that escaped every handler (a bug of ours) into a 500 naming the request id."""
+
+    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request_id = new_request_id()
+        scope.setdefault("state", {})["request_id"] = request_id
+        header = (b"x-request-id", request_id.encode())
+        started = False
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+                message["headers"] = [*message.get("headers", ()), header]
+            await send(message)
+
+        declared = _content_length(scope)
+        if declared is not None and declared > self.max_body_bytes:
+            await _send_error(send_with_id, _too_large(self.max_body_bytes))
+            return
+        try:
+            await self.app(scope, self._limited(receive), send_with_id)
+        except Exception:
+            log.exception("unhandled error in %s %s (request id %s)", scope["method"], scope["path"], request_id)
+            if started:
+                raise
+            await _send_error(
+                send_with_id,
+                (500, error_body(f"The server had an error processing your request (request id {request_id}).", "server_error")),
+            )
+
+    def _limited(self, receive: Receive) -> Receive:
+        received = 0
+        limit = self.max_body_bytes
+
+        async def limited_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    raise PayloadTooLargeError(_too_large(limit)[1]["error"]["message"], code="request_too_large")
+            return message
+
+        return limited_receive
+
+
+def _content_length(scope: Scope) -> int | None:
+    for name, value in scope["headers"]:
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
+def _too_large(limit: int) -> tuple[int, dict[str, Any]]:
+    return 413, error_body(
+        f"Request body is larger than the server's limit of {limit} bytes (server.max_request_bytes).",
+        "invalid_request_error",
+        code="request_too_large",
+    )
+
+
+async def _send_error(send: Send, error: tuple[int, dict[str, Any]]) -> None:
+    status, body = error
+    payload = json.dumps(body).encode()
+    await send({
+        "type": "http.response.start",
+        "status": status,
+        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())],
+    })
+    await send({"type": "http.response.body", "body": payload})

@@ -1,0 +1,89 @@
+"""Start a resolved plan: providers entered in dependency order, left in reverse."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from builder.resolve import PlannedProvider, StackPlan
+from providers.spec import Api, ProviderContext
+from runtime.apis import combine_providers
+from runtime.storage import Storage
+
+__all__ = ["ProviderStartError", "RunningProvider", "Stack", "open_stack"]
+
+log = logging.getLogger("stack")
+
+
+class ProviderStartError(Exception):
+    """A provider's start-up hook failed; the providers started before it were shut down."""
+
+
+@dataclass(frozen=True)
+class RunningProvider:
+    planned: PlannedProvider
+    impl: Any
+
+
+@dataclass(frozen=True)
+class Stack:
+    """A started stack: what the app's routes and the library client work with."""
+
+    plan: StackPlan
+    impls: Mapping[Api, Any]
+    """The implementation of each API: its provider, or the router over its providers."""
+    providers: tuple[RunningProvider, ...]
+    storage: Storage
+
+
+@asynccontextmanager
+async def open_stack(plan: StackPlan) -> AsyncIterator[Stack]:
+    """Start every provider of `plan`; on exit (or a failed start) shut down what started."""
+    plan.state_dir.mkdir(parents=True, exist_ok=True)
+    async with AsyncExitStack() as exits:
+        storage = Storage(plan.config.storage, plan.state_dir / "stack.db")
+        exits.push_async_callback(storage.close)
+        impls: dict[Api, Any] = {}
+        running: list[RunningProvider] = []
+        for api in plan.apis:
+            group: dict[str, Any] = {}
+            for planned in plan.providers_of(api):
+                impl = await _start(exits, planned, impls, storage, plan)
+                group[planned.provider_id] = impl
+                running.append(RunningProvider(planned, impl))
+            impls[api] = combine_providers(api, group)
+        _log_providers(plan)
+        yield Stack(plan=plan, impls=impls, providers=tuple(running), storage=storage)
+
+
+async def _start(exits: AsyncExitStack, planned: PlannedProvider, impls: Mapping[Api, Any], storage: Storage, plan: StackPlan) -> Any:
+    wanted = (*planned.spec.requires, *planned.spec.optional)
+    context: ProviderContext[Any] = ProviderContext(
+        api=planned.api,
+        provider_id=planned.provider_id,
+        config=planned.config,
+        deps={api: impls[api] for api in wanted if api in impls},
+        state_dir=plan.state_dir,
+        databases=storage.database,
+    )
+    try:
+        return await exits.enter_async_context(planned.spec.factory(context))
+    except Exception as error:
+        raise ProviderStartError(
+            f"{planned.path}: provider {planned.provider_id!r} ({planned.spec.name}) failed to start: "
+            f"{type(error).__name__}: {error}"
+        ) from error
+
+
+def _log_providers(plan: StackPlan) -> None:
+    for provider in plan.providers:
+        log.info("active provider: %s %s (%s)", provider.api.value, provider.provider_id, provider.spec.name)
+    for inactive in plan.inactive:
+        needed = " and ".join(inactive.missing_env)
+        log.info(
+            "inactive provider: %s %s (%s): set %s to enable it",
+            inactive.api.value, inactive.provider_id, inactive.provider_type, needed,
+        )

@@ -1,0 +1,220 @@
+"""The async storage layer the services keep their records in.
+
+One `Database` per configured backend, behind an SQLAlchemy async engine: SQLite through
+aiosqlite (the embedded default) or PostgreSQL through asyncpg. Services declare their tables
+with SQLAlchemy Core (`json_type()` for JSON columns), create them with `create_tables`, and go
+through `read()` / `transaction()` or the one-statement helpers.
+
+SQLite allows one writer at a time. Left to itself, a pool of connections that each try to
+write ends in "database is locked" and a wedged pool under load, so each SQLite `Database`
+serializes its write transactions in-process and starts them with `BEGIN IMMEDIATE`; reads run
+in parallel (WAL mode) on other pooled connections.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+from builder.config import STORE_NAMES, PostgresBackend, SqliteBackend, StorageConfig
+
+__all__ = ["Database", "Storage", "json_type", "open_database"]
+
+# Execution option read by the SQLite "begin" hook: which BEGIN to emit for this connection.
+_BEGIN_OPTION = "stack_sqlite_begin"
+
+_POSTGRES_SCHEMES = frozenset({"postgres", "postgresql", "postgresql+asyncpg"})
+
+
+def json_type() -> sa.types.TypeEngine[Any]:
+    """A JSON column type: JSONB on PostgreSQL (indexable, compact), JSON text elsewhere."""
+    return sa.JSON().with_variant(JSONB(), "postgresql")
+
+
+class Database:
+    """One storage backend behind an SQLAlchemy async engine.
+
+    Made by `open_database`, which also installs the SQLite connection hooks this class relies
+    on. `read()` is for reads only; every write goes through `transaction()` (or `execute` /
+    `upsert`), since on SQLite that is what holds the write lock. Write transactions on the same
+    SQLite database must not be nested in one task: the inner one would wait for the outer one
+    forever, so it raises `RuntimeError` instead.
+    """
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+        self.dialect: str = engine.dialect.name
+        if self.dialect not in ("sqlite", "postgresql"):
+            raise ValueError(f"unsupported database dialect {self.dialect!r}")
+        # PostgreSQL has row-level locking and needs no help; SQLite has one database-wide
+        # write lock, and writers queued in-process are fair and cannot time out on it.
+        self._write_lock = asyncio.Lock() if self.dialect == "sqlite" else None
+        self._writer: asyncio.Task[Any] | None = None
+
+    async def create_tables(self, metadata: sa.MetaData) -> None:
+        """Create the tables of `metadata` that do not exist yet."""
+        async with self.transaction() as conn:
+            await conn.run_sync(metadata.create_all, checkfirst=True)
+
+    def read(self) -> AbstractAsyncContextManager[AsyncConnection]:
+        """A pooled connection for reads; its transaction is rolled back when it is returned."""
+        return self.engine.connect()
+
+    def transaction(self) -> AbstractAsyncContextManager[AsyncConnection]:
+        """A connection in a write transaction: committed on success, rolled back on error."""
+        if self._write_lock is None:
+            return self.engine.begin()
+        return self._sqlite_transaction(self._write_lock)
+
+    @asynccontextmanager
+    async def _sqlite_transaction(self, lock: asyncio.Lock) -> AsyncIterator[AsyncConnection]:
+        task = asyncio.current_task()
+        if task is not None and self._writer is task:
+            raise RuntimeError("nested write transaction on the same SQLite database")
+        # The connection is taken only once the lock is held, so writers queued on the lock
+        # hold no pool slots and cannot starve the readers (or each other) of connections.
+        async with lock:
+            self._writer = task
+            try:
+                async with self.engine.connect() as conn:
+                    # IMMEDIATE takes the write lock up front: a deferred transaction that reads
+                    # before writing can fail to upgrade its lock without waiting busy_timeout.
+                    await conn.execution_options(**{_BEGIN_OPTION: "BEGIN IMMEDIATE"})
+                    async with conn.begin():
+                        yield conn
+            finally:
+                self._writer = None
+
+    async def fetch_all(self, stmt: sa.Executable) -> list[sa.RowMapping]:
+        """The rows of a query, as mappings."""
+        async with self.read() as conn:
+            result = await conn.execute(stmt)
+            return list(result.mappings().all())
+
+    async def fetch_one(self, stmt: sa.Executable) -> sa.RowMapping | None:
+        """The first row of a query, or None."""
+        async with self.read() as conn:
+            result = await conn.execute(stmt)
+            return result.mappings().first()
+
+    async def execute(self, stmt: sa.Executable) -> int:
+        """Run one statement in a transaction of its own; the number of rows it matched."""
+        async with self.transaction() as conn:
+            result = await conn.execute(stmt)
+            return result.rowcount
+
+    async def upsert(self, table: sa.Table, values: dict[str, Any], key: Sequence[str]) -> None:
+        """Insert a row, or update the row whose `key` columns (a unique index) already match."""
+        if not key or any(name not in values for name in key):
+            raise ValueError(f"upsert key {list(key)} must be non-empty and among the values")
+        update = [name for name in values if name not in key]
+        stmt: sa.Executable
+        if self.dialect == "postgresql":
+            pg = postgresql.insert(table).values(values)
+            stmt = (
+                pg.on_conflict_do_update(
+                    index_elements=list(key), set_={n: pg.excluded[n] for n in update}
+                )
+                if update
+                else pg.on_conflict_do_nothing(index_elements=list(key))
+            )
+        else:
+            lite = sqlite.insert(table).values(values)
+            stmt = (
+                lite.on_conflict_do_update(
+                    index_elements=list(key), set_={n: lite.excluded[n] for n in update}
+                )
+                if update
+                else lite.on_conflict_do_nothing(index_elements=list(key))
+            )
+        await self.execute(stmt)
+
+    async def close(self) -> None:
+        """Close every pooled connection. The Database can still be used; it reconnects."""
+        await self.engine.dispose()
+
+
+def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:
+    # Take BEGIN away from the driver so the "begin" hook decides which kind to emit.
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    try:
+        for pragma in (
+            "journal_mode=WAL",  # readers do not block the writer, nor it them
+            "synchronous=NORMAL",  # durable at checkpoints; safe against corruption in WAL
+            "busy_timeout=5000",  # wait for other processes' locks rather than fail at once
+            "foreign_keys=ON",
+        ):
+            cursor.execute(f"PRAGMA {pragma}")
+    finally:
+        cursor.close()
+
+
+def _sqlite_on_begin(conn: sa.Connection) -> None:
+    conn.exec_driver_sql(conn.get_execution_options().get(_BEGIN_OPTION, "BEGIN"))
+
+
+def open_database(backend: SqliteBackend | PostgresBackend) -> Database:
+    """A Database for one configured backend. Nothing is connected until first use."""
+    if isinstance(backend, SqliteBackend):
+        path = backend.path.expanduser()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # URL.create rather than string formatting: a path may hold '?', '#' or '%'.
+        url = sa.URL.create("sqlite+aiosqlite", database=str(path))
+        # Pooled connections serve concurrent readers; the writer takes at most one of them.
+        engine = create_async_engine(url, pool_size=5, max_overflow=15, pool_timeout=30)
+        sa.event.listen(engine.sync_engine, "connect", _sqlite_on_connect)
+        sa.event.listen(engine.sync_engine, "begin", _sqlite_on_begin)
+        return Database(engine)
+    pg_url = sa.make_url(backend.dsn)
+    if pg_url.drivername not in _POSTGRES_SCHEMES:
+        # The DSN may carry a password: name only its scheme.
+        raise ValueError(f"not a PostgreSQL DSN (scheme {pg_url.drivername!r})")
+    engine = create_async_engine(
+        pg_url.set(drivername="postgresql+asyncpg"),
+        pool_size=backend.pool_size,
+        max_overflow=0,  # pool_size is the bound the operator asked for
+        pool_pre_ping=True,  # a server restart or idle timeout must not fail a request
+    )
+    return Database(engine)
+
+
+class Storage:
+    """The named backends of one stack: opened on first use, shared by stores, closed together."""
+
+    def __init__(self, config: StorageConfig, default_sqlite_path: Path) -> None:
+        self._config = config
+        self._default_sqlite_path = default_sqlite_path
+        self._databases: dict[str, Database] = {}
+
+    def database(self, store: str) -> Database:
+        """The Database the store named `store` (one of STORE_NAMES) keeps its records in."""
+        if store not in STORE_NAMES:
+            raise ValueError(f"unknown store {store!r}; expected one of {', '.join(STORE_NAMES)}")
+        name: str = getattr(self._config.stores, store)
+        database = self._databases.get(name)
+        if database is None:
+            backend = self._config.backends.get(name)
+            if backend is None:
+                if name != "default":
+                    raise ValueError(
+                        f"store {store!r} uses backend {name!r}, which storage.backends "
+                        "does not declare"
+                    )
+                backend = SqliteBackend(type="sqlite", path=self._default_sqlite_path)
+            database = self._databases[name] = open_database(backend)
+        return database
+
+    async def close(self) -> None:
+        """Close every opened backend."""
+        databases, self._databases = list(self._databases.values()), {}
+        for database in databases:
+            await database.close()

@@ -1,0 +1,88 @@
+"""Routes every stack serves, whatever its APIs: health, version, providers, routes."""
+
+from __future__ import annotations
+
+import re
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+from fastapi import APIRouter, FastAPI
+from fastapi.routing import APIRoute
+from starlette.routing import Route
+
+from runtime.stack import Stack
+
+__all__ = ["redact", "stack_version", "system_router"]
+
+_SECRET_KEY = re.compile(r"(api_?key|secret|password|passwd|token|credential|authorization)", re.IGNORECASE)
+_DSN_PASSWORD = re.compile(r"(?P<scheme>[a-z0-9+.\-]+://[^:/@]+):[^@/]*@", re.IGNORECASE)
+REDACTED = "********"
+
+
+def stack_version() -> str:
+    try:
+        return version("stack")
+    except PackageNotFoundError:
+        return "0.0.0+unknown"
+
+
+def redact(value: Any, key: str = "") -> Any:
+    """A copy of a config value with secrets masked: secret-looking keys and DSN passwords."""
+    if isinstance(value, dict):
+        return {k: redact(v, str(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redact(item, key) for item in value]
+    if _SECRET_KEY.search(key) and value not in (None, ""):
+        return REDACTED
+    if isinstance(value, str):
+        return _DSN_PASSWORD.sub(rf"\g<scheme>:{REDACTED}@", value)
+    return value
+
+
+def system_router(stack: Stack, app: FastAPI) -> APIRouter:
+    router = APIRouter(prefix="/v1", tags=["system"])
+    plan = stack.plan
+
+    @router.get("/health")
+    async def health() -> dict[str, Any]:
+        return {"status": "ok"}
+
+    @router.get("/version")
+    async def get_version() -> dict[str, Any]:
+        return {"version": stack_version()}
+
+    @router.get("/providers")
+    async def list_providers() -> dict[str, Any]:
+        active = [
+            {
+                "api": p.api.value,
+                "provider_id": p.provider_id,
+                "provider_type": p.spec.name,
+                "status": "active",
+                "served": p.api in plan.served_apis,
+                "config": redact(p.config.model_dump(mode="json")),
+            }
+            for p in plan.providers
+        ]
+        inactive = [
+            {
+                "api": p.api.value,
+                "provider_id": p.provider_id,
+                "provider_type": p.provider_type,
+                "status": "inactive",
+                "missing_env": list(p.missing_env),
+            }
+            for p in plan.inactive
+        ]
+        return {"object": "list", "data": active + inactive}
+
+    @router.get("/inspect/routes")
+    async def list_routes() -> dict[str, Any]:
+        routes = []
+        for route in app.routes:
+            if isinstance(route, APIRoute | Route) and route.include_in_schema:
+                tags = route.tags if isinstance(route, APIRoute) else []
+                routes.append({"route": route.path, "methods": sorted(route.methods or ()), "api": tags[0] if tags else None})
+        return {"object": "list", "data": routes}
+
+    return router

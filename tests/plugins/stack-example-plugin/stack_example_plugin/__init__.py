@@ -1,0 +1,1 @@
+"""An example third-party provider package for stack."""

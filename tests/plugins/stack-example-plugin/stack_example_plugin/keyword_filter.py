@@ -1,0 +1,55 @@
+"""A safety provider that flags text containing blocked words.
+
+It appends `started` and `stopped` to `audit_log` (when set), so tests can see its lifecycle hooks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from providers.spec import Api, ProviderContext, ProviderSpec
+
+
+class KeywordFilterConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    blocked_words: list[str] = Field(min_length=1)
+    audit_log: Path | None = None
+
+
+class KeywordFilter:
+    def __init__(self, blocked_words: list[str]) -> None:
+        self.blocked_words = [word.lower() for word in blocked_words]
+
+    def flagged(self, text: str) -> bool:
+        lowered = text.lower()
+        return any(word in lowered for word in self.blocked_words)
+
+
+def _audit(config: KeywordFilterConfig, provider_id: str, event: str) -> None:
+    if config.audit_log is not None:
+        with config.audit_log.open("a") as log:
+            log.write(f"{provider_id} {event}\n")
+
+
+@contextlib.asynccontextmanager
+async def create(context: ProviderContext[KeywordFilterConfig]) -> AsyncIterator[KeywordFilter]:
+    _audit(context.config, context.provider_id, "started")
+    try:
+        yield KeywordFilter(context.config.blocked_words)
+    finally:
+        _audit(context.config, context.provider_id, "stopped")
+
+
+SPEC = ProviderSpec(
+    api=Api.safety,
+    name="keyword-filter",
+    config_model=KeywordFilterConfig,
+    factory=create,
+    description="Flags text that contains any of a list of blocked words",
+    sample_config={"blocked_words": ["forbidden"]},
+)

@@ -1,0 +1,1 @@
+"""Helpers shared by the test suite (importable because pyproject puts tests/ on sys.path)."""

@@ -1,0 +1,83 @@
+"""Provider specs for resolver and stack tests, registered as real entry points by `entry_points`.
+
+Every provider records its start and stop in EVENTS, so tests can check the order of hooks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from providers.spec import Api, EmptyConfig, ProviderContext, ProviderSpec
+
+EVENTS: list[str] = []
+
+
+class UrlConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    base_url: str
+    timeout_s: float = Field(default=10.0, gt=0)
+    api_key: str | None = None
+
+
+@dataclass
+class Recorded:
+    """What a specimen provider yields: who it is and what it was given."""
+
+    provider_id: str
+    config: BaseModel
+    deps: dict[Api, Any] = field(default_factory=dict)
+
+
+def _recording(fail_on_start: bool = False) -> Callable[[ProviderContext[Any]], contextlib.AbstractAsyncContextManager[Recorded]]:
+    @contextlib.asynccontextmanager
+    async def factory(context: ProviderContext[Any]) -> AsyncIterator[Recorded]:
+        label = f"{context.api.value}/{context.provider_id}"
+        if fail_on_start:
+            EVENTS.append(f"fail {label}")
+            raise ConnectionError("upstream refused the connection")
+        EVENTS.append(f"start {label}")
+        try:
+            yield Recorded(context.provider_id, context.config, dict(context.deps))
+        finally:
+            EVENTS.append(f"stop {label}")
+
+    return factory
+
+
+def _spec(api: Api, name: str, **kwargs: Any) -> ProviderSpec:
+    kwargs.setdefault("config_model", EmptyConfig)
+    kwargs.setdefault("factory", _recording())
+    return ProviderSpec(api=api, name=name, description=f"specimen {name}", **kwargs)
+
+
+INFERENCE_REMOTE = _spec(Api.inference, "remote", config_model=UrlConfig, sample_config={"base_url": "http://127.0.0.1:9"})
+INFERENCE_LOCAL = _spec(Api.inference, "local", pip_packages=("local-runtime>=1",))
+RESPONSES_BUILTIN = _spec(Api.responses, "builtin", requires=(Api.inference,), optional=(Api.conversations,))
+CONVERSATIONS_BUILTIN = _spec(Api.conversations, "builtin", requires=(Api.inference,))
+SAFETY_OPTIONAL = _spec(Api.safety, "judge", optional=(Api.inference, Api.vector_stores))
+FILES_FAILING = _spec(Api.files, "failing", requires=(Api.inference,), factory=_recording(fail_on_start=True))
+TOOLS_NEED_FILES = _spec(Api.tool_runtime, "needs-files", requires=(Api.files,))
+FILES_NEED_TOOLS = _spec(Api.files, "needs-tools", requires=(Api.tool_runtime,))
+NOT_A_SPEC = {"api": "inference", "name": "dict"}
+WRONG_NAME = _spec(Api.inference, "another-name")
+
+ENTRY_POINTS: dict[Api, dict[str, str]] = {
+    Api.inference: {
+        "remote": "support.specimens:INFERENCE_REMOTE",
+        "local": "support.specimens:INFERENCE_LOCAL",
+        "dict": "support.specimens:NOT_A_SPEC",
+        "misnamed": "support.specimens:WRONG_NAME",
+        "missing-module": "support.no_such_module:SPEC",
+    },
+    Api.responses: {"builtin": "support.specimens:RESPONSES_BUILTIN"},
+    Api.conversations: {"builtin": "support.specimens:CONVERSATIONS_BUILTIN"},
+    Api.safety: {"judge": "support.specimens:SAFETY_OPTIONAL"},
+    Api.files: {"failing": "support.specimens:FILES_FAILING", "needs-tools": "support.specimens:FILES_NEED_TOOLS"},
+    Api.tool_runtime: {"needs-files": "support.specimens:TOOLS_NEED_FILES"},
+}

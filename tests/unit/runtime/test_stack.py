@@ -1,0 +1,52 @@
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from builder.load import parse_config
+from builder.resolve import StackPlan, resolve
+from providers.spec import Api
+from runtime.stack import ProviderStartError, open_stack
+from support.specimens import Recorded
+
+
+def plan(tmp_path: Path, providers: dict[str, list[dict[str, Any]]]) -> StackPlan:
+    return resolve(parse_config({"providers": providers, "state_dir": str(tmp_path / "state")}, {}), {})
+
+
+def entry(provider_type: str, provider_id: str | None = None, **extra: Any) -> dict[str, Any]:
+    return {"provider_id": provider_id or provider_type, "provider_type": provider_type, **extra}
+
+
+async def test_providers_start_in_dependency_order_and_stop_in_reverse(tmp_path: Path, specimen_providers: list[str]) -> None:
+    resolved = plan(tmp_path, {"responses": [entry("builtin")], "inference": [entry("local")], "safety": [entry("judge")]})
+    async with open_stack(resolved) as stack:
+        assert specimen_providers == ["start inference/local", "start responses/builtin", "start safety/judge"]
+    assert specimen_providers[3:] == ["stop safety/judge", "stop responses/builtin", "stop inference/local"]
+
+
+async def test_each_provider_receives_its_config_and_its_dependencies(tmp_path: Path, specimen_providers: list[str]) -> None:
+    resolved = plan(tmp_path, {"responses": [entry("builtin")], "inference": [entry("local")]})
+    async with open_stack(resolved) as stack:
+        responses = stack.impls[Api.responses]
+        assert isinstance(responses, Recorded)
+        assert responses.deps == {Api.inference: stack.impls[Api.inference]}
+        assert Api.conversations not in responses.deps  # optional and not configured
+
+
+async def test_a_failed_start_shuts_down_what_already_started(tmp_path: Path, specimen_providers: list[str]) -> None:
+    resolved = plan(tmp_path, {"files": [entry("failing")], "inference": [entry("local")]})
+    with pytest.raises(ProviderStartError) as error:
+        async with open_stack(resolved):
+            pytest.fail("the stack must not start")
+    assert str(error.value) == (
+        "providers.files[0]: provider 'failing' (failing) failed to start: "
+        "ConnectionError: upstream refused the connection"
+    )
+    assert isinstance(error.value.__cause__, ConnectionError)
+    assert specimen_providers == ["start inference/local", "fail files/failing", "stop inference/local"]
+
+
+async def test_the_state_dir_is_created(tmp_path: Path, specimen_providers: list[str]) -> None:
+    async with open_stack(plan(tmp_path, {})) as stack:
+        assert stack.plan.state_dir.is_dir()

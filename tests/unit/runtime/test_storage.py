@@ -1,0 +1,335 @@
+"""The storage layer, against SQLite and (where it is reachable) PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import asyncpg
+import pytest
+import sqlalchemy as sa
+
+from builder.config import PostgresBackend, SqliteBackend, StorageConfig, StoresConfig
+from runtime.storage import Database, Storage, json_type, open_database
+
+PG_DSN = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+class Backend(NamedTuple):
+    config: SqliteBackend | PostgresBackend
+    schema: str | None  # the fresh PostgreSQL schema this test's tables live in
+
+
+async def _pg_admin() -> asyncpg.Connection:
+    try:
+        return await asyncpg.connect(PG_DSN, timeout=3)
+    except (OSError, asyncio.TimeoutError) as error:
+        pytest.skip(f"PostgreSQL not reachable at 127.0.0.1:5432: {error}")
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Backend]:
+    if request.param == "sqlite":
+        yield Backend(SqliteBackend(type="sqlite", path=tmp_path / "nested" / "stack.db"), None)
+        return
+    admin = await _pg_admin()
+    schema = f"test_storage_{uuid.uuid4().hex[:12]}"
+    try:
+        await admin.execute(f'CREATE SCHEMA "{schema}"')
+        yield Backend(PostgresBackend(type="postgres", dsn=PG_DSN, pool_size=10), schema)
+    finally:
+        await admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        await admin.close()
+
+
+@pytest.fixture
+async def database(backend: Backend) -> AsyncIterator[Database]:
+    db = open_database(backend.config)
+    try:
+        yield db
+    finally:
+        await db.close()
+
+
+@pytest.fixture
+def items(backend: Backend) -> sa.Table:
+    return sa.Table(
+        "items",
+        sa.MetaData(schema=backend.schema),
+        sa.Column("id", sa.String(64), primary_key=True),
+        sa.Column("n", sa.Integer, nullable=False, server_default="0"),
+        sa.Column("payload", json_type(), nullable=True),
+    )
+
+
+@pytest.fixture
+async def ready(database: Database, items: sa.Table) -> sa.Table:
+    await database.create_tables(items.metadata)
+    return items
+
+
+def _checked_out(database: Database) -> int:
+    pool: Any = database.engine.pool
+    return int(pool.checkedout())
+
+
+async def _ids(database: Database, items: sa.Table) -> list[str]:
+    rows = await database.fetch_all(sa.select(items.c.id).order_by(items.c.id))
+    return [row["id"] for row in rows]
+
+
+async def test_create_tables_is_idempotent(database: Database, items: sa.Table) -> None:
+    await database.create_tables(items.metadata)
+    await database.execute(items.insert().values(id="a"))
+    await database.create_tables(items.metadata)
+    assert await _ids(database, items) == ["a"]
+
+
+async def test_insert_fetch_one_fetch_all(database: Database, ready: sa.Table) -> None:
+    assert await database.execute(ready.insert().values(id="a", n=1)) == 1
+    await database.execute(ready.insert().values(id="b", n=2))
+    row = await database.fetch_one(sa.select(ready).where(ready.c.id == "b"))
+    assert row is not None and row["n"] == 2 and row["payload"] is None
+    assert await database.fetch_one(sa.select(ready).where(ready.c.id == "z")) is None
+    rows = await database.fetch_all(sa.select(ready.c.id, ready.c.n).order_by(ready.c.id))
+    assert [dict(r) for r in rows] == [{"id": "a", "n": 1}, {"id": "b", "n": 2}]
+    assert await database.execute(ready.update().values(n=9)) == 2
+
+
+async def test_transaction_rolls_back_on_error(database: Database, ready: sa.Table) -> None:
+    with pytest.raises(RuntimeError, match="boom"):
+        async with database.transaction() as conn:
+            await conn.execute(ready.insert().values(id="a"))
+            await conn.execute(ready.insert().values(id="b"))
+            raise RuntimeError("boom")
+    assert await _ids(database, ready) == []
+    async with database.transaction() as conn:
+        await conn.execute(ready.insert().values(id="c"))
+    assert await _ids(database, ready) == ["c"]
+    assert _checked_out(database) == 0
+
+
+async def test_upsert_inserts_then_updates(database: Database, ready: sa.Table) -> None:
+    await database.upsert(ready, {"id": "a", "n": 1, "payload": {"v": 1}}, key=["id"])
+    await database.upsert(ready, {"id": "a", "n": 2, "payload": {"v": 2}}, key=["id"])
+    await database.upsert(ready, {"id": "a"}, key=["id"])  # key only: nothing to update
+    rows = await database.fetch_all(sa.select(ready))
+    assert [dict(r) for r in rows] == [{"id": "a", "n": 2, "payload": {"v": 2}}]
+    with pytest.raises(ValueError):
+        await database.upsert(ready, {"n": 3}, key=["id"])
+
+
+async def test_json_round_trip(database: Database, ready: sa.Table) -> None:
+    payload = {"a": [1, 2.5, {"b": None, "c": [True, False]}], "s": "é\n\"", "empty": {}}
+    await database.execute(ready.insert().values(id="j", payload=payload))
+    row = await database.fetch_one(sa.select(ready.c.payload))
+    assert row is not None and row["payload"] == payload
+    await database.execute(ready.insert().values(id="l", payload=[{"x": [[]]}, "y"]))
+    row = await database.fetch_one(sa.select(ready.c.payload).where(ready.c.id == "l"))
+    assert row is not None and row["payload"] == [{"x": [[]]}, "y"]
+
+
+async def test_reads_are_not_blocked_by_an_open_write(
+    database: Database, ready: sa.Table
+) -> None:
+    await database.execute(ready.insert().values(id="a"))
+    async with database.transaction() as conn:
+        await conn.execute(ready.insert().values(id="b"))
+        # Reads run on other connections and see only committed rows.
+        assert await asyncio.wait_for(_ids(database, ready), 5) == ["a"]
+    assert await _ids(database, ready) == ["a", "b"]
+
+
+async def test_concurrent_writes_and_reads_all_complete(
+    database: Database, ready: sa.Table
+) -> None:
+    tasks, per_task = 32, 32  # 1,024 write transactions
+
+    async def worker(t: int) -> None:
+        for i in range(per_task):
+            key = f"{t:02d}-{i:02d}"
+            if i % 3 == 0:
+                await database.execute(ready.insert().values(id=key, n=i))
+            elif i % 3 == 1:
+                await database.upsert(ready, {"id": key, "n": i, "payload": [t, i]}, key=["id"])
+            else:
+                async with database.transaction() as conn:
+                    await conn.execute(ready.insert().values(id=key, n=i))
+            if i % 4 == 0:
+                await database.fetch_all(sa.select(ready.c.id).where(ready.c.n == i))
+
+    await asyncio.wait_for(asyncio.gather(*(worker(t) for t in range(tasks))), 60)
+    count = await database.fetch_one(sa.select(sa.func.count().label("c")).select_from(ready))
+    assert count is not None and count["c"] == tasks * per_task
+    ids = await _ids(database, ready)
+    assert ids == sorted(f"{t:02d}-{i:02d}" for t in range(tasks) for i in range(per_task))
+    assert _checked_out(database) == 0
+
+
+async def test_sqlite_read_then_write_transactions_serialize(tmp_path: Path) -> None:
+    # Deferred transactions that read and then write would fail with "database is locked"
+    # on lock upgrade and lose updates; write transactions here are serialized and IMMEDIATE.
+    db = open_database(SqliteBackend(type="sqlite", path=tmp_path / "s.db"))
+    counter = sa.Table("counter", sa.MetaData(), sa.Column("n", sa.Integer, nullable=False))
+    try:
+        await db.create_tables(counter.metadata)
+        await db.execute(counter.insert().values(n=0))
+
+        async def increment() -> None:
+            for _ in range(4):
+                async with db.transaction() as conn:
+                    n = (await conn.execute(sa.select(counter.c.n))).scalar_one()
+                    await conn.execute(counter.update().values(n=n + 1))
+
+        await asyncio.wait_for(asyncio.gather(*(increment() for _ in range(32))), 30)
+        row = await db.fetch_one(sa.select(counter.c.n))
+        assert row is not None and row["n"] == 128
+    finally:
+        await db.close()
+
+
+async def test_cancelled_waiting_writer_releases_nothing_held(
+    database: Database, ready: sa.Table
+) -> None:
+    holding, release = asyncio.Event(), asyncio.Event()
+
+    async def holder() -> None:
+        async with database.transaction() as conn:
+            await conn.execute(ready.insert().values(id="held"))
+            holding.set()
+            await release.wait()
+
+    async def waiter() -> None:
+        # On SQLite this waits for the write lock; on PostgreSQL, for the row lock on "held".
+        async with database.transaction() as conn:
+            await conn.execute(ready.insert().values(id="held"))
+
+    held = asyncio.create_task(holder())
+    await holding.wait()
+    waiting = asyncio.create_task(waiter())
+    await asyncio.sleep(0.1)
+    assert not waiting.done()
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    release.set()
+    await held
+    await asyncio.wait_for(database.execute(ready.insert().values(id="later")), 5)
+    assert await _ids(database, ready) == ["held", "later"]
+    assert _checked_out(database) == 0
+
+
+async def test_cancelled_holding_writer_rolls_back_and_unlocks(
+    database: Database, ready: sa.Table
+) -> None:
+    holding = asyncio.Event()
+
+    async def holder() -> None:
+        async with database.transaction() as conn:
+            await conn.execute(ready.insert().values(id="held"))
+            holding.set()
+            await asyncio.Event().wait()
+
+    held = asyncio.create_task(holder())
+    await holding.wait()
+    queued = asyncio.create_task(database.execute(ready.insert().values(id="queued")))
+    await asyncio.sleep(0.05)
+    held.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await held
+    assert await asyncio.wait_for(queued, 5) == 1
+    await asyncio.wait_for(database.execute(ready.insert().values(id="later")), 5)
+    assert await _ids(database, ready) == ["later", "queued"]
+    assert _checked_out(database) == 0
+
+
+async def test_sqlite_connection_settings(tmp_path: Path) -> None:
+    db = open_database(SqliteBackend(type="sqlite", path=tmp_path / "a" / "b" / "s.db"))
+    try:
+        assert db.dialect == "sqlite"
+        async with db.read() as conn:
+            values = [
+                (await conn.exec_driver_sql(f"PRAGMA {name}")).scalar()
+                for name in ("journal_mode", "synchronous", "busy_timeout", "foreign_keys")
+            ]
+        assert values == ["wal", 1, 5000, 1]
+        assert (tmp_path / "a" / "b" / "s.db").exists()
+    finally:
+        await db.close()
+
+
+async def test_sqlite_nested_write_transaction_raises(tmp_path: Path) -> None:
+    db = open_database(SqliteBackend(type="sqlite", path=tmp_path / "s.db"))
+    try:
+        async with db.transaction():
+            # asyncio.timeout, not wait_for: the inner write must run in this same task.
+            with pytest.raises(RuntimeError, match="nested"):
+                async with asyncio.timeout(5):
+                    await db.execute(sa.text("SELECT 1"))
+        assert await db.execute(sa.text("CREATE TABLE t (x INTEGER)")) is not None
+    finally:
+        await db.close()
+
+
+@pytest.mark.parametrize("scheme", ["postgresql", "postgres", "postgresql+asyncpg"])
+async def test_postgres_dsn_uses_asyncpg(scheme: str) -> None:
+    db = open_database(
+        PostgresBackend(type="postgres", dsn=f"{scheme}://u:p%40ss@db:5432/x", pool_size=3)
+    )
+    try:
+        assert db.dialect == "postgresql"
+        assert db.engine.url.drivername == "postgresql+asyncpg"
+        assert db.engine.url.password == "p@ss"
+        pool: Any = db.engine.pool
+        assert pool.size() == 3
+    finally:
+        await db.close()
+
+
+def test_non_postgres_dsn_is_rejected() -> None:
+    with pytest.raises(ValueError, match="mysql") as error:
+        open_database(PostgresBackend(type="postgres", dsn="mysql://u:secret@h/db"))
+    assert "secret" not in str(error.value)
+
+
+async def test_storage_maps_stores_to_shared_backends(tmp_path: Path) -> None:
+    config = StorageConfig(
+        backends={
+            "main": SqliteBackend(type="sqlite", path=tmp_path / "main.db"),
+            "pg": PostgresBackend(type="postgres", dsn=PG_DSN),
+        },
+        stores=StoresConfig(responses="main", conversations="main", files="pg"),
+    )
+    storage = Storage(config, default_sqlite_path=tmp_path / "state" / "default.db")
+    try:
+        main = storage.database("responses")
+        assert storage.database("conversations") is main
+        assert storage.database("responses") is main
+        assert storage.database("files").dialect == "postgresql"  # opened, not connected
+        default = storage.database("chat_completions")
+        assert storage.database("metadata") is default and default is not main
+        await default.execute(sa.text("CREATE TABLE t (x INTEGER)"))
+        assert (tmp_path / "state" / "default.db").exists()
+        await main.execute(sa.text("CREATE TABLE t (x INTEGER)"))
+        assert (tmp_path / "main.db").exists()
+        with pytest.raises(ValueError, match="vectors"):
+            storage.database("vectors")
+    finally:
+        await storage.close()
+
+
+async def test_storage_declared_default_and_unknown_backend(tmp_path: Path) -> None:
+    declared = SqliteBackend(type="sqlite", path=tmp_path / "declared.db")
+    config = StorageConfig(backends={"default": declared}, stores=StoresConfig(files="nope"))
+    storage = Storage(config, default_sqlite_path=tmp_path / "unused.db")
+    try:
+        await storage.database("responses").execute(sa.text("CREATE TABLE t (x INTEGER)"))
+        assert (tmp_path / "declared.db").exists()
+        assert not (tmp_path / "unused.db").exists()
+        with pytest.raises(ValueError, match="'nope'"):
+            storage.database("files")
+    finally:
+        await storage.close()
