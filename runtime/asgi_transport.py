@@ -188,11 +188,8 @@ class _Pipe(ABC):
         self._room: asyncio.Future[None] | None = None
 
     @abstractmethod
-    def _deliver(self, item: _Item) -> bool:
-        """Hand `item` to the consumer; False if the consumer is gone."""
-
     def put_nowait(self, item: _Item) -> bool:
-        return self._deliver(item)
+        """Hand `item` to the consumer at once; False if the consumer is gone."""
 
     async def put(self, chunk: bytes) -> bool:
         """Deliver a chunk, then wait while the consumer is too far behind."""
@@ -201,7 +198,7 @@ class _Pipe(ABC):
             self._pending += 1
             if self._pending >= _MAX_PENDING_CHUNKS:
                 room = self._room = asyncio.get_running_loop().create_future()
-        if not self._deliver(chunk):
+        if not self.put_nowait(chunk):
             return False
         if room is not None:
             await room
@@ -229,7 +226,7 @@ class _ThreadPipe(_Pipe):
         super().__init__(owner)
         self._items: queue.SimpleQueue[_Item] = queue.SimpleQueue()
 
-    def _deliver(self, item: _Item) -> bool:
+    def put_nowait(self, item: _Item) -> bool:
         self._items.put(item)
         return True
 
@@ -251,7 +248,7 @@ class _LoopPipe(_Pipe):
         self._consumer_loop = asyncio.get_running_loop()
         self._items: asyncio.Queue[_Item] = asyncio.Queue()
 
-    def _deliver(self, item: _Item) -> bool:
+    def put_nowait(self, item: _Item) -> bool:
         try:
             self._consumer_loop.call_soon_threadsafe(self._items.put_nowait, item)
         except RuntimeError:  # the consumer's loop is closed

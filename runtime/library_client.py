@@ -29,7 +29,7 @@ from runtime.asgi_transport import AsyncThreadedASGITransport, BackgroundLoop, T
 from runtime.stack import Stack, open_stack
 
 if TYPE_CHECKING:
-    import openai
+    from openai import AsyncOpenAI, OpenAI
     from fastapi import FastAPI
 
 __all__ = ["BASE_URL", "LibraryClient"]
@@ -106,14 +106,14 @@ class LibraryClient:
         """An async httpx2 client whose requests go to the app in-process, from any event loop."""
         return httpx2.AsyncClient(transport=AsyncThreadedASGITransport(self.app, self._running_loop()), base_url=BASE_URL)
 
-    def openai(self, **kwargs: Any) -> openai.OpenAI:
+    def openai(self, **kwargs: Any) -> OpenAI:
         """An `openai.OpenAI` client over the in-process app; kwargs go to its constructor."""
         import openai
 
         kwargs.setdefault("api_key", "none")
         return openai.OpenAI(base_url=BASE_URL, http_client=self.http_client(), **kwargs)
 
-    def async_openai(self, **kwargs: Any) -> openai.AsyncOpenAI:
+    def async_openai(self, **kwargs: Any) -> AsyncOpenAI:
         """An `openai.AsyncOpenAI` client over the in-process app; kwargs go to its constructor."""
         import openai
 

@@ -7,8 +7,6 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from fastapi import APIRouter, FastAPI
-from fastapi.routing import APIRoute
-from starlette.routing import Route
 
 from runtime.stack import Stack
 
@@ -78,11 +76,12 @@ def system_router(stack: Stack, app: FastAPI) -> APIRouter:
 
     @router.get("/inspect/routes")
     async def list_routes() -> dict[str, Any]:
+        # The OpenAPI document is the one complete view of the routes (FastAPI nests included
+        # routers), and FastAPI builds it once.
         routes = []
-        for route in app.routes:
-            if isinstance(route, APIRoute | Route) and route.include_in_schema:
-                tags = route.tags if isinstance(route, APIRoute) else []
-                routes.append({"route": route.path, "methods": sorted(route.methods or ()), "api": tags[0] if tags else None})
+        for path, operations in app.openapi()["paths"].items():
+            tags = {tag for operation in operations.values() for tag in operation.get("tags", ())}
+            routes.append({"route": path, "methods": sorted(m.upper() for m in operations), "api": min(tags, default=None)})
         return {"object": "list", "data": routes}
 
     return router

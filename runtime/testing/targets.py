@@ -20,7 +20,7 @@ import httpx2
 from runtime.library_client import LibraryClient
 
 if TYPE_CHECKING:
-    import openai
+    from openai import AsyncOpenAI, OpenAI
 
 __all__ = ["StackTarget", "free_port", "open_target", "running_server"]
 
@@ -36,7 +36,7 @@ class StackTarget:
     base_url: str
     library: LibraryClient | None = None
 
-    def openai(self, **kwargs: Any) -> openai.OpenAI:
+    def openai(self, **kwargs: Any) -> OpenAI:
         if self.library is not None:
             return self.library.openai(**kwargs)
         import openai
@@ -44,7 +44,7 @@ class StackTarget:
         kwargs.setdefault("api_key", "none")
         return openai.OpenAI(base_url=self.base_url, **kwargs)
 
-    def async_openai(self, **kwargs: Any) -> openai.AsyncOpenAI:
+    def async_openai(self, **kwargs: Any) -> AsyncOpenAI:
         if self.library is not None:
             return self.library.async_openai(**kwargs)
         import openai

@@ -1,0 +1,69 @@
+"""The routes every stack serves, and the error shape, through the `openai` SDK in both modes."""
+
+from typing import Any
+
+import httpx2
+import openai
+import pytest
+
+
+def test_health_answers_ok(openai_client: openai.OpenAI) -> None:
+    assert openai_client.get("/health", cast_to=object) == {"status": "ok"}
+
+
+def test_version_is_the_package_version(openai_client: openai.OpenAI) -> None:
+    from importlib.metadata import version
+
+    assert openai_client.get("/version", cast_to=object) == {"version": version("stack")}
+
+
+def test_routes_are_listed(openai_client: openai.OpenAI) -> None:
+    body: Any = openai_client.get("/inspect/routes", cast_to=object)
+    routes = {(route["route"], tuple(route["methods"])) for route in body["data"]}
+    assert ("/v1/health", ("GET",)) in routes
+    assert ("/v1/providers", ("GET",)) in routes
+    assert ("/v1/inspect/routes", ("GET",)) in routes
+
+
+def test_providers_lists_what_is_configured(openai_client: openai.OpenAI) -> None:
+    body: Any = openai_client.get("/providers", cast_to=object)
+    assert body["object"] == "list"
+    assert isinstance(body["data"], list)
+
+
+def test_every_response_carries_a_request_id(openai_client: openai.OpenAI) -> None:
+    response = openai_client.get("/health", cast_to=httpx2.Response)
+    assert response.headers["x-request-id"].startswith("req_")
+
+
+def test_an_unknown_route_is_a_404_in_the_openai_error_shape(openai_client: openai.OpenAI) -> None:
+    with pytest.raises(openai.NotFoundError) as error:
+        openai_client.get("/no/such/route", cast_to=object)
+    assert error.value.status_code == 404
+    assert error.value.body == {
+        "message": "Unknown route: GET /v1/no/such/route",
+        "type": "invalid_request_error",
+        "param": None,
+        "code": None,
+    }
+    assert error.value.request_id and error.value.request_id.startswith("req_")
+
+
+def test_a_wrong_method_is_a_405_in_the_openai_error_shape(openai_client: openai.OpenAI) -> None:
+    with pytest.raises(openai.APIStatusError) as error:
+        openai_client.post("/health", cast_to=object, body={})
+    assert error.value.status_code == 405
+    assert error.value.type == "invalid_request_error"
+    assert "POST" in error.value.message
+
+
+def test_a_body_over_the_size_limit_is_a_413(openai_client: openai.OpenAI) -> None:
+    with pytest.raises(openai.APIStatusError) as error:
+        openai_client.with_options(max_retries=0).post("/health", cast_to=object, body={"padding": "x" * 70_000})
+    assert error.value.status_code == 413
+    assert error.value.code == "request_too_large"
+    assert "server.max_request_bytes" in error.value.message
+
+
+async def test_the_async_client_reaches_the_same_app(async_openai_client: openai.AsyncOpenAI) -> None:
+    assert await async_openai_client.get("/health", cast_to=object) == {"status": "ok"}
