@@ -28,6 +28,12 @@ class ConfigError(Exception):
         self.source = source
         super().__init__(f"{source}: {message}" if source else message)
 
+    def with_source(self, source: str) -> ConfigError:
+        """The same error, said of the file `source` (the class and the chained cause are kept)."""
+        located = type(self)(self.message, source=source)
+        located.__cause__ = self.__cause__
+        return located
+
     @classmethod
     def at(cls, path: Sequence[PathPart], message: str) -> ConfigError:
         return cls(f"{format_path(path)}: {message}")

@@ -59,7 +59,7 @@ def load_config(source: str | Path, env: Mapping[str, str]) -> StackConfig:
     try:
         return parse_config(document, env)
     except ConfigError as error:
-        raise ConfigError(error.message, source=str(path)) from None
+        raise error.with_source(str(path)) from None
 
 
 def parse_config(document: Any, env: Mapping[str, str]) -> StackConfig:

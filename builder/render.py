@@ -41,9 +41,9 @@ from typing import Any
 import jinja2
 
 from builder.errors import ConfigError
-from builder.load import find_config, load_config
+from builder.load import find_config
 from builder.plugins import PluginLoadError, load_spec
-from builder.resolve import InactiveProvider, PlannedProvider, StackPlan, resolve
+from builder.resolve import InactiveProvider, PlannedProvider, StackPlan, load_plan
 from providers.spec import Api, ProviderSpec
 
 __all__ = [
@@ -71,7 +71,7 @@ def build(source: str | Path, output: str | Path | None, venv: str | Path | None
     creation or pip install is reported on stderr and returns 1.
     """
     path = find_config(source)
-    plan = resolve(load_config(path, env), env)
+    plan = load_plan(path, env)
     directory = Path(output) if output is not None else Path(f"{plan.config.name}-build")
     venv_path = Path(venv).expanduser().absolute() if venv is not None else None
     written = write_build(plan, path, directory, venv_path, server_requirement(env))

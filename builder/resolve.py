@@ -16,12 +16,12 @@ from pydantic import BaseModel
 
 from builder.config import ModelConfig, StackConfig
 from builder.errors import ConfigError, PathPart, format_path
-from builder.load import missing_env
+from builder.load import find_config, load_config, missing_env
 from builder.plugins import PluginLoadError, load_spec
 from builder.validation import validate_model
 from providers.spec import MULTI_PROVIDER_APIS, Api, ProviderSpec
 
-__all__ = ["InactiveProvider", "PlannedProvider", "StackPlan", "parse_api", "resolve"]
+__all__ = ["InactiveProvider", "PlannedProvider", "StackPlan", "load_plan", "parse_api", "resolve"]
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,18 @@ def parse_api(name: str, path: tuple[PathPart, ...]) -> Api:
     except ValueError:
         known = ", ".join(api.value for api in Api)
         raise ConfigError.at(path, f"unknown API {name!r} (expected one of: {known})") from None
+
+
+def load_plan(source: str | Path, env: Mapping[str, str] | None = None) -> StackPlan:
+    """Load the run.yaml at `source` (a path or distribution name) and resolve it.
+
+    Every ConfigError names the file it is about."""
+    env = os.environ if env is None else env
+    config = load_config(source, env)
+    try:
+        return resolve(config, env)
+    except ConfigError as error:
+        raise error.with_source(str(find_config(source))) from None
 
 
 def resolve(config: StackConfig, env: Mapping[str, str] | None = None) -> StackPlan:

@@ -17,7 +17,7 @@ from runtime.middleware import RequestGuard
 from runtime.stack import Stack
 from runtime.system_routes import stack_version, system_router
 
-__all__ = ["create_app"]
+__all__ = ["create_app", "install_error_handlers"]
 
 log = logging.getLogger("stack")
 
@@ -36,7 +36,7 @@ def create_app(stack: Stack) -> FastAPI:
         surface = SURFACES.get(api)
         if surface is not None:
             app.include_router(surface.router(stack.impls[api]), prefix="/v1", tags=[api.value])
-    _install_error_handlers(app)
+    install_error_handlers(app)
     server = stack.plan.config.server
     if server.cors is not None:
         app.add_middleware(
@@ -51,7 +51,8 @@ def create_app(stack: Stack) -> FastAPI:
     return app
 
 
-def _install_error_handlers(app: FastAPI) -> None:
+def install_error_handlers(app: FastAPI) -> None:
+    """OpenAI-shaped bodies for our errors, validation errors and unknown routes."""
     app.add_exception_handler(APIError, _api_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
@@ -83,6 +84,9 @@ async def _validation_error(_request: Request, error: Exception) -> JSONResponse
 
 async def _http_error(request: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, StarletteHTTPException)
+    if isinstance(error.__cause__, APIError):
+        # FastAPI wraps any error raised while it reads the body (such as our size limit) in a 400.
+        return await _api_error(request, error.__cause__)
     if error.status_code == 404:
         message = f"Unknown route: {request.method} {request.url.path}"
     elif error.status_code == 405:

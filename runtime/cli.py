@@ -54,12 +54,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from builder.load import load_config
-    from builder.resolve import resolve
+    from builder.resolve import load_plan
     from runtime.server import run_server
 
     logging.basicConfig(level=os.environ.get("STACK_LOG_LEVEL", "INFO").upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    plan = resolve(load_config(args.config, os.environ), os.environ)
+    plan = load_plan(args.config, os.environ)
     run_server(plan, host=args.host, port=args.port)
     return 0
 

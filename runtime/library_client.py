@@ -22,8 +22,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 import httpx2
 
-from builder.load import load_config
-from builder.resolve import StackPlan, resolve
+from builder.resolve import StackPlan, load_plan
 from runtime.app import create_app
 from runtime.asgi_transport import AsyncThreadedASGITransport, BackgroundLoop, ThreadedASGITransport
 from runtime.stack import Stack, open_stack
@@ -47,7 +46,7 @@ class LibraryClient:
 
     def __init__(self, config: str | Path | StackPlan, env: Mapping[str, str] | None = None) -> None:
         env = os.environ if env is None else env
-        self.plan = config if isinstance(config, StackPlan) else resolve(load_config(config, env), env)
+        self.plan = config if isinstance(config, StackPlan) else load_plan(config, env)
         self._loop: BackgroundLoop | None = None
         self._opened: AbstractAsyncContextManager[Stack] | None = None
         self._stack: Stack | None = None

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Coroutine
+import signal
+from collections.abc import Coroutine, Iterator
 from typing import Any
 
 import uvicorn
@@ -33,10 +35,28 @@ async def serve(plan: StackPlan, host: str | None = None, port: int | None = Non
             log_config=None,
             timeout_graceful_shutdown=30,
         )
-        server = uvicorn.Server(config)
+        server = _Server(config)
+        _stop_on_signals(server)
         log.info("serving %s on %s://%s:%d", plan.config.name, "https" if server_config.tls_certfile else "http", config.host, config.port)
         await server.serve()
     log.info("stopped")
+
+
+class _Server(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        # uvicorn re-raises a captured SIGTERM once it has stopped serving, which would kill the
+        # process before the providers' shutdown hooks run; serve() handles the signals instead.
+        yield
+
+
+def _stop_on_signals(server: uvicorn.Server) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, server.handle_exit, sig, None)
+        except (NotImplementedError, RuntimeError):  # not the main thread, or no signals here
+            return
 
 
 def run_server(plan: StackPlan, host: str | None = None, port: int | None = None) -> None:

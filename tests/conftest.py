@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -14,23 +15,12 @@ import pytest
 from builder.plugins import forget_cached_entry_points
 from providers.spec import entry_point_group
 from support import specimens
+from support.entry_points import write_distribution
 
 # stevedore caches entry points per sys.path under XDG_CACHE_HOME; keep the suite's out of ~/.cache.
 os.environ.setdefault("XDG_CACHE_HOME", tempfile.mkdtemp(prefix="stack-tests-cache-"))
 
 PLUGINS_DIR = Path(__file__).parent / "plugins"
-
-
-def write_distribution(site: Path, name: str, groups: dict[str, dict[str, str]]) -> None:
-    """Write the metadata of an installed distribution that declares these entry points."""
-    dist_info = site / f"{name.replace('-', '_')}-1.0.dist-info"
-    dist_info.mkdir(parents=True, exist_ok=True)
-    (dist_info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
-    lines = []
-    for group, entries in groups.items():
-        lines.append(f"[{group}]")
-        lines.extend(f"{entry} = {target}" for entry, target in entries.items())
-    (dist_info / "entry_points.txt").write_text("\n".join(lines) + "\n")
 
 
 @pytest.fixture
@@ -50,10 +40,16 @@ def specimen_providers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Itera
 def plugin_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The packages under tests/plugins, installed with pip into a directory of their own."""
     site = tmp_path_factory.mktemp("plugin-site")
-    packages = [str(path) for path in sorted(PLUGINS_DIR.iterdir()) if (path / "pyproject.toml").is_file()]
+    # Built from copies: setuptools writes build/ and *.egg-info next to the sources it builds.
+    sources = tmp_path_factory.mktemp("plugin-sources")
+    packages = [
+        shutil.copytree(path, sources / path.name)
+        for path in sorted(PLUGINS_DIR.iterdir())
+        if (path / "pyproject.toml").is_file()
+    ]
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-         "--no-index", "--target", str(site), *packages],
+         "--no-index", "--target", str(site), *map(str, packages)],
         check=True,
         capture_output=True,
     )

@@ -41,7 +41,7 @@ def test_a_spec_must_carry_its_entry_point_name(specimen_providers: list[str]) -
 
 def test_a_spec_registered_under_another_api_is_rejected(specimen_providers: list[str], tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     from builder.plugins import forget_cached_entry_points
-    from conftest import write_distribution
+    from support.entry_points import write_distribution
 
     site = tmp_path_factory.mktemp("wrong-group")
     write_distribution(site, "wrong-group", {"stack.providers.files": {"remote": "support.specimens:INFERENCE_REMOTE"}})

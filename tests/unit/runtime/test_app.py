@@ -1,0 +1,112 @@
+"""Error handling of the app: every failure is an OpenAI-shaped body with the right status."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx2
+import pytest
+from fastapi import FastAPI
+from pydantic import BaseModel
+
+from runtime.app import install_error_handlers
+from runtime.asgi_transport import BackgroundLoop, ThreadedASGITransport
+from runtime.errors import NotFoundError, UpstreamError
+from runtime.middleware import RequestGuard
+
+
+class Body(BaseModel):
+    model: str
+    temperature: float = 1.0
+
+
+def build_app() -> FastAPI:
+    app = FastAPI()
+
+    @app.post("/v1/things")
+    async def create(body: Body) -> dict[str, str]:
+        return {"model": body.model}
+
+    @app.get("/v1/things/{thing_id}")
+    async def get(thing_id: str) -> dict[str, str]:
+        raise NotFoundError(f"No thing with id '{thing_id}'.", param="thing_id")
+
+    @app.get("/v1/upstream")
+    async def upstream() -> dict[str, str]:
+        raise UpstreamError("rate limited upstream", status_code=429, error_type="rate_limit_error", headers={"retry-after": "3"})
+
+    @app.get("/v1/bug")
+    async def bug() -> dict[str, str]:
+        raise KeyError("oops")
+
+    install_error_handlers(app)
+    app.add_middleware(RequestGuard, max_body_bytes=1024)
+    return app
+
+
+@pytest.fixture
+def client() -> Iterator[httpx2.Client]:
+    with BackgroundLoop() as loop:
+        with httpx2.Client(transport=ThreadedASGITransport(build_app(), loop), base_url="http://app") as client:
+            yield client
+
+
+def test_a_missing_field_is_a_400_naming_the_parameter(client: httpx2.Client) -> None:
+    response = client.post("/v1/things", json={})
+    assert response.status_code == 400
+    assert response.json() == {"error": {
+        "message": "Missing required parameter: 'model'.",
+        "type": "invalid_request_error",
+        "param": "model",
+        "code": "missing_required_parameter",
+    }}
+
+
+def test_a_wrong_type_is_a_400_naming_the_parameter_and_value(client: httpx2.Client) -> None:
+    error = client.post("/v1/things", json={"model": "m", "temperature": "hot"}).json()["error"]
+    assert error["param"] == "temperature"
+    assert error["code"] == "invalid_value"
+    assert "'hot'" in error["message"]
+
+
+def test_malformed_json_is_a_400(client: httpx2.Client) -> None:
+    response = client.post("/v1/things", content=b"{not json", headers={"content-type": "application/json"})
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "invalid_json"
+
+
+def test_our_errors_keep_their_status_param_and_headers(client: httpx2.Client) -> None:
+    response = client.get("/v1/things/abc")
+    assert response.status_code == 404
+    assert response.json()["error"] == {"message": "No thing with id 'abc'.", "type": "invalid_request_error", "param": "thing_id", "code": None}
+    limited = client.get("/v1/upstream")
+    assert limited.status_code == 429
+    assert limited.headers["retry-after"] == "3"
+    assert limited.json()["error"]["type"] == "rate_limit_error"
+
+
+def test_a_bug_is_a_500_with_the_request_id_and_no_trace(client: httpx2.Client, caplog: pytest.LogCaptureFixture) -> None:
+    response = client.get("/v1/bug")
+    assert response.status_code == 500
+    request_id = response.headers["x-request-id"]
+    error = response.json()["error"]
+    assert error["type"] == "server_error"
+    assert request_id in error["message"]
+    assert "KeyError" not in response.text and "Traceback" not in response.text
+    assert any(request_id in record.getMessage() for record in caplog.records)
+
+
+def test_a_declared_oversized_body_is_refused_before_the_app_reads_it(client: httpx2.Client) -> None:
+    response = client.post("/v1/things", json={"model": "x" * 2000})
+    assert response.status_code == 413
+    assert response.json()["error"]["code"] == "request_too_large"
+
+
+def test_a_streamed_oversized_body_is_refused_while_it_is_read(client: httpx2.Client) -> None:
+    def chunks() -> Iterator[bytes]:
+        yield b'{"model": "'
+        yield b"x" * 2000
+        yield b'"}'
+
+    response = client.post("/v1/things", content=chunks(), headers={"content-type": "application/json"})
+    assert response.status_code == 413

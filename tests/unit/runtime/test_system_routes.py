@@ -1,0 +1,20 @@
+from runtime.system_routes import REDACTED, redact
+
+
+def test_secret_looking_keys_are_masked_at_any_depth() -> None:
+    config = {"base_url": "http://x", "api_key": "sk-123", "auth": {"password": "p", "token": "t"}, "headers": [{"Authorization": "Bearer z"}]}
+    assert redact(config) == {
+        "base_url": "http://x",
+        "api_key": REDACTED,
+        "auth": {"password": REDACTED, "token": REDACTED},
+        "headers": [{"Authorization": REDACTED}],
+    }
+
+
+def test_unset_secrets_stay_visibly_unset() -> None:
+    assert redact({"api_key": None, "secret": ""}) == {"api_key": None, "secret": ""}
+
+
+def test_passwords_inside_dsns_are_masked() -> None:
+    assert redact({"dsn": "postgresql://app:s3cret@db:5432/stack"}) == {"dsn": f"postgresql://app:{REDACTED}@db:5432/stack"}
+    assert redact({"dsn": "postgresql://app@db/stack"}) == {"dsn": "postgresql://app@db/stack"}
