@@ -17,6 +17,7 @@ __all__ = [
     "CorsConfig",
     "ModelConfig",
     "PostgresBackend",
+    "RecordingConfig",
     "ProviderEntry",
     "ServerConfig",
     "SqliteBackend",
@@ -106,6 +107,19 @@ class ServerConfig(_Strict):
     """Requests whose body is larger are refused with a 413."""
 
 
+RECORDING_MODES = ("live", "record", "replay", "record-if-missing")
+
+
+class RecordingConfig(_Strict):
+    """Record-replay of every upstream HTTP exchange (see runtime/recording.py).
+
+    Unset fields come from STACK_RECORDING_MODE (default `live`) and STACK_RECORDINGS_DIR
+    (default `recordings`, relative to the working directory)."""
+
+    mode: Literal["live", "record", "replay", "record-if-missing"] | None = None
+    directory: Path | None = None
+
+
 class StackConfig(_Strict):
     """A whole run.yaml."""
 
@@ -118,6 +132,7 @@ class StackConfig(_Strict):
     storage: StorageConfig = Field(default_factory=StorageConfig)
     models: list[ModelConfig] = Field(default_factory=list)
     server: ServerConfig = Field(default_factory=ServerConfig)
+    recording: RecordingConfig = Field(default_factory=RecordingConfig)
     state_dir: Path | None = None
     """Where providers keep local state; defaults to ~/.stack/<name> (or $STACK_STATE_DIR/<name>)."""
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from builder.config import ModelConfig, StackConfig
+from builder.config import RECORDING_MODES, ModelConfig, StackConfig
 from builder.errors import ConfigError, PathPart, format_path
 from builder.load import find_config, load_config, missing_env
 from builder.plugins import PluginLoadError, load_spec
@@ -58,6 +58,9 @@ class StackPlan:
     """The registered models whose provider is active."""
     inactive: tuple[InactiveProvider, ...]
     state_dir: Path
+    recording_mode: str
+    """live, record, replay or record-if-missing: how upstream HTTP exchanges are handled."""
+    recordings_dir: Path
 
     def providers_of(self, api: Api) -> tuple[PlannedProvider, ...]:
         return tuple(p for p in self.providers if p.api is api)
@@ -115,6 +118,8 @@ def resolve(config: StackConfig, env: Mapping[str, str] | None = None) -> StackP
         models=models,
         inactive=tuple(inactive),
         state_dir=_state_dir(config, env),
+        recording_mode=_recording_mode(config, env),
+        recordings_dir=Path(config.recording.directory or env.get("STACK_RECORDINGS_DIR") or "recordings").expanduser(),
     )
 
 
@@ -221,6 +226,15 @@ def _active_models(
             )
         active.append(model)
     return tuple(active)
+
+
+def _recording_mode(config: StackConfig, env: Mapping[str, str]) -> str:
+    if config.recording.mode is not None:
+        return config.recording.mode
+    mode = env.get("STACK_RECORDING_MODE") or "live"
+    if mode not in RECORDING_MODES:
+        raise ConfigError(f"STACK_RECORDING_MODE: {mode!r} is not a recording mode (expected one of: {', '.join(RECORDING_MODES)})")
+    return mode
 
 
 def _state_dir(config: StackConfig, env: Mapping[str, str]) -> Path:

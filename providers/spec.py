@@ -34,11 +34,13 @@ from collections.abc import Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
 if TYPE_CHECKING:
+    import httpx2
+
     from runtime.storage import Database
 
 __all__ = [
@@ -46,6 +48,7 @@ __all__ = [
     "MULTI_PROVIDER_APIS",
     "Api",
     "EmptyConfig",
+    "HttpClientFactory",
     "ProviderContext",
     "ProviderFactory",
     "ProviderSpec",
@@ -101,6 +104,21 @@ class ProviderContext(Generic[ConfigT]):
     state_dir: Path
     databases: Callable[[str], Database]
     """Opens the storage backend that run.yaml's `storage.stores` assigns to a store name."""
+    http_client: HttpClientFactory
+    """Builds the provider's pooled `httpx2.AsyncClient`. Every remote call goes through one of
+    these: it is where requests are recorded and replayed in tests. The provider closes it."""
+
+
+class HttpClientFactory(Protocol):
+    def __call__(
+        self,
+        *,
+        base_url: str,
+        timeout: float,
+        connect_timeout: float = 5.0,
+        headers: Mapping[str, str] | None = None,
+        max_connections: int = 256,
+    ) -> httpx2.AsyncClient: ...
 
 
 ProviderFactory = Callable[[ProviderContext[Any]], AbstractAsyncContextManager[Any]]

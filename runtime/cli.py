@@ -18,11 +18,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     from builder.errors import ConfigError
+    from runtime.stack import ProviderStartError
 
     try:
         code: int = args.handler(args)
         return code
-    except ConfigError as error:
+    except (ConfigError, ProviderStartError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -10,7 +10,8 @@ from typing import Any
 
 from builder.resolve import PlannedProvider, StackPlan
 from providers.spec import Api, ProviderContext
-from runtime.apis import combine_providers
+from runtime.apis import SURFACES, ApiContext
+from runtime.http import http_client_factory
 from runtime.storage import Storage
 
 __all__ = ["ProviderStartError", "RunningProvider", "Stack", "open_stack"]
@@ -54,7 +55,7 @@ async def open_stack(plan: StackPlan) -> AsyncIterator[Stack]:
                 impl = await _start(exits, planned, impls, storage, plan)
                 group[planned.provider_id] = impl
                 running.append(RunningProvider(planned, impl))
-            impls[api] = combine_providers(api, group)
+            impls[api] = await _combine(exits, api, group, storage, plan)
         _log_providers(plan)
         yield Stack(plan=plan, impls=impls, providers=tuple(running), storage=storage)
 
@@ -68,6 +69,7 @@ async def _start(exits: AsyncExitStack, planned: PlannedProvider, impls: Mapping
         deps={api: impls[api] for api in wanted if api in impls},
         state_dir=plan.state_dir,
         databases=storage.database,
+        http_client=http_client_factory(plan.recording_mode, plan.recordings_dir),
     )
     try:
         return await exits.enter_async_context(planned.spec.factory(context))
@@ -76,6 +78,15 @@ async def _start(exits: AsyncExitStack, planned: PlannedProvider, impls: Mapping
             f"{planned.path}: provider {planned.provider_id!r} ({planned.spec.name}) failed to start: "
             f"{type(error).__name__}: {error}"
         ) from error
+
+
+async def _combine(exits: AsyncExitStack, api: Api, group: dict[str, Any], storage: Storage, plan: StackPlan) -> Any:
+    surface = SURFACES.get(api)
+    if surface is None or surface.combine is None:
+        # The resolver allows several providers only for APIs whose surface combines them.
+        [impl] = group.values()
+        return impl
+    return await exits.enter_async_context(surface.combine(ApiContext(plan, group, storage.database)))
 
 
 def _log_providers(plan: StackPlan) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from fastapi import APIRouter, FastAPI
 
@@ -15,6 +15,13 @@ __all__ = ["redact", "stack_version", "system_router"]
 _SECRET_KEY = re.compile(r"(api_?key|secret|password|passwd|token|credential|authorization)", re.IGNORECASE)
 _DSN_PASSWORD = re.compile(r"(?P<scheme>[a-z0-9+.\-]+://[^:/@]+):[^@/]*@", re.IGNORECASE)
 REDACTED = "********"
+
+
+@runtime_checkable
+class HealthReporter(Protocol):
+    """An API implementation that knows the state of its providers' upstreams."""
+
+    def health(self) -> dict[str, dict[str, Any]]: ...
 
 
 def stack_version() -> str:
@@ -43,7 +50,14 @@ def system_router(stack: Stack, app: FastAPI) -> APIRouter:
 
     @router.get("/health")
     async def health() -> dict[str, Any]:
-        return {"status": "ok"}
+        # Always a 200 while the server answers: a provider whose upstream is down is reported
+        # here (status "degraded") and in the errors of the requests routed to it.
+        providers: dict[str, Any] = {}
+        for api, impl in stack.impls.items():
+            if isinstance(impl, HealthReporter):
+                providers.update({f"{api.value}/{pid}": state for pid, state in impl.health().items()})
+        degraded = any(state.get("status") == "unavailable" for state in providers.values())
+        return {"status": "degraded" if degraded else "ok", "providers": providers}
 
     @router.get("/version")
     async def get_version() -> dict[str, Any]:

@@ -8,14 +8,31 @@ implementation per route). `SURFACES` below is the only registry of routers.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter
 
 from providers.spec import Api
+from runtime.apis.inference import routes as inference_routes
+from runtime.apis.inference.router import open_inference_router
 
-__all__ = ["SURFACES", "ApiSurface", "combine_providers"]
+if TYPE_CHECKING:
+    from builder.resolve import StackPlan
+    from runtime.storage import Database
+
+__all__ = ["SURFACES", "ApiContext", "ApiSurface"]
+
+
+@dataclass(frozen=True)
+class ApiContext:
+    """What an API surface gets to build the implementation its routes and dependents use."""
+
+    plan: StackPlan
+    providers: Mapping[str, Any]
+    """The API's started providers, by provider_id, in run.yaml order."""
+    databases: Callable[[str], Database]
 
 
 @dataclass(frozen=True)
@@ -23,19 +40,11 @@ class ApiSurface:
     api: Api
     router: Callable[[Any], APIRouter]
     """Builds the API's routes (mounted under /v1) over its implementation."""
-    combine: Callable[[Mapping[str, Any]], Any] | None = None
-    """For an API served by several providers: builds the router that picks one per request."""
+    combine: Callable[[ApiContext], AbstractAsyncContextManager[Any]] | None = None
+    """Builds the implementation over the API's providers (entered at start, left at shutdown);
+    without it the API's single provider is its implementation."""
 
 
-SURFACES: dict[Api, ApiSurface] = {}
-
-
-def combine_providers(api: Api, providers: Mapping[str, Any]) -> Any:
-    """The implementation an API's routes and dependents use, given its started providers."""
-    surface = SURFACES.get(api)
-    if surface is not None and surface.combine is not None:
-        return surface.combine(providers)
-    if len(providers) != 1:
-        # The resolver allows several providers only for APIs whose surface can route.
-        raise RuntimeError(f"the {api.value} API cannot combine {len(providers)} providers")
-    return next(iter(providers.values()))
+SURFACES: dict[Api, ApiSurface] = {
+    Api.inference: ApiSurface(Api.inference, inference_routes.router, open_inference_router),
+}

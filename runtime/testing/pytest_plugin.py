@@ -11,6 +11,9 @@ way. Choose the stack with `--stack-config` (repeatable):
 Without it, the `stack_targets` ini option (space-separated) is used; it defaults to the server
 and library modes of the `stack_default_config` ini option (default: the starter distribution).
 Tests ask for `openai_client` or `async_openai_client`; each runs once per target.
+
+Upstream traffic is replayed from recordings by default; `--inference-mode` (record,
+record-if-missing, live) changes that for the session.
 """
 
 from __future__ import annotations
@@ -38,6 +41,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="SPEC",
         help="server:<dist|path>[:port], http://host:port, library:<dist|path>, or api=provider,... (repeatable)",
     )
+    group.addoption(
+        "--inference-mode",
+        choices=["replay", "record", "record-if-missing", "live"],
+        default=None,
+        help="how upstream HTTP exchanges are handled (sets STACK_RECORDING_MODE; default: replay)",
+    )
     parser.addini("stack_targets", "default --stack-config values, space-separated", default="")
     parser.addini("stack_default_config", "the config tests run against by default", default="starter")
 
@@ -60,6 +69,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("stack_target", specs, indirect=True, scope="session", ids=ids)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # Set before any stack starts, so server subprocesses inherit it too.
+    mode = config.getoption("inference_mode") or os.environ.get("STACK_RECORDING_MODE") or "replay"
+    os.environ["STACK_RECORDING_MODE"] = mode
+
+
 @pytest.fixture(scope="session")
 def stack_state_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A fresh STACK_STATE_DIR for the session, unless the environment sets one."""
@@ -73,16 +88,20 @@ def stack_state_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def stack_target(request: pytest.FixtureRequest, stack_state_dir: str) -> Iterator[StackTarget]:
-    """The stack under test, started once per session for each `--stack-config`."""
-    with open_target(str(request.param), rootdir=request.config.rootpath) as target:
+def stack_target(
+    request: pytest.FixtureRequest, stack_state_dir: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[StackTarget]:
+    """The stack under test, started once per session for each `--stack-config`, each with a
+    state directory of its own."""
+    env = dict(os.environ, STACK_STATE_DIR=str(tmp_path_factory.mktemp("target-state")))
+    with open_target(str(request.param), rootdir=request.config.rootpath, env=env) as target:
         yield target
 
 
 @pytest.fixture
 def openai_client(stack_target: StackTarget) -> Iterator[openai.OpenAI]:
     """An `openai.OpenAI` client of the stack under test."""
-    client = stack_target.openai()
+    client = stack_target.openai(max_retries=0)
     yield client
     client.close()
 
@@ -90,6 +109,6 @@ def openai_client(stack_target: StackTarget) -> Iterator[openai.OpenAI]:
 @pytest.fixture
 async def async_openai_client(stack_target: StackTarget) -> AsyncIterator[openai.AsyncOpenAI]:
     """An `openai.AsyncOpenAI` client of the stack under test."""
-    client = stack_target.async_openai()
+    client = stack_target.async_openai(max_retries=0)
     yield client
     await client.close()

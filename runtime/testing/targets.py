@@ -54,23 +54,24 @@ class StackTarget:
 
 
 @contextmanager
-def open_target(spec: str, rootdir: Path | None = None) -> Iterator[StackTarget]:
+def open_target(spec: str, rootdir: Path | None = None, env: dict[str, str] | None = None) -> Iterator[StackTarget]:
     """Start (or reach) the stack described by a `--stack-config` value."""
     if spec.startswith(("http://", "https://")):
         base = spec.rstrip("/")
         yield StackTarget("url", spec, base if base.endswith("/v1") else base + "/v1")
     elif spec.startswith("server:"):
         config, port = _split_port(spec.removeprefix("server:"))
-        with running_server(_localize(config, rootdir), port) as base_url:
+        with running_server(_localize(config, rootdir), port, env=env) as base_url:
             yield StackTarget("server", spec, base_url)
     elif spec.startswith("library:"):
-        with LibraryClient(_localize(spec.removeprefix("library:"), rootdir)) as library:
+        with LibraryClient(_localize(spec.removeprefix("library:"), rootdir), env=env) as library:
             yield StackTarget("library", spec, "http://stack.local/v1", library)
     elif "=" in spec:
         from builder.load import document_from_pairs, parse_config
         from builder.resolve import resolve
 
-        plan = resolve(parse_config(document_from_pairs(spec), os.environ), os.environ)
+        env = dict(os.environ) if env is None else env
+        plan = resolve(parse_config(document_from_pairs(spec), env), env)
         with LibraryClient(plan) as library:
             yield StackTarget("library", spec, "http://stack.local/v1", library)
     else:

@@ -8,7 +8,8 @@ import pytest
 
 
 def test_health_answers_ok(openai_client: openai.OpenAI) -> None:
-    assert openai_client.get("/health", cast_to=object) == {"status": "ok"}
+    health: Any = openai_client.get("/health", cast_to=object)
+    assert health["status"] == "ok"
 
 
 def test_version_is_the_package_version(openai_client: openai.OpenAI) -> None:
@@ -25,10 +26,12 @@ def test_routes_are_listed(openai_client: openai.OpenAI) -> None:
     assert ("/v1/inspect/routes", ("GET",)) in routes
 
 
-def test_providers_lists_what_is_configured(openai_client: openai.OpenAI) -> None:
+def test_providers_lists_what_is_configured_with_secrets_redacted(openai_client: openai.OpenAI) -> None:
     body: Any = openai_client.get("/providers", cast_to=object)
-    assert body["object"] == "list"
-    assert isinstance(body["data"], list)
+    [provider] = body["data"]
+    assert (provider["api"], provider["provider_id"], provider["provider_type"], provider["status"]) == ("inference", "fake", "openai", "active")
+    assert provider["config"]["api_key"] == "********"
+    assert provider["config"]["timeout_s"] == 30
 
 
 def test_every_response_carries_a_request_id(openai_client: openai.OpenAI) -> None:
@@ -66,4 +69,5 @@ def test_a_body_over_the_size_limit_is_a_413(openai_client: openai.OpenAI) -> No
 
 
 async def test_the_async_client_reaches_the_same_app(async_openai_client: openai.AsyncOpenAI) -> None:
-    assert await async_openai_client.get("/health", cast_to=object) == {"status": "ok"}
+    health: Any = await async_openai_client.get("/health", cast_to=object)
+    assert health["status"] == "ok"

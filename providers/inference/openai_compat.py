@@ -1,0 +1,147 @@
+"""The adapter every OpenAI-compatible inference provider shares: a pooled httpx2 client that
+forwards request bytes and hands back response bytes, mapping failures to OpenAI-shaped errors."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator, Mapping
+from typing import Any, Literal
+
+import httpx2
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
+
+from providers.spec import ProviderContext
+from runtime.apis.inference.protocol import UpstreamModel, UpstreamRequest
+from runtime.errors import UpstreamError
+from runtime.sse import iter_sse_data
+
+__all__ = ["OpenAICompatAdapter", "OpenAICompatConfig", "open_adapter"]
+
+_PASSED_HEADERS = ("retry-after", "retry-after-ms")
+_JSON_HEADERS = {"content-type": "application/json"}
+
+
+class OpenAICompatConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    base_url: str = Field(min_length=1, description="The server's OpenAI-compatible base URL, ending in /v1")
+    api_key: SecretStr | None = None
+    timeout_s: float = Field(default=300.0, gt=0, description="Longest wait for an upstream answer (or the next chunk)")
+    connect_timeout_s: float = Field(default=5.0, gt=0)
+    max_connections: int = Field(default=256, ge=1)
+    headers: dict[str, str] = Field(default_factory=dict, description="Extra headers sent upstream")
+
+
+class OpenAICompatAdapter:
+    """An inference provider over any server that speaks the OpenAI API."""
+
+    def __init__(self, provider_id: str, client: httpx2.AsyncClient, timeout_s: float) -> None:
+        self.provider_id = provider_id
+        self.client = client
+        self.timeout_s = timeout_s
+
+    async def chat_completion(self, request: UpstreamRequest) -> bytes:
+        return await self._post("chat/completions", request)
+
+    async def embeddings(self, request: UpstreamRequest) -> bytes:
+        return await self._post("embeddings", request)
+
+    async def stream_chat_completion(self, request: UpstreamRequest) -> AsyncIterator[bytes]:
+        upstream = self.client.build_request("POST", "chat/completions", content=request.payload(), headers=_JSON_HEADERS)
+        response = await self._send(upstream, stream=True)
+        try:
+            async for data in iter_sse_data(response.aiter_bytes()):
+                yield data
+        except httpx2.HTTPError as error:
+            raise UpstreamError(
+                f"inference provider '{self.provider_id}': the stream from {upstream.url} broke off: {_reason(error)}",
+                code="upstream_stream_error",
+            ) from error
+        finally:
+            await response.aclose()
+
+    async def list_models(self) -> list[UpstreamModel]:
+        response = await self._send(self.client.build_request("GET", "models"), stream=False)
+        data = json.loads(response.content).get("data") or []
+        return [_model(item) for item in data if isinstance(item, dict) and item.get("id")]
+
+    async def _post(self, path: str, request: UpstreamRequest) -> bytes:
+        upstream = self.client.build_request("POST", path, content=request.payload(), headers=_JSON_HEADERS)
+        return (await self._send(upstream, stream=False)).content
+
+    async def _send(self, request: httpx2.Request, *, stream: bool) -> httpx2.Response:
+        try:
+            response = await self.client.send(request, stream=stream)
+        except httpx2.TimeoutException as error:
+            raise UpstreamError(
+                f"inference provider '{self.provider_id}' did not answer {request.url} within {self.timeout_s:g} s",
+                status_code=504, code="upstream_timeout",
+            ) from error
+        except httpx2.HTTPError as error:
+            raise UpstreamError(
+                f"inference provider '{self.provider_id}' could not reach {request.url}: {_reason(error)}",
+                code="upstream_unreachable",
+            ) from error
+        if response.status_code >= 400:
+            if stream:
+                await response.aread()
+                await response.aclose()
+            raise _upstream_error(self.provider_id, response)
+        return response
+
+
+def _upstream_error(provider_id: str, response: httpx2.Response) -> UpstreamError:
+    """The upstream's own error, with its status, message, type, param and code kept."""
+    try:
+        detail: Any = json.loads(response.content).get("error")
+    except (ValueError, AttributeError):
+        detail = None
+    if isinstance(detail, str):
+        detail = {"message": detail}
+    if not isinstance(detail, dict):
+        detail = {"message": response.text[:500] or f"HTTP {response.status_code}"}
+    headers = {name: response.headers[name] for name in _PASSED_HEADERS if name in response.headers}
+    return UpstreamError(
+        str(detail.get("message") or f"inference provider '{provider_id}' answered HTTP {response.status_code}"),
+        status_code=response.status_code,
+        error_type=str(detail.get("type") or _default_type(response.status_code)),
+        param=detail.get("param") if isinstance(detail.get("param"), str) else None,
+        code=str(detail["code"]) if detail.get("code") is not None else None,
+        headers=headers,
+    )
+
+
+def _default_type(status: int) -> str:
+    return {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+            404: "not_found_error", 429: "rate_limit_error"}.get(status, "server_error" if status >= 500 else "invalid_request_error")
+
+
+def _reason(error: BaseException) -> str:
+    return str(error) or type(error).__name__
+
+
+def _model(item: Mapping[str, Any]) -> UpstreamModel:
+    model_id = str(item["id"])
+    # The OpenAI models list has no type field; a name is the only hint servers give.
+    kind: Literal["llm", "embedding"] = "embedding" if "embed" in model_id.lower() else "llm"
+    return UpstreamModel(model_id, int(item.get("created") or 0), str(item.get("owned_by") or ""), kind)
+
+
+@contextlib.asynccontextmanager
+async def open_adapter(context: ProviderContext[OpenAICompatConfig]) -> AsyncIterator[OpenAICompatAdapter]:
+    config = context.config
+    headers = dict(config.headers)
+    if config.api_key is not None and config.api_key.get_secret_value():
+        headers["authorization"] = f"Bearer {config.api_key.get_secret_value()}"
+    client = context.http_client(
+        base_url=config.base_url.rstrip("/") + "/",
+        timeout=config.timeout_s,
+        connect_timeout=config.connect_timeout_s,
+        headers=headers,
+        max_connections=config.max_connections,
+    )
+    try:
+        yield OpenAICompatAdapter(context.provider_id, client, config.timeout_s)
+    finally:
+        await client.aclose()

@@ -1,0 +1,75 @@
+"""Request checks and shapes shared by the API surfaces."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from runtime.errors import InvalidRequestError
+
+__all__ = ["cursor_page", "parse_json_object", "validate_limit", "validate_metadata", "validate_order"]
+
+MAX_METADATA_PAIRS = 16
+MAX_METADATA_KEY = 64
+MAX_METADATA_VALUE = 512
+
+
+def parse_json_object(raw: bytes) -> dict[str, Any]:
+    """The request body as a JSON object, or a 400 saying what is wrong with it."""
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise InvalidRequestError(
+            "We could not parse the JSON body of your request: it is not valid JSON.", code="invalid_json"
+        ) from None
+    if not isinstance(body, dict):
+        raise InvalidRequestError(f"The request body must be a JSON object, not {type(body).__name__}.", code="invalid_json")
+    return body
+
+
+def validate_metadata(metadata: Any, param: str = "metadata") -> dict[str, str] | None:
+    """OpenAI's metadata rules: at most 16 string pairs, keys <= 64 chars, values <= 512."""
+    if metadata is None:
+        return None
+    if not isinstance(metadata, Mapping):
+        raise InvalidRequestError(f"Invalid type for '{param}': expected an object of string pairs.", param=param, code="invalid_type")
+    if len(metadata) > MAX_METADATA_PAIRS:
+        raise InvalidRequestError(
+            f"Invalid '{param}': at most {MAX_METADATA_PAIRS} pairs are allowed, got {len(metadata)}.", param=param, code="invalid_value"
+        )
+    for key, value in metadata.items():
+        if not isinstance(key, str) or len(key) > MAX_METADATA_KEY:
+            raise InvalidRequestError(
+                f"Invalid '{param}': keys must be strings of at most {MAX_METADATA_KEY} characters ({str(key)[:80]!r}).",
+                param=f"{param}.{key}", code="invalid_value",
+            )
+        if not isinstance(value, str) or len(value) > MAX_METADATA_VALUE:
+            raise InvalidRequestError(
+                f"Invalid '{param}.{key}': values must be strings of at most {MAX_METADATA_VALUE} characters.",
+                param=f"{param}.{key}", code="invalid_value",
+            )
+    return dict(metadata)
+
+
+def validate_limit(limit: int, maximum: int = 100) -> int:
+    if not 1 <= limit <= maximum:
+        raise InvalidRequestError(f"Invalid 'limit': must be between 1 and {maximum}, got {limit}.", param="limit", code="invalid_value")
+    return limit
+
+
+def validate_order(order: str) -> str:
+    if order not in ("asc", "desc"):
+        raise InvalidRequestError(f"Invalid 'order': expected 'asc' or 'desc', got {order!r}.", param="order", code="invalid_value")
+    return order
+
+
+def cursor_page(data: Sequence[Mapping[str, Any]], has_more: bool) -> dict[str, Any]:
+    """The list shape the SDK's cursor paginators read: they continue `after` the last id."""
+    return {
+        "object": "list",
+        "data": list(data),
+        "first_id": data[0]["id"] if data else None,
+        "last_id": data[-1]["id"] if data else None,
+        "has_more": has_more,
+    }

@@ -1,0 +1,1 @@
+"""The inference API: chat completions, embeddings and models, routed by model across providers."""

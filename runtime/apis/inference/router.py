@@ -1,0 +1,217 @@
+"""The inference API's implementation: picks a provider per request by model, stores completions.
+
+Model ids are `provider_id/model` for every model a provider reports, the bare model name where
+exactly one provider serves it, and each `models:` entry of run.yaml under its own `model_id`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import struct
+import time
+from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from builder.config import ModelConfig
+from runtime.apis.inference.chunks import ChunkAccumulator
+from runtime.apis.inference.protocol import InferenceProvider, UpstreamModel, UpstreamRequest
+from runtime.apis.inference.store import ChatCompletionStore
+from runtime.errors import APIError, InvalidRequestError, NotFoundError
+
+if TYPE_CHECKING:
+    from runtime.apis import ApiContext
+
+__all__ = ["InferenceRouter", "ModelEntry", "open_inference_router"]
+
+log = logging.getLogger("stack")
+
+REFRESH_TIMEOUT_S = 10.0
+MISS_REFRESH_INTERVAL_S = 5.0
+LIST_REFRESH_INTERVAL_S = 60.0
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    id: str
+    provider_id: str
+    provider_model_id: str
+    model_type: str
+    created: int
+    owned_by: str
+
+    def public(self) -> dict[str, Any]:
+        return {"id": self.id, "object": "model", "created": self.created, "owned_by": self.owned_by}
+
+
+@dataclass
+class ProviderState:
+    """What the router last saw of a provider, for /v1/health."""
+
+    status: str = "unknown"
+    detail: str | None = None
+    models: int = 0
+
+
+class InferenceRouter:
+    """Routes chat completions and embeddings to the provider serving the requested model."""
+
+    def __init__(self, providers: Mapping[str, InferenceProvider], registered: Sequence[ModelConfig], store: ChatCompletionStore) -> None:
+        self.providers = dict(providers)
+        self.registered = tuple(registered)
+        self.store = store
+        self.states = {provider_id: ProviderState() for provider_id in providers}
+        self._models: dict[str, ModelEntry] = {}
+        self._aliases: dict[str, ModelEntry] = {}
+        self._last_refresh = 0.0
+        self._refresh_lock = asyncio.Lock()
+
+    # --- models -------------------------------------------------------------------------
+
+    async def refresh_models(self) -> None:
+        """Ask every provider for its models; a provider that fails keeps no models until the next refresh."""
+        async with self._refresh_lock:
+            reported = await asyncio.gather(*(self._provider_models(pid) for pid in self.providers))
+            self._rebuild(dict(zip(self.providers, reported, strict=True)))
+            self._last_refresh = time.monotonic()
+
+    async def _provider_models(self, provider_id: str) -> list[UpstreamModel]:
+        state = self.states[provider_id]
+        try:
+            models = await asyncio.wait_for(self.providers[provider_id].list_models(), REFRESH_TIMEOUT_S)
+        except (APIError, TimeoutError, OSError) as error:
+            state.status, state.detail = "unavailable", _describe(error)
+            log.warning("inference provider %s: cannot list models: %s", provider_id, state.detail)
+            return []
+        state.status, state.detail, state.models = "ok", None, len(models)
+        return models
+
+    def _rebuild(self, reported: Mapping[str, list[UpstreamModel]]) -> None:
+        models: dict[str, ModelEntry] = {}
+        by_name: dict[str, list[ModelEntry]] = {}
+        for provider_id, provider_models in reported.items():
+            for model in provider_models:
+                entry = ModelEntry(f"{provider_id}/{model.id}", provider_id, model.id, model.model_type, model.created, model.owned_by or provider_id)
+                models[entry.id] = entry
+                by_name.setdefault(model.id, []).append(entry)
+        for config in self.registered:
+            upstream = config.provider_model_id or config.model_id
+            models[config.model_id] = ModelEntry(config.model_id, config.provider_id, upstream, config.model_type, 0, config.provider_id)
+        self._models = models
+        self._aliases = {name: entries[0] for name, entries in by_name.items() if len(entries) == 1 and name not in models}
+
+    async def refresh_if_stale(self) -> None:
+        if time.monotonic() - self._last_refresh > LIST_REFRESH_INTERVAL_S:
+            await self.refresh_models()
+
+    def models(self) -> list[ModelEntry]:
+        return sorted(self._models.values(), key=lambda entry: entry.id)
+
+    async def resolve(self, model_id: Any) -> ModelEntry:
+        """The entry serving `model_id`; an unknown id triggers one refresh (rate-limited) before a 404."""
+        if not isinstance(model_id, str) or not model_id:
+            raise InvalidRequestError("Missing required parameter: 'model'.", param="model", code="missing_required_parameter")
+        entry = self._lookup(model_id)
+        if entry is None and time.monotonic() - self._last_refresh > MISS_REFRESH_INTERVAL_S:
+            await self.refresh_models()
+            entry = self._lookup(model_id)
+        if entry is None:
+            available = ", ".join(entry.id for entry in self.models()) or "none (no provider reported a model)"
+            raise NotFoundError(
+                f"The model '{model_id}' does not exist or is not served here. Available models: {available}",
+                param="model", code="model_not_found",
+            )
+        return entry
+
+    def _lookup(self, model_id: str) -> ModelEntry | None:
+        entry = self._models.get(model_id) or self._aliases.get(model_id)
+        if entry is None and "/" in model_id:
+            # `provider_id/model` for a model the provider serves but did not list (e.g. a new upstream model).
+            provider_id, _, name = model_id.partition("/")
+            if provider_id in self.providers:
+                entry = ModelEntry(model_id, provider_id, name, "llm", 0, provider_id)
+        return entry
+
+    async def _route(self, body: Mapping[str, Any], raw: bytes | None) -> tuple[str, UpstreamRequest]:
+        entry = await self.resolve(body.get("model"))
+        if entry.provider_model_id == body["model"]:
+            return entry.provider_id, UpstreamRequest(body, raw)
+        return entry.provider_id, UpstreamRequest({**body, "model": entry.provider_model_id})
+
+    # --- chat completions -----------------------------------------------------------------
+
+    async def chat_completion(self, body: Mapping[str, Any], raw: bytes | None = None) -> bytes:
+        """The upstream's ChatCompletion JSON; stored first when the request says `store: true`."""
+        provider_id, request = await self._route(body, raw)
+        result = await self._call(provider_id, self.providers[provider_id].chat_completion(request))
+        if body.get("store") is True:
+            await self.store.save(json.loads(result), list(body.get("messages") or ()), body.get("metadata"))
+        return result
+
+    async def stream_chat_completion(self, body: Mapping[str, Any], raw: bytes | None = None) -> AsyncIterator[bytes]:
+        """Chunk payloads as the upstream sends them; with `store: true` the folded completion is
+        stored after the last chunk, before the caller sends `[DONE]`."""
+        provider_id, request = await self._route(body, raw)
+        chunks = self.providers[provider_id].stream_chat_completion(request)
+        if body.get("store") is not True:
+            return chunks
+        return self._stored_stream(chunks, body)
+
+    async def _stored_stream(self, chunks: AsyncIterator[bytes], body: Mapping[str, Any]) -> AsyncIterator[bytes]:
+        folded = ChunkAccumulator()
+        async for chunk in chunks:
+            folded.add(json.loads(chunk))
+            yield chunk
+        await self.store.save(folded.completion(), list(body.get("messages") or ()), body.get("metadata"))
+
+    async def embeddings(self, body: Mapping[str, Any], raw: bytes | None = None) -> bytes:
+        """Embeddings JSON. base64 (the SDK's default) is encoded here from floats, since not
+        every OpenAI-compatible server implements it."""
+        wants_base64 = body.get("encoding_format") == "base64"
+        if wants_base64:
+            body, raw = {**body, "encoding_format": "float"}, None
+        provider_id, request = await self._route(body, raw)
+        result = await self._call(provider_id, self.providers[provider_id].embeddings(request))
+        return _to_base64(result) if wants_base64 else result
+
+    async def _call(self, provider_id: str, call: Awaitable[bytes]) -> bytes:
+        try:
+            return await call
+        except APIError as error:
+            if error.code == "upstream_unreachable":
+                self.states[provider_id].status, self.states[provider_id].detail = "unavailable", error.message
+            raise
+
+    def health(self) -> dict[str, dict[str, Any]]:
+        return {pid: {"status": state.status, "detail": state.detail, "models": state.models} for pid, state in self.states.items()}
+
+
+def _to_base64(result: bytes) -> bytes:
+    document = json.loads(result)
+    for item in document.get("data") or ():
+        vector = item.get("embedding")
+        if isinstance(vector, list):
+            item["embedding"] = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
+    return json.dumps(document, separators=(",", ":")).encode()
+
+
+def _describe(error: BaseException) -> str:
+    if isinstance(error, APIError):
+        return error.message
+    if isinstance(error, TimeoutError):
+        return f"no answer within {REFRESH_TIMEOUT_S:.0f} s"
+    return f"{type(error).__name__}: {error}"
+
+
+@asynccontextmanager
+async def open_inference_router(context: ApiContext) -> AsyncIterator[InferenceRouter]:
+    store = ChatCompletionStore(context.databases("chat_completions"))
+    await store.create_tables()
+    router = InferenceRouter(context.providers, context.plan.models, store)
+    # A provider that is down must not stop the server: it is reported by /v1/health instead.
+    await router.refresh_models()
+    yield router

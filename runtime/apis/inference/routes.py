@@ -1,0 +1,183 @@
+"""Routes of the inference API: /v1/chat/completions, /v1/embeddings, /v1/models.
+
+The create routes read the raw body and hand it on: the upstream validates the parameters it
+knows, so every field the SDK sends (and any `extra_body` field) reaches it unchanged, and a
+request whose model needs no renaming is forwarded as the very bytes the client sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Awaitable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response, StreamingResponse
+
+from runtime.apis.common import cursor_page, parse_json_object, validate_limit, validate_metadata, validate_order
+from runtime.errors import APIError, InvalidRequestError
+from runtime.sse import DONE, sse_frame
+
+if TYPE_CHECKING:
+    from runtime.apis.inference.router import InferenceRouter
+
+__all__ = ["router"]
+
+T = TypeVar("T")
+JSON = "application/json"
+
+
+def router(impl: InferenceRouter) -> APIRouter:
+    routes = APIRouter()
+
+    @routes.post("/chat/completions", summary="Create a chat completion (streamed with `stream: true`)")
+    async def create_chat_completion(request: Request) -> Response:
+        raw = await request.body()
+        body = parse_json_object(raw)
+        _check_chat_body(body)
+        if body.get("stream") is True:
+            return await _sse_response(await impl.stream_chat_completion(body, raw))
+        return Response(await _unless_disconnected(request, impl.chat_completion(body, raw)), media_type=JSON)
+
+    @routes.get("/chat/completions", summary="List stored chat completions")
+    async def list_chat_completions(
+        request: Request, after: str | None = None, limit: int = 20, order: str = "asc", model: str | None = None
+    ) -> dict[str, Any]:
+        metadata = _metadata_filter(request)
+        data, has_more = await impl.store.list(
+            after=after, limit=validate_limit(limit), order=validate_order(order), model=model, metadata=metadata
+        )
+        return cursor_page(data, has_more)
+
+    @routes.get("/chat/completions/{completion_id}", summary="Get a stored chat completion")
+    async def get_chat_completion(completion_id: str) -> dict[str, Any]:
+        return await impl.store.get(completion_id)
+
+    @routes.post("/chat/completions/{completion_id}", summary="Update a stored chat completion's metadata")
+    async def update_chat_completion(completion_id: str, request: Request) -> dict[str, Any]:
+        body = parse_json_object(await request.body())
+        if "metadata" not in body:
+            raise InvalidRequestError("Missing required parameter: 'metadata'.", param="metadata", code="missing_required_parameter")
+        return await impl.store.update_metadata(completion_id, validate_metadata(body["metadata"]))
+
+    @routes.delete("/chat/completions/{completion_id}", summary="Delete a stored chat completion")
+    async def delete_chat_completion(completion_id: str) -> dict[str, Any]:
+        await impl.store.get(completion_id)  # 404 for an unknown id
+        return {"id": completion_id, "object": "chat.completion.deleted", "deleted": await impl.store.delete(completion_id)}
+
+    @routes.get("/chat/completions/{completion_id}/messages", summary="List the input messages of a stored chat completion")
+    async def list_chat_completion_messages(
+        completion_id: str, after: str | None = None, limit: int = 20, order: str = "asc"
+    ) -> dict[str, Any]:
+        messages = _store_messages(completion_id, await impl.store.messages(completion_id))
+        return _page_in_memory(messages, after, validate_limit(limit), validate_order(order))
+
+    @routes.post("/embeddings", summary="Create embeddings")
+    async def create_embeddings(request: Request) -> Response:
+        raw = await request.body()
+        body = parse_json_object(raw)
+        if "input" not in body:
+            raise InvalidRequestError("Missing required parameter: 'input'.", param="input", code="missing_required_parameter")
+        return Response(await _unless_disconnected(request, impl.embeddings(body, raw)), media_type=JSON)
+
+    @routes.get("/models", summary="List models")
+    async def list_models() -> dict[str, Any]:
+        await impl.refresh_if_stale()
+        return {"object": "list", "data": [entry.public() for entry in impl.models()]}
+
+    @routes.get("/models/{model_id:path}", summary="Get a model")
+    async def get_model(model_id: str) -> dict[str, Any]:
+        return (await impl.resolve(model_id)).public()
+
+    return routes
+
+
+def _check_chat_body(body: dict[str, Any]) -> None:
+    messages = body.get("messages")
+    if messages is None:
+        raise InvalidRequestError("Missing required parameter: 'messages'.", param="messages", code="missing_required_parameter")
+    if not isinstance(messages, list) or not messages:
+        raise InvalidRequestError("Invalid 'messages': expected a non-empty array of messages.", param="messages", code="invalid_value")
+    for flag in ("stream", "store"):
+        if body.get(flag) is not None and not isinstance(body[flag], bool):
+            raise InvalidRequestError(f"Invalid type for '{flag}': expected a boolean.", param=flag, code="invalid_type")
+    if body.get("store") is True:
+        validate_metadata(body.get("metadata"))
+
+
+async def _sse_response(chunks: AsyncIterator[bytes]) -> Response:
+    # The first chunk is awaited before the 200 goes out, so an upstream that refuses the
+    # request (a 400, a 429) is answered with its own status instead of a broken stream.
+    iterator = aiter(chunks)
+    try:
+        first = await anext(iterator)
+    except StopAsyncIteration:
+        first = None
+    return StreamingResponse(_frames(first, iterator), media_type="text/event-stream", headers={"cache-control": "no-cache"})
+
+
+async def _frames(first: bytes | None, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    try:
+        if first is not None:
+            yield sse_frame(first)
+            async for chunk in rest:
+                yield sse_frame(chunk)
+    except APIError as error:
+        # The status line is gone; the SDK raises on a data event that carries an error.
+        yield sse_frame(json.dumps(error.body()).encode())
+        return
+    yield sse_frame(DONE)
+
+
+async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T | Response:
+    """Await `work`, cancelling it if the client goes away first (the upstream call with it)."""
+    current = asyncio.current_task()
+    gone = False
+
+    async def watch() -> None:
+        nonlocal gone
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+        gone = True
+        if current is not None:
+            current.cancel()
+
+    watcher = asyncio.create_task(watch())
+    try:
+        return await work
+    except asyncio.CancelledError:
+        if not gone or current is None:
+            raise
+        current.uncancel()
+        return Response(status_code=499)
+    finally:
+        watcher.cancel()
+
+
+def _metadata_filter(request: Request) -> dict[str, str]:
+    # The SDK sends `metadata={"k": "v"}` as the query parameter `metadata[k]=v`.
+    return {key[9:-1]: value for key, value in request.query_params.items() if key.startswith("metadata[") and key.endswith("]")}
+
+
+def _store_messages(completion_id: str, messages: list[Any]) -> list[dict[str, Any]]:
+    shaped = []
+    for index, message in enumerate(messages):
+        content = message.get("content") if isinstance(message, dict) else None
+        parts = content if isinstance(content, list) else None
+        text = content if isinstance(content, str) else None
+        if parts is not None:
+            text = "".join(part.get("text", "") for part in parts if isinstance(part, dict) and part.get("type") == "text") or None
+        shaped.append({**message, "id": f"{completion_id}-{index}", "content": text, "content_parts": parts})
+    return shaped
+
+
+def _page_in_memory(items: list[dict[str, Any]], after: str | None, limit: int, order: str) -> dict[str, Any]:
+    ordered = items if order == "asc" else items[::-1]
+    if after is not None:
+        ids = [item["id"] for item in ordered]
+        if after not in ids:
+            raise InvalidRequestError(f"Invalid 'after': no message with id '{after}'.", param="after", code="invalid_value")
+        ordered = ordered[ids.index(after) + 1:]
+    return cursor_page(ordered[:limit], len(ordered) > limit)
+

@@ -1,0 +1,84 @@
+"""Stored chat completions (`store: true`), listed in the order they were stored."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+
+from runtime.errors import NotFoundError
+from runtime.storage import Database, json_type
+
+__all__ = ["ChatCompletionStore"]
+
+_metadata = sa.MetaData()
+completions = sa.Table(
+    "chat_completions",
+    _metadata,
+    # A sequence, not `created`, orders the list: many completions share a second.
+    sa.Column("seq", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("id", sa.String(128), nullable=False, unique=True),
+    sa.Column("created", sa.BigInteger, nullable=False),
+    sa.Column("model", sa.String(256), nullable=False, index=True),
+    sa.Column("metadata", json_type(), nullable=True),
+    sa.Column("completion", json_type(), nullable=False),
+    sa.Column("input_messages", json_type(), nullable=False),
+)
+
+
+class ChatCompletionStore:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    async def create_tables(self) -> None:
+        await self.db.create_tables(_metadata)
+
+    async def save(self, completion: dict[str, Any], input_messages: list[Any], metadata: dict[str, str] | None) -> None:
+        await self.db.upsert(completions, {
+            "id": completion["id"],
+            "created": int(completion.get("created") or 0),
+            "model": completion.get("model") or "",
+            "metadata": metadata,
+            "completion": completion,
+            "input_messages": input_messages,
+        }, key=["id"])
+
+    async def get(self, completion_id: str) -> dict[str, Any]:
+        row = await self.db.fetch_one(sa.select(completions).where(completions.c.id == completion_id))
+        if row is None:
+            raise NotFoundError(f"No chat completion found with id '{completion_id}'.", param="completion_id", code="not_found")
+        return _public(row)
+
+    async def messages(self, completion_id: str) -> list[Any]:
+        row = await self.db.fetch_one(sa.select(completions.c.input_messages).where(completions.c.id == completion_id))
+        if row is None:
+            raise NotFoundError(f"No chat completion found with id '{completion_id}'.", param="completion_id", code="not_found")
+        return list(row["input_messages"])
+
+    async def list(
+        self, *, after: str | None, limit: int, order: str, model: str | None, metadata: dict[str, str]
+    ) -> tuple[list[dict[str, Any]], bool]:
+        query = sa.select(completions)
+        if after is not None:
+            anchor = sa.select(completions.c.seq).where(completions.c.id == after).scalar_subquery()
+            query = query.where(completions.c.seq > anchor if order == "asc" else completions.c.seq < anchor)
+        if model is not None:
+            query = query.where(completions.c.model == model)
+        for key, value in metadata.items():
+            query = query.where(completions.c.metadata[key].as_string() == value)
+        query = query.order_by(completions.c.seq.asc() if order == "asc" else completions.c.seq.desc()).limit(limit + 1)
+        rows = await self.db.fetch_all(query)
+        return [_public(row) for row in rows[:limit]], len(rows) > limit
+
+    async def update_metadata(self, completion_id: str, metadata: dict[str, str] | None) -> dict[str, Any]:
+        changed = await self.db.execute(sa.update(completions).where(completions.c.id == completion_id).values(metadata=metadata))
+        if not changed:
+            raise NotFoundError(f"No chat completion found with id '{completion_id}'.", param="completion_id", code="not_found")
+        return await self.get(completion_id)
+
+    async def delete(self, completion_id: str) -> bool:
+        return bool(await self.db.execute(sa.delete(completions).where(completions.c.id == completion_id)))
+
+
+def _public(row: sa.RowMapping) -> dict[str, Any]:
+    return {**row["completion"], "metadata": row["metadata"] or {}}

@@ -1,0 +1,44 @@
+"""The one way the stack makes outbound HTTP clients: pooled httpx2 clients whose transport
+records or replays exchanges when the plan says so."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, cast
+
+import httpx2
+
+from providers.spec import HttpClientFactory
+
+if TYPE_CHECKING:
+    from runtime.recording import RecordingMode
+
+__all__ = ["http_client_factory"]
+
+
+def http_client_factory(mode: str, recordings_dir: Path) -> HttpClientFactory:
+    """A factory of `httpx2.AsyncClient`s for providers, recording or replaying per `mode`."""
+
+    def make(
+        *,
+        base_url: str,
+        timeout: float,
+        connect_timeout: float = 5.0,
+        headers: Mapping[str, str] | None = None,
+        max_connections: int = 256,
+    ) -> httpx2.AsyncClient:
+        limits = httpx2.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+        transport: httpx2.AsyncBaseTransport = httpx2.AsyncHTTPTransport(limits=limits, retries=0)
+        if mode != "live":
+            from runtime.recording import recording_transport
+
+            transport = recording_transport(transport, cast("RecordingMode", mode), recordings_dir)
+        return httpx2.AsyncClient(
+            base_url=base_url,
+            transport=transport,
+            timeout=httpx2.Timeout(timeout, connect=connect_timeout),
+            headers=dict(headers or {}),
+        )
+
+    return make

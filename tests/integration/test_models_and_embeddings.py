@@ -1,0 +1,42 @@
+"""GET /v1/models and POST /v1/embeddings through the openai SDK."""
+
+from __future__ import annotations
+
+import openai
+import pytest
+
+
+def test_models_are_listed_with_provider_prefixed_ids(openai_client: openai.OpenAI) -> None:
+    ids = [model.id for model in openai_client.models.list()]
+    assert {"fake/fake-model", "fake/fake-embed", "fake/fake-reasoner"} <= set(ids)
+    assert all(model.object == "model" for model in openai_client.models.list())
+
+
+def test_a_model_is_retrieved_by_prefixed_or_bare_id(openai_client: openai.OpenAI) -> None:
+    assert openai_client.models.retrieve("fake/fake-model").id == "fake/fake-model"
+    assert openai_client.models.retrieve("fake-model").id == "fake/fake-model"
+
+
+def test_an_unknown_model_is_a_404(openai_client: openai.OpenAI) -> None:
+    with pytest.raises(openai.NotFoundError) as error:
+        openai_client.models.retrieve("nope")
+    assert error.value.code == "model_not_found"
+
+
+def test_embeddings_with_the_sdk_default_base64_encoding(openai_client: openai.OpenAI, embedding_model: str) -> None:
+    result = openai_client.embeddings.create(model=embedding_model, input=["alpha", "beta"])
+    assert [item.index for item in result.data] == [0, 1]
+    assert len(result.data[0].embedding) == 8
+    assert result.data[0].embedding != result.data[1].embedding
+    floats = openai_client.embeddings.create(model=embedding_model, input=["alpha", "beta"], encoding_format="float")
+    assert floats.data[0].embedding == pytest.approx(result.data[0].embedding, rel=1e-6)
+
+
+def test_embedding_dimensions_pass_through(openai_client: openai.OpenAI, embedding_model: str) -> None:
+    result = openai_client.embeddings.create(model=embedding_model, input="alpha", dimensions=4, encoding_format="float")
+    assert len(result.data[0].embedding) == 4
+
+
+def test_health_reports_the_inference_provider(openai_client: openai.OpenAI) -> None:
+    health = openai_client.get("/health", cast_to=object)
+    assert health == {"status": "ok", "providers": {"inference/fake": {"status": "ok", "detail": None, "models": 3}}}
