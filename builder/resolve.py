@@ -58,9 +58,9 @@ class StackPlan:
     """The registered models whose provider is active."""
     inactive: tuple[InactiveProvider, ...]
     state_dir: Path
-    recording_mode: str
+    recording_mode: str = "live"
     """live, record, replay or record-if-missing: how upstream HTTP exchanges are handled."""
-    recordings_dir: Path
+    recordings_dir: Path = Path("recordings")
 
     def providers_of(self, api: Api) -> tuple[PlannedProvider, ...]:
         return tuple(p for p in self.providers if p.api is api)

@@ -72,12 +72,25 @@ async def _start(exits: AsyncExitStack, planned: PlannedProvider, impls: Mapping
         http_client=http_client_factory(plan.recording_mode, plan.recordings_dir),
     )
     try:
-        return await exits.enter_async_context(planned.spec.factory(context))
+        impl = await exits.enter_async_context(planned.spec.factory(context))
     except Exception as error:
         raise ProviderStartError(
             f"{planned.path}: provider {planned.provider_id!r} ({planned.spec.name}) failed to start: "
             f"{type(error).__name__}: {error}"
         ) from error
+    _check_protocol(planned, impl)
+    return impl
+
+
+def _check_protocol(planned: PlannedProvider, impl: Any) -> None:
+    surface = SURFACES.get(planned.api)
+    if surface is None or surface.protocol is None or isinstance(impl, surface.protocol):
+        return
+    missing = sorted(name for name in vars(surface.protocol) if not name.startswith("_") and not hasattr(impl, name))
+    raise ProviderStartError(
+        f"{planned.path}: provider {planned.provider_id!r} ({planned.spec.name}) does not implement the "
+        f"{planned.api.value} API: {type(impl).__name__} lacks {', '.join(missing) or 'required methods'}"
+    )
 
 
 async def _combine(exits: AsyncExitStack, api: Api, group: dict[str, Any], storage: Storage, plan: StackPlan) -> Any:

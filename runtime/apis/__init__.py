@@ -16,6 +16,7 @@ from fastapi import APIRouter
 
 from providers.spec import Api
 from runtime.apis.inference import routes as inference_routes
+from runtime.apis.inference.protocol import InferenceProvider
 from runtime.apis.inference.router import open_inference_router
 
 if TYPE_CHECKING:
@@ -43,8 +44,10 @@ class ApiSurface:
     combine: Callable[[ApiContext], AbstractAsyncContextManager[Any]] | None = None
     """Builds the implementation over the API's providers (entered at start, left at shutdown);
     without it the API's single provider is its implementation."""
+    protocol: type | None = None
+    """The runtime-checkable Protocol every provider of the API must implement."""
 
 
 SURFACES: dict[Api, ApiSurface] = {
-    Api.inference: ApiSurface(Api.inference, inference_routes.router, open_inference_router),
+    Api.inference: ApiSurface(Api.inference, inference_routes.router, open_inference_router, InferenceProvider),
 }

@@ -34,6 +34,28 @@ class Recorded:
     deps: dict[Api, Any] = field(default_factory=dict)
 
 
+@dataclass
+class RecordedInference(Recorded):
+    """A specimen inference provider: it serves no models and is never asked for completions."""
+
+    async def list_models(self) -> list[Any]:
+        return []
+
+    async def chat_completion(self, request: Any) -> bytes:
+        raise NotImplementedError("specimen providers answer no requests")
+
+    async def stream_chat_completion(self, request: Any) -> Any:
+        raise NotImplementedError("specimen providers answer no requests")
+
+    async def embeddings(self, request: Any) -> bytes:
+        raise NotImplementedError("specimen providers answer no requests")
+
+
+@contextlib.asynccontextmanager
+async def _incomplete_inference(context: ProviderContext[Any]) -> AsyncIterator[Recorded]:
+    yield Recorded(context.provider_id, context.config)
+
+
 def _recording(fail_on_start: bool = False) -> Callable[[ProviderContext[Any]], contextlib.AbstractAsyncContextManager[Recorded]]:
     @contextlib.asynccontextmanager
     async def factory(context: ProviderContext[Any]) -> AsyncIterator[Recorded]:
@@ -43,7 +65,8 @@ def _recording(fail_on_start: bool = False) -> Callable[[ProviderContext[Any]], 
             raise ConnectionError("upstream refused the connection")
         EVENTS.append(f"start {label}")
         try:
-            yield Recorded(context.provider_id, context.config, dict(context.deps))
+            kind = RecordedInference if context.api is Api.inference else Recorded
+            yield kind(context.provider_id, context.config, dict(context.deps))
         finally:
             EVENTS.append(f"stop {label}")
 
@@ -64,6 +87,7 @@ SAFETY_OPTIONAL = _spec(Api.safety, "judge", optional=(Api.inference, Api.vector
 FILES_FAILING = _spec(Api.files, "failing", requires=(Api.inference,), factory=_recording(fail_on_start=True))
 TOOLS_NEED_FILES = _spec(Api.tool_runtime, "needs-files", requires=(Api.files,))
 FILES_NEED_TOOLS = _spec(Api.files, "needs-tools", requires=(Api.tool_runtime,))
+INFERENCE_INCOMPLETE = _spec(Api.inference, "incomplete", factory=_incomplete_inference)
 NOT_A_SPEC = {"api": "inference", "name": "dict"}
 WRONG_NAME = _spec(Api.inference, "another-name")
 
@@ -71,6 +95,7 @@ ENTRY_POINTS: dict[Api, dict[str, str]] = {
     Api.inference: {
         "remote": "support.specimens:INFERENCE_REMOTE",
         "local": "support.specimens:INFERENCE_LOCAL",
+        "incomplete": "support.specimens:INFERENCE_INCOMPLETE",
         "dict": "support.specimens:NOT_A_SPEC",
         "misnamed": "support.specimens:WRONG_NAME",
         "missing-module": "support.no_such_module:SPEC",

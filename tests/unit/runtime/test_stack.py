@@ -50,3 +50,13 @@ async def test_a_failed_start_shuts_down_what_already_started(tmp_path: Path, sp
 async def test_the_state_dir_is_created(tmp_path: Path, specimen_providers: list[str]) -> None:
     async with open_stack(plan(tmp_path, {})) as stack:
         assert stack.plan.state_dir.is_dir()
+
+
+async def test_a_provider_that_does_not_implement_its_api_fails_the_start(tmp_path: Path, specimen_providers: list[str]) -> None:
+    with pytest.raises(ProviderStartError) as error:
+        async with open_stack(plan(tmp_path, {"inference": [entry("incomplete")]})):
+            pytest.fail("the stack must not start")
+    assert str(error.value) == (
+        "providers.inference[0]: provider 'incomplete' (incomplete) does not implement the inference API: "
+        "Recorded lacks chat_completion, embeddings, list_models, stream_chat_completion"
+    )

@@ -1,0 +1,117 @@
+"""The shared OpenAI-compatible adapter against a real HTTP server: the fake upstream."""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from builder.load import parse_config
+from builder.resolve import resolve
+from fake_upstream.server import FakeUpstream, running_fake_upstream
+from providers.inference.openai_compat import OpenAICompatAdapter
+from providers.spec import Api
+from runtime.apis.inference.protocol import UpstreamRequest
+from runtime.errors import UpstreamError
+from runtime.stack import open_stack
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[FakeUpstream]:
+    with running_fake_upstream(api_key="secret") as server:
+        yield server
+
+
+def plan_for(tmp_path: Path, base_url: str, **config: Any) -> Any:
+    document = {
+        "state_dir": str(tmp_path / "state"),
+        "recording": {"mode": "live"},
+        "providers": {"inference": [{"provider_id": "up", "provider_type": "vllm",
+                                     "config": {"base_url": base_url, "api_key": "secret", **config}}]},
+    }
+    return resolve(parse_config(document, {}), {})
+
+
+@pytest.fixture
+async def adapter(tmp_path: Path, upstream: FakeUpstream) -> AsyncIterator[OpenAICompatAdapter]:
+    async with open_stack(plan_for(tmp_path, upstream.base_url)) as stack:
+        yield stack.impls[Api.inference].providers["up"]
+
+
+def chat(text: str, **extra: Any) -> UpstreamRequest:
+    return UpstreamRequest({"model": "fake-model", "messages": [{"role": "user", "content": text}], **extra})
+
+
+async def test_the_api_key_is_sent_and_the_answer_returned_as_bytes(adapter: OpenAICompatAdapter) -> None:
+    answer = json.loads(await adapter.chat_completion(chat("hello")))
+    assert answer["choices"][0]["message"]["content"] == "You said: hello"
+
+
+async def test_every_field_reaches_the_upstream_unchanged(adapter: OpenAICompatAdapter, upstream: FakeUpstream) -> None:
+    request = chat("fields", seed=3, top_k=7, response_format={"type": "json_object"}, metadata={"a": "b"})
+    await adapter.chat_completion(request)
+    assert upstream.bodies()[-1] == dict(request.body)
+
+
+async def test_client_bytes_are_forwarded_verbatim(adapter: OpenAICompatAdapter, upstream: FakeUpstream) -> None:
+    raw = b'{"model":"fake-model","messages":[{"role":"user","content":"raw"}],"x_custom":1}'
+    await adapter.chat_completion(UpstreamRequest(json.loads(raw), raw))
+    assert upstream.bodies()[-1]["x_custom"] == 1
+
+
+async def test_streams_yield_chunk_payloads(adapter: OpenAICompatAdapter) -> None:
+    chunks = [json.loads(c) async for c in adapter.stream_chat_completion(chat("[tokens:3]", stream=True))]
+    assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"]) == "tok1 tok2 tok3"
+
+
+async def test_an_upstream_error_keeps_status_message_type_and_retry_after(adapter: OpenAICompatAdapter) -> None:
+    with pytest.raises(UpstreamError) as error:
+        await adapter.chat_completion(chat("[error:429]"))
+    assert (error.value.status, error.value.error_type, error.value.message) == (429, "rate_limit_error", "fake upstream error 429")
+    assert error.value.headers == {"retry-after": "7"}
+
+
+async def test_an_unknown_upstream_model_is_the_upstreams_404(adapter: OpenAICompatAdapter) -> None:
+    with pytest.raises(UpstreamError) as error:
+        await adapter.chat_completion(UpstreamRequest({"model": "missing", "messages": [{"role": "user", "content": "x"}]}))
+    assert (error.value.status, error.value.code, error.value.param) == (404, "model_not_found", "model")
+
+
+async def test_a_cut_stream_is_an_error_naming_the_provider(adapter: OpenAICompatAdapter) -> None:
+    received = 0
+    with pytest.raises(UpstreamError) as error:
+        async for _ in adapter.stream_chat_completion(chat("[tokens:10] [cut:3]", stream=True)):
+            received += 1
+    assert received == 3
+    assert error.value.message.startswith("inference provider 'up': the stream from http://127.0.0.1:")
+    assert error.value.code == "upstream_stream_error" and error.value.status == 502
+
+
+async def test_a_slow_upstream_hits_the_provider_timeout(tmp_path: Path, upstream: FakeUpstream) -> None:
+    async with open_stack(plan_for(tmp_path, upstream.base_url, timeout_s=0.2)) as stack:
+        with pytest.raises(UpstreamError) as error:
+            await stack.impls[Api.inference].providers["up"].chat_completion(chat("[slow:1000]"))
+    assert error.value.status == 504
+    assert error.value.message.startswith("inference provider 'up' did not answer http://127.0.0.1:")
+    assert "within 0.2 s" in error.value.message
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def test_an_unreachable_upstream_does_not_stop_the_start_and_is_reported(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{closed_port()}/v1"
+    async with open_stack(plan_for(tmp_path, url)) as stack:
+        router = stack.impls[Api.inference]
+        assert router.health()["up"]["status"] == "unavailable"
+        with pytest.raises(UpstreamError) as error:
+            await router.providers["up"].chat_completion(chat("hi"))
+    assert error.value.status == 502 and error.value.code == "upstream_unreachable"
+    assert error.value.message.startswith(f"inference provider 'up' could not reach {url}/chat/completions")

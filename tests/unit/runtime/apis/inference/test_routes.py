@@ -1,0 +1,83 @@
+"""Route behaviour that needs a client on the other end: disconnects and stream errors."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import httpx2
+import pytest
+from fastapi import FastAPI
+
+from builder.config import SqliteBackend
+from runtime.apis.inference import routes
+from runtime.apis.inference.protocol import UpstreamModel, UpstreamRequest
+from runtime.apis.inference.router import InferenceRouter
+from runtime.apis.inference.store import ChatCompletionStore
+from runtime.app import install_error_handlers
+from runtime.asgi_transport import BackgroundLoop, ThreadedASGITransport
+from runtime.errors import UpstreamError
+from runtime.storage import open_database
+
+
+class SlowProvider:
+    """Answers only after a long wait, and notes when its call is cancelled instead."""
+
+    def __init__(self) -> None:
+        self.cancelled = threading.Event()
+
+    async def list_models(self) -> list[UpstreamModel]:
+        return [UpstreamModel("slow")]
+
+    async def chat_completion(self, request: UpstreamRequest) -> bytes:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            self.cancelled.set()
+            raise
+        return b"{}"
+
+    async def stream_chat_completion(self, request: UpstreamRequest) -> AsyncIterator[bytes]:
+        yield b'{"id":"c","choices":[{"index":0,"delta":{"content":"a"}}]}'
+        raise UpstreamError("inference provider 'slow': the stream broke off", code="upstream_stream_error")
+
+    async def embeddings(self, request: UpstreamRequest) -> bytes:
+        return b"{}"
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[httpx2.Client, SlowProvider]]:
+    provider = SlowProvider()
+    with BackgroundLoop() as loop:
+        db = open_database(SqliteBackend(type="sqlite", path=tmp_path / "s.db"))
+        store = ChatCompletionStore(db)
+        router = InferenceRouter({"slow": provider}, [], store)
+        loop.run(store.create_tables())
+        loop.run(router.refresh_models())
+        app = FastAPI()
+        app.include_router(routes.router(router), prefix="/v1")
+        install_error_handlers(app)
+        with httpx2.Client(transport=ThreadedASGITransport(app, loop), base_url="http://app") as client:
+            yield client, provider
+        loop.run(db.close())
+
+
+def test_a_client_that_disconnects_cancels_the_upstream_call(served: tuple[httpx2.Client, SlowProvider]) -> None:
+    client, provider = served
+    body = {"model": "slow", "messages": [{"role": "user", "content": "hi"}]}
+    with pytest.raises(httpx2.ReadTimeout):
+        client.post("/v1/chat/completions", json=body, timeout=0.3)
+    assert provider.cancelled.wait(timeout=5), "the upstream call was still running after the client left"
+
+
+def test_a_stream_that_breaks_after_it_started_ends_with_an_error_event(served: tuple[httpx2.Client, SlowProvider]) -> None:
+    client, _ = served
+    body = {"model": "slow", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    response = client.post("/v1/chat/completions", json=body)
+    assert response.status_code == 200
+    events = [line for line in response.text.splitlines() if line.startswith("data: ")]
+    assert events[0].startswith('data: {"id":"c"')
+    assert '"code": "upstream_stream_error"' in events[1]
+    assert "data: [DONE]" not in events
