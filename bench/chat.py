@@ -50,6 +50,7 @@ TARGET_STREAM_RPS = 500.0
 TARGET_ADDED_P50_MS = 1.0
 
 REQUEST_TIMEOUT_S = 10.0
+LATENCY_LIMIT_S = 60.0  # per c=1 measurement
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
 LATENCY_WARMUP = 200
@@ -104,17 +105,27 @@ def chat_request(port: int, stream: bool) -> Request:
     return post(port, "/v1/chat/completions", body, EXPECT_CHAT)
 
 
-_HEAD, _LENGTH, _CHUNK_SIZE, _CHUNK_DATA, _TRAILER = range(5)
+_HEAD, _LENGTH, _CHUNKS, _TRAILER = range(4)
+
+
+def chunk_size(line: bytearray) -> int:
+    """The size on a chunk's size line (hex, maybe followed by `;extensions`)."""
+    return int(line.split(b";", 1)[0] if b";" in line else line, 16)
 
 
 class HttpConnection(asyncio.Protocol):
-    """One keep-alive connection, one request at a time; `exchange` answers with a Reply."""
+    """One keep-alive connection, one request at a time; `exchange` answers with a Reply.
+
+    The body is not kept: each piece of it (a content-length body, or one chunk) is searched in
+    place for what the request expects, and for streams for the first content event and [DONE].
+    An SSE event split across two chunks would be missed; uvicorn sends one event per chunk.
+    """
 
     def __init__(self) -> None:
         self.loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
         self.buffer = bytearray()
-        self.body = bytearray()
+        self.pos = 0  # parsed up to here
         self.waiter: asyncio.Future[Reply] | None = None
         self.timer: asyncio.TimerHandle | None = None
         self.request = Request(b"", False, b"")
@@ -123,6 +134,7 @@ class HttpConnection(asyncio.Protocol):
         self.status = 0
         self.started = 0.0
         self.first: float | None = None
+        self.seen_expect = self.seen_done = False
         self.closing = False
 
     # -- asyncio.Protocol
@@ -137,9 +149,13 @@ class HttpConnection(asyncio.Protocol):
         self._fail(ConnectionError(f"connection lost: {exc}"))
 
     def data_received(self, data: bytes) -> None:
+        if self.pos:
+            del self.buffer[: self.pos]
+            self.pos = 0
         self.buffer += data
         try:
-            self._parse()
+            while self.waiter is not None and self._step():
+                pass
         except ValueError as error:  # a malformed response: give up on this connection
             self._fail(ConnectionError(f"bad response: {error}"))
             self.close()
@@ -148,7 +164,7 @@ class HttpConnection(asyncio.Protocol):
     def exchange(self, request: Request) -> asyncio.Future[Reply]:
         assert self.transport is not None and self.waiter is None
         self.request, self.state, self.first = request, _HEAD, None
-        self.body.clear()
+        self.seen_expect = self.seen_done = False
         self.waiter = self.loop.create_future()
         self.timer = self.loop.call_later(REQUEST_TIMEOUT_S, self._time_out)
         self.started = time.perf_counter()
@@ -161,47 +177,53 @@ class HttpConnection(asyncio.Protocol):
             self.transport.close()
 
     # -- parsing
-    def _parse(self) -> None:
-        while self.waiter is not None:
-            if not self._step():
-                return
-
     def _step(self) -> bool:
         """Advance the parser by one element; False when it needs more bytes."""
-        buffer = self.buffer
+        buffer, pos = self.buffer, self.pos
         if self.state == _HEAD:
-            end = buffer.find(b"\r\n\r\n")
+            end = buffer.find(b"\r\n\r\n", pos)
             if end < 0:
                 return False
-            self._head(bytes(buffer[:end]))
-            del buffer[: end + 4]
+            self._head(bytes(buffer[pos:end]))
+            self.pos = end + 4
         elif self.state == _LENGTH:
-            if len(buffer) < self.remaining:
+            end = pos + self.remaining
+            if len(buffer) < end:
                 return False
-            self._data(buffer[: self.remaining])
-            del buffer[: self.remaining]
+            self._data(pos, end)
+            self.pos = end
             self._finish()
-        elif self.state == _CHUNK_SIZE:
-            end = buffer.find(b"\r\n")
-            if end < 0:
-                return False
-            size = int(bytes(buffer[:end]).split(b";", 1)[0], 16)
-            del buffer[: end + 2]
-            self.state, self.remaining = (_TRAILER, 0) if size == 0 else (_CHUNK_DATA, size)
-        elif self.state == _CHUNK_DATA:
-            if len(buffer) < self.remaining + 2:
-                return False
-            self._data(buffer[: self.remaining])
-            del buffer[: self.remaining + 2]
-            self.state = _CHUNK_SIZE
+        elif self.state == _CHUNKS:
+            return self._chunks()
         else:  # _TRAILER: header lines until an empty one
-            end = buffer.find(b"\r\n")
+            end = buffer.find(b"\r\n", pos)
             if end < 0:
                 return False
-            del buffer[: end + 2]
-            if end == 0:
+            self.pos = end + 2
+            if end == pos:
                 self._finish()
         return True
+
+    def _chunks(self) -> bool:
+        """Skip over every complete chunk in the buffer, then search their bytes in one go.
+
+        True when the last (empty) chunk was reached. The span searched includes the chunks'
+        size lines, which cannot fake a match: an SSE event never spans two chunks here.
+        """
+        buffer, start = self.buffer, self.pos
+        pos, size, available = start, -1, len(buffer)
+        while (end := buffer.find(b"\r\n", pos)) >= 0:
+            size = chunk_size(buffer[pos:end])
+            if size == 0 or available < end + size + 4:
+                break
+            pos = end + size + 4
+        if pos > start:
+            self._data(start, pos)
+        if size == 0:
+            self.state, self.pos = _TRAILER, end + 2
+            return True
+        self.pos = pos
+        return False
 
     def _head(self, head: bytes) -> None:
         lines = head.split(b"\r\n")
@@ -217,22 +239,25 @@ class HttpConnection(asyncio.Protocol):
             elif name == b"connection" and b"close" in value.lower():
                 self.closing = True
         if chunked:
-            self.state = _CHUNK_SIZE
+            self.state = _CHUNKS
         else:
             self.state, self.remaining = _LENGTH, length
 
-    def _data(self, data: bytearray) -> None:
-        scan_from = max(0, len(self.body) - 16)
-        self.body += data
-        if self.request.stream and self.first is None and FIRST_CONTENT.search(self.body, scan_from):
-            self.first = time.perf_counter()
+    def _data(self, start: int, end: int) -> None:
+        buffer, request = self.buffer, self.request
+        if not self.seen_expect and buffer.find(request.expect, start, end) >= 0:
+            self.seen_expect = True
+        if request.stream:
+            if self.first is None and FIRST_CONTENT.search(buffer, start, end):
+                self.first = time.perf_counter()
+            if buffer.find(DONE, start, end) >= 0:
+                self.seen_done = True
 
     def _finish(self) -> None:
         ended = time.perf_counter()
-        body, request = self.body, self.request
-        ok = self.status == 200 and request.expect in body
-        if request.stream:
-            ok = ok and self.first is not None and DONE in body[-32:]
+        ok = self.status == 200 and self.seen_expect
+        if self.request.stream:
+            ok = ok and self.first is not None and self.seen_done
         self.state = _HEAD
         self._settle(lambda waiter: waiter.set_result(Reply(self.status, ok, self.started, self.first, ended)))
         if self.closing:
@@ -274,7 +299,7 @@ def percentile(values: list[float], q: float) -> float:
 
 @dataclass
 class Latency:
-    """Concurrency 1: milliseconds per request over `count` requests."""
+    """Concurrency 1: milliseconds per request over the `count` good answers."""
 
     count: int
     errors: int
@@ -295,17 +320,23 @@ class Throughput:
     p50_ms: float
     p99_ms: float
     client_cpu_us: float  # this process's CPU time per completed request
+    cpu_percent: dict[str, float]  # per process (client, upstream, stack), percent of one core
 
 
 async def measure_latency(port: int, request: Request, count: int, warmup: int) -> Latency:
+    """`warmup` then `count` requests one after another on one connection (at most LATENCY_LIMIT_S)."""
     totals: list[float] = []
     firsts: list[float] = []
     errors = 0
+    deadline = time.perf_counter() + LATENCY_LIMIT_S
     conn = await connect(port)
     for index in range(warmup + count):
+        if time.perf_counter() > deadline:
+            errors += warmup + count - index  # not measured: counted as failed
+            break
         try:
-            reply = await conn.exchange(request)
-        except (ConnectionError, TimeoutError):
+            reply: Reply | None = await conn.exchange(request)
+        except OSError:  # reset, or timed out
             reply = None
         if conn.closing:
             conn = await connect(port)
@@ -319,7 +350,7 @@ async def measure_latency(port: int, request: Request, count: int, warmup: int) 
             firsts.append((reply.first - reply.started) * 1000)
     conn.close()
     first_p50 = percentile(firsts, 0.5) if request.stream else None
-    return Latency(count, errors, percentile(totals, 0.5), percentile(totals, 0.99), first_p50)
+    return Latency(len(totals), errors, percentile(totals, 0.5), percentile(totals, 0.99), first_p50)
 
 
 @dataclass
@@ -328,11 +359,9 @@ class _Window:
     stop: float
     completed: int = 0
     errors: int = 0
-    exchanges: int = 0
     latencies: list[float] = field(default_factory=list)
 
     def record(self, reply: Reply | None, at: float) -> None:
-        self.exchanges += 1
         if not self.start <= at < self.stop:
             return
         if reply is None or not reply.ok:
@@ -351,7 +380,7 @@ async def _worker(port: int, request: Request, window: _Window) -> None:
                 if conn is None or conn.closing:
                     conn = await connect(port)
                 reply = await conn.exchange(request)
-            except (OSError, TimeoutError):
+            except OSError:  # refused, reset, or timed out
                 await asyncio.sleep(0.01)  # refused or reset: count it, do not spin
             window.record(reply, time.perf_counter())
     finally:
@@ -360,17 +389,18 @@ async def _worker(port: int, request: Request, window: _Window) -> None:
 
 
 async def measure_throughput(
-    port: int, request: Request, concurrency: int, duration: float, warmup: float
+    port: int, request: Request, concurrency: int, duration: float, warmup: float, pids: dict[str, int]
 ) -> Throughput:
+    """`concurrency` connections in a loop; counts what completes within the window after `warmup`."""
     begin = time.perf_counter()
     window = _Window(begin + warmup, begin + warmup + duration)
-    cpu_begin = time.process_time()
+    sampler = asyncio.create_task(sample_cpu({"client": os.getpid(), **pids}, warmup, duration))
     tasks = [asyncio.create_task(_worker(port, request, window)) for _ in range(concurrency)]
     _, stuck = await asyncio.wait(tasks, timeout=warmup + duration + REQUEST_TIMEOUT_S + 1)
     for task in stuck:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
-    cpu = time.process_time() - cpu_begin
+    cpu = await sampler
     return Throughput(
         concurrency=concurrency,
         duration_s=duration,
@@ -379,8 +409,27 @@ async def measure_throughput(
         rps=window.completed / duration,
         p50_ms=percentile(window.latencies, 0.5),
         p99_ms=percentile(window.latencies, 0.99),
-        client_cpu_us=cpu / max(1, window.exchanges) * 1e6,
+        client_cpu_us=cpu["client"] / 100 * duration / max(1, window.completed) * 1e6,
+        cpu_percent=cpu,
     )
+
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of process `pid` (all its threads)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+async def sample_cpu(pids: dict[str, int], warmup: float, duration: float) -> dict[str, float]:
+    """Each process's CPU use over the window, in percent of one core."""
+    await asyncio.sleep(warmup)
+    before, started = {name: cpu_seconds(pid) for name, pid in pids.items()}, time.perf_counter()
+    await asyncio.sleep(duration)
+    after, elapsed = {name: cpu_seconds(pid) for name, pid in pids.items()}, time.perf_counter() - started
+    return {name: round(100 * (after[name] - before[name]) / elapsed, 1) for name in pids}
 
 
 async def wait_healthy(port: int, path: str, process: subprocess.Popen[bytes]) -> None:
@@ -388,15 +437,15 @@ async def wait_healthy(port: int, path: str, process: subprocess.Popen[bytes]) -
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"{process.args} exited with {process.returncode}")
-        with contextlib.suppress(OSError, TimeoutError):
+            raise RuntimeError(f"the stack server exited with {process.returncode}")
+        with contextlib.suppress(OSError):
             conn = await connect(port)
             reply = await conn.exchange(get(port, path, b""))
             conn.close()
             if reply.status == 200:
                 return
         await asyncio.sleep(0.05)
-    raise RuntimeError(f"no 200 on {path} from {process.args} within {START_TIMEOUT_S} s")
+    raise RuntimeError(f"no 200 on {path} from the stack server within {START_TIMEOUT_S:g} s")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -409,7 +458,9 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def spawn(argv: list[str], core: int, env: dict[str, str], log: Path, stdout: int | None = None) -> subprocess.Popen[bytes]:
+def spawn(
+    argv: list[str], core: int, env: dict[str, str], log: Path, stdout: int | None = None
+) -> subprocess.Popen[bytes]:
     """Start `argv` pinned to `core`, in its own session (Ctrl-C reaches only the bench)."""
     with log.open("ab") as sink:
         return subprocess.Popen(
@@ -431,26 +482,36 @@ def stop(process: subprocess.Popen[bytes]) -> None:
 
 
 def read_listening_url(process: subprocess.Popen[bytes]) -> str:
-    """The URL from the fake upstream's `listening on URL` line."""
+    """The URL from the fake upstream's `listening on URL` line (read unbuffered, with a deadline)."""
     assert process.stdout is not None
+    fd = process.stdout.fileno()
     deadline = time.monotonic() + START_TIMEOUT_S
-    line = b""
-    while not line.endswith(b"\n"):
+    output = b""
+    while b"\n" not in output:
         left = deadline - time.monotonic()
-        if left <= 0 or not select.select([process.stdout], [], [], left)[0]:
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
             raise RuntimeError("the fake upstream did not start")
-        byte = process.stdout.read(1)
-        if not byte:
+        data = os.read(fd, 4096)
+        if not data:
             raise RuntimeError(f"the fake upstream exited with {process.wait()}")
-        line += byte
-    return line.decode().split("listening on ", 1)[1].strip()
+        output += data
+    return output.decode().split("listening on ", 1)[1].split()[0]
 
 
 @dataclass
 class Servers:
+    upstream: subprocess.Popen[bytes]
     upstream_port: int
-    stack_port: int | None
-    stack: subprocess.Popen[bytes] | None
+    stack: subprocess.Popen[bytes] | None = None
+    stack_port: int = 0
+
+    @property
+    def pids(self) -> dict[str, int]:
+        """The server processes whose CPU use is sampled during throughput runs."""
+        pids = {"upstream": self.upstream.pid}
+        if self.stack is not None:
+            pids["stack"] = self.stack.pid
+        return pids
 
 
 @contextlib.contextmanager
@@ -465,20 +526,18 @@ def running_servers(with_stack: bool, upstream_core: int) -> Iterator[Servers]:
                              logs / "upstream.log", stdout=subprocess.PIPE)
             processes.append(upstream)
             upstream_url = read_listening_url(upstream)
-            upstream_port = int(upstream_url.rsplit(":", 1)[1])
-            if not with_stack:
-                yield Servers(upstream_port, None, None)
-                return
-            stack_port = free_port()
-            stack_env = dict(
-                os.environ, BENCH_UPSTREAM_URL=f"{upstream_url}/v1", BENCH_STATE_DIR=str(logs / "state"),
-                STACK_RECORDING_MODE="live", STACK_LOG_LEVEL="WARNING",
-            )
-            server = spawn([STACK, "run", str(RUN_YAML), "--port", str(stack_port)], STACK_CORE, stack_env,
-                           logs / "stack.log")
-            processes.append(server)
-            yield Servers(upstream_port, stack_port, server)
-        except BaseException:
+            servers = Servers(upstream, int(upstream_url.rsplit(":", 1)[1]))
+            if with_stack:
+                servers.stack_port = free_port()
+                stack_env = dict(
+                    os.environ, BENCH_UPSTREAM_URL=f"{upstream_url}/v1", BENCH_STATE_DIR=str(logs / "state"),
+                    STACK_RECORDING_MODE="live", STACK_LOG_LEVEL="WARNING",
+                )
+                servers.stack = spawn([STACK, "run", str(RUN_YAML), "--port", str(servers.stack_port)],
+                                      STACK_CORE, stack_env, logs / "stack.log")
+                processes.append(servers.stack)
+            yield servers
+        except Exception:
             for name in ("upstream.log", "stack.log"):
                 with contextlib.suppress(OSError):
                     sys.stderr.write(f"--- {name} (tail)\n{(logs / name).read_text()[-2000:]}\n")
@@ -506,45 +565,41 @@ def kinds(options: Options) -> list[str]:
     return [options.only] if options.only else ["plain", "stream"]
 
 
-async def run_pair(measure: Callable[[int], Any], servers: Servers) -> dict[str, Any]:
-    """One measurement against the upstream, then the same through the stack."""
-    upstream = await measure(servers.upstream_port)
-    assert servers.stack_port is not None
-    stack = await measure(servers.stack_port)
-    return {"upstream": asdict(upstream), "stack": asdict(stack)}
-
-
 async def run_bench(options: Options, servers: Servers) -> dict[str, Any]:
-    assert servers.stack_port is not None and servers.stack is not None
+    """Every measurement, each against the upstream and then through the stack."""
+    assert servers.stack is not None
     await wait_healthy(servers.stack_port, "/v1/health", servers.stack)
+    ports = {"upstream": servers.upstream_port, "stack": servers.stack_port}
+    c = options.concurrency
     results: dict[str, Any] = {}
     for kind in kinds(options):
         stream = kind == "stream"
-
-        def latency(port: int, stream: bool = stream) -> Any:
-            return measure_latency(port, chat_request(port, stream), options.requests, LATENCY_WARMUP)
-
-        def throughput(port: int, stream: bool = stream) -> Any:
-            return measure_throughput(port, chat_request(port, stream), options.concurrency,
-                                      options.duration, THROUGHPUT_WARMUP_S)
-
-        results[f"{kind}_c1"] = await run_pair(latency, servers)
-        results[f"{kind}_c{options.concurrency}"] = await run_pair(throughput, servers)
-        progress(f"{kind}: done")
+        results[f"{kind}_c1"] = {
+            side: asdict(await measure_latency(port, chat_request(port, stream), options.requests, LATENCY_WARMUP))
+            for side, port in ports.items()
+        }
+        progress(f"{kind} c=1 done")
+        results[f"{kind}_c{c}"] = {
+            side: asdict(await measure_throughput(port, chat_request(port, stream), c, options.duration,
+                                                  THROUGHPUT_WARMUP_S, servers.pids))
+            for side, port in ports.items()
+        }
+        progress(f"{kind} c={c} done")
     models = get(servers.stack_port, "/v1/models", EXPECT_MODELS)
-    measured = await measure_throughput(servers.stack_port, models, options.concurrency, options.duration,
-                                        THROUGHPUT_WARMUP_S)
-    results[f"models_c{options.concurrency}"] = {"stack": asdict(measured)}
+    measured = await measure_throughput(servers.stack_port, models, c, options.duration, THROUGHPUT_WARMUP_S,
+                                        servers.pids)
+    results[f"models_c{c}"] = {"stack": asdict(measured)}
     return results
 
 
 async def run_check_client(options: Options, servers: Servers) -> dict[str, Any]:
-    results: dict[str, Any] = {}
+    """The load generator against the fake upstream alone (on the other core)."""
     port = servers.upstream_port
+    results: dict[str, Any] = {}
     for name, request in [("plain", chat_request(port, False)), ("stream", chat_request(port, True)),
                           ("models", get(port, "/v1/models", EXPECT_MODELS))]:
         measured = await measure_throughput(port, request, options.concurrency, options.duration,
-                                            THROUGHPUT_WARMUP_S)
+                                            THROUGHPUT_WARMUP_S, servers.pids)
         results[f"{name}_c{options.concurrency}"] = {"upstream": asdict(measured)}
     return results
 
@@ -556,14 +611,16 @@ def progress(message: str) -> None:
 # ---------------------------------------------------------------------------------------------
 # Report
 
+Row = tuple[str, ...]
+
 
 def verdict(ok: bool) -> str:
     return "ok" if ok else "MISSED"
 
 
-def latency_rows(kind: str, pair: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
+def latency_rows(kind: str, pair: dict[str, Any]) -> list[Row]:
     up, st = pair["upstream"], pair["stack"]
-    rows: list[tuple[str, str, str, str, str]] = []
+    rows: list[Row] = []
     measures = [("p50", "p50_ms"), ("p99", "p99_ms")]
     if kind == "stream":
         measures.append(("p50 first content", "first_p50_ms"))
@@ -572,52 +629,92 @@ def latency_rows(kind: str, pair: dict[str, Any]) -> list[tuple[str, str, str, s
         target = ""
         if key == "p50_ms":
             target = f"added < {TARGET_ADDED_P50_MS:g} ms  {verdict(added < TARGET_ADDED_P50_MS)}"
-        rows.append((f"c=1 {kind:<6} {label}", f"{up[key]:.3f} ms", f"{st[key]:.3f} ms", f"{added:+.3f} ms", target))
-    errors = up["errors"] + st["errors"]
-    if errors:
-        rows.append((f"c=1 {kind:<6} errors", str(up["errors"]), str(st["errors"]), "", ""))
+        rows.append((f"c=1 {kind} {label}", f"{up[key]:.3f} ms", f"{st[key]:.3f} ms", f"{added:+.3f} ms", target))
+    if up["errors"] or st["errors"]:
+        rows.append((f"c=1 {kind} errors", str(up["errors"]), str(st["errors"]), "", ""))
     return rows
 
 
 def throughput_cell(measured: dict[str, Any] | None) -> str:
-    if measured is None:
-        return "-"
-    return f"{measured['rps']:,.0f}/s ({measured['errors']} err)"
+    return "-" if measured is None else f"{measured['rps']:,.0f}/s ({measured['errors']} err)"
 
 
-def throughput_row(label: str, pair: dict[str, Any], target: float | None) -> tuple[str, str, str, str, str]:
-    stack = pair.get("stack")
+def throughput_row(label: str, pair: dict[str, Any], target: float | None) -> Row:
+    up, stack = pair.get("upstream"), pair.get("stack")
     mark = ""
     if target is not None and stack is not None:
         mark = f">= {target:,.0f}/s  {verdict(stack['rps'] >= target and stack['errors'] == 0)}"
-    up = pair.get("upstream")
     ratio = f"x{stack['rps'] / up['rps']:.2f}" if up and stack and up["rps"] else ""
     return (label, throughput_cell(up), throughput_cell(stack), ratio, mark)
 
 
-def report(results: dict[str, Any], options: Options) -> str:
-    c = options.concurrency
-    rows: list[tuple[str, str, str, str, str]] = [("measure", "upstream", "stack", "added", "target")]
-    targets = {"plain": TARGET_PLAIN_RPS, "stream": TARGET_STREAM_RPS}
-    for kind in kinds(options):
-        if f"{kind}_c1" in results:
-            rows += latency_rows(kind, results[f"{kind}_c1"])
-        if f"{kind}_c{c}" in results:
-            rows.append(throughput_row(f"c={c} {kind} req/s", results[f"{kind}_c{c}"], targets[kind]))
-    if f"models_c{c}" in results:
-        rows.append(throughput_row(f"c={c} GET /v1/models", results[f"models_c{c}"], None))
-    widths = [max(len(row[i]) for row in rows) for i in range(5)]
-    lines = ["  ".join(cell.ljust(widths[i]) if i == 0 else cell.rjust(widths[i]) if i < 4 else cell
+def table(rows: list[Row]) -> str:
+    """Left-aligned first and last columns, right-aligned others, a rule under the header."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    last = len(widths) - 1
+    lines = ["  ".join(cell.ljust(widths[i]) if i in (0, last) else cell.rjust(widths[i])
                        for i, cell in enumerate(row)).rstrip() for row in rows]
-    lines.insert(1, "-" * len(lines[0]))
+    lines.insert(1, "-" * max(len(line) for line in lines))
     return "\n".join(lines)
 
 
-def client_note(results: dict[str, Any]) -> str:
-    cpu = [side["client_cpu_us"] for pair in results.values() for side in pair.values() if "client_cpu_us" in side]
-    if not cpu:
-        return ""
-    return f"load generator CPU per request: {min(cpu):.0f}-{max(cpu):.0f} us (on core {CLIENT_CORE})"
+def report(results: dict[str, Any], options: Options) -> str:
+    c = options.concurrency
+    rows: list[Row] = [("measure", "upstream", "stack", "added", "target")]
+    targets = {"plain": TARGET_PLAIN_RPS, "stream": TARGET_STREAM_RPS}
+    for kind in kinds(options):
+        rows += latency_rows(kind, results[f"{kind}_c1"])
+        rows.append(throughput_row(f"c={c} {kind} req/s", results[f"{kind}_c{c}"], targets[kind]))
+    rows.append(throughput_row(f"c={c} GET /v1/models req/s", results[f"models_c{c}"], None))
+    return table(rows)
+
+
+def cpu_report(results: dict[str, Any], upstream_core: int) -> str:
+    """CPU use of each process during each throughput window, to tell which core was the limit."""
+    rows: list[Row] = [("CPU in the throughput windows", f"stack (core {STACK_CORE})",
+                        f"upstream (core {upstream_core})", f"bench (core {CLIENT_CORE})",
+                        "stack us/req", "bench us/req")]
+    for name, pair in results.items():
+        for side, measured in pair.items():
+            cpu = measured.get("cpu_percent")
+            if cpu is None:
+                continue
+            stack_us = cpu.get("stack", 0) / 100 * measured["duration_s"] / max(1, measured["completed"]) * 1e6
+            rows.append((f"{name} via {side}", f"{cpu.get('stack', 0):.0f}%", f"{cpu['upstream']:.0f}%",
+                         f"{cpu['client']:.0f}%", f"{stack_us:.0f}" if side == "stack" else "-",
+                         f"{measured['client_cpu_us']:.0f}"))
+    return table(rows)
+
+
+def check_report(results: dict[str, Any]) -> str:
+    rows: list[Row] = [("load generator -> fake upstream", "req/s", "errors", "bench us/req")]
+    for name, pair in results.items():
+        measured = pair["upstream"]
+        rows.append((name, f"{measured['rps']:,.0f}", str(measured["errors"]), f"{measured['client_cpu_us']:.0f}"))
+    return table(rows)
+
+
+def header(options: Options) -> str:
+    if options.check_client:
+        return (f"load generator check: fake upstream on core 0, this client on core {CLIENT_CORE}, "
+                f"c={options.concurrency}, {options.duration:g} s window after {THROUGHPUT_WARMUP_S:g} s warm-up")
+    return (f"chat completions, model {MODEL}, message {MESSAGE!r} (64-token answer)\n"
+            f"stack on core {STACK_CORE}; fake upstream and this load generator on core {UPSTREAM_CORE}\n"
+            f"c=1: {options.requests} requests after {LATENCY_WARMUP} warm-up; "
+            f"c={options.concurrency}: {options.duration:g} s after {THROUGHPUT_WARMUP_S:g} s warm-up")
+
+
+def write_json(path: Path, options: Options, results: dict[str, Any], load: tuple[float, float],
+               upstream_core: int) -> None:
+    document = {
+        "options": {key: str(value) if isinstance(value, Path) else value for key, value in asdict(options).items()},
+        "cores": {"stack": STACK_CORE, "upstream": upstream_core, "client": CLIENT_CORE},
+        "targets": {"plain_rps": TARGET_PLAIN_RPS, "stream_rps": TARGET_STREAM_RPS,
+                    "added_p50_ms": TARGET_ADDED_P50_MS},
+        "load_average_before_after": load,
+        "results": results,
+    }
+    path.write_text(json.dumps(document, indent=2) + "\n")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -627,49 +724,40 @@ def client_note(results: dict[str, Any]) -> str:
 def parse_args() -> Options:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=2_000, help="c=1 requests measured (after 200 warm-up)")
-    parser.add_argument("--duration", type=float, default=10.0, help="seconds per throughput window (after 2 s warm-up)")
+    parser.add_argument("--duration", type=float, default=10.0,
+                        help="seconds per throughput window (after 2 s warm-up)")
     parser.add_argument("--concurrency", type=int, default=32, help="connections in the throughput runs")
     parser.add_argument("--only", choices=["plain", "stream"], help="only plain or only streamed chat")
     parser.add_argument("--json", type=Path, dest="json_path", help="also write the numbers here")
-    parser.add_argument("--check-client", action="store_true", help="load generator vs the fake upstream alone")
+    parser.add_argument("--check-client", action="store_true",
+                        help="only the load generator against the fake upstream, on separate cores")
     args = parser.parse_args()
     return Options(args.requests, args.duration, args.concurrency, args.only, args.json_path, args.check_client)
 
 
-def header(options: Options) -> str:
-    if options.check_client:
-        return (f"load generator check: fake upstream on core 0, this client on core {CLIENT_CORE}, "
-                f"c={options.concurrency}, {options.duration:g} s window")
-    return (f"chat completions, model {MODEL}, message {MESSAGE!r} (64-token answer); stack on core {STACK_CORE}, "
-            f"fake upstream and load generator on core {UPSTREAM_CORE}; c=1: {options.requests} requests "
-            f"after {LATENCY_WARMUP} warm-up; c={options.concurrency}: {options.duration:g} s after "
-            f"{THROUGHPUT_WARMUP_S:g} s warm-up")
-
-
 def main() -> None:
     options = parse_args()
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so that the servers are stopped
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwinds, so that the servers are stopped
+    began, load_before = time.perf_counter(), os.getloadavg()[0]
     upstream_core = 0 if options.check_client else UPSTREAM_CORE
-    with running_servers(not options.check_client, upstream_core) as servers:
-        os.sched_setaffinity(0, {CLIENT_CORE})
-        runner = run_check_client if options.check_client else run_bench
-        results = uvloop.run(runner(options, servers))
+    try:
+        with running_servers(not options.check_client, upstream_core) as servers:
+            os.sched_setaffinity(0, {CLIENT_CORE})
+            runner = run_check_client if options.check_client else run_bench
+            results = uvloop.run(runner(options, servers))
+    except KeyboardInterrupt:
+        print("interrupted; the servers are stopped", file=sys.stderr)
+        sys.exit(130)
+    load = (load_before, os.getloadavg()[0])
     print(header(options))
-    print(report(results, options) if not options.check_client else check_report(results))
-    print(client_note(results))
+    print()
+    print(check_report(results) if options.check_client else report(results, options))
+    print()
+    print(cpu_report(results, upstream_core))
+    print(f"\nload average (1 min) before/after: {load[0]:.2f}/{load[1]:.2f}; "
+          f"took {time.perf_counter() - began:.0f} s")
     if options.json_path is not None:
-        document = {"options": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(options).items()},
-                    "cores": {"stack": STACK_CORE, "upstream": upstream_core, "client": CLIENT_CORE},
-                    "targets": {"plain_rps": TARGET_PLAIN_RPS, "stream_rps": TARGET_STREAM_RPS,
-                                "added_p50_ms": TARGET_ADDED_P50_MS},
-                    "results": results}
-        options.json_path.write_text(json.dumps(document, indent=2) + "\n")
-
-
-def check_report(results: dict[str, Any]) -> str:
-    return "\n".join(f"{name:<12} {pair['upstream']['rps']:>9,.0f} req/s  ({pair['upstream']['errors']} err, "
-                     f"client {pair['upstream']['client_cpu_us']:.0f} us CPU/request)"
-                     for name, pair in results.items())
+        write_json(options.json_path, options, results, load, upstream_core)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,8 @@ from providers.spec import Api
 from runtime.apis.inference import routes as inference_routes
 from runtime.apis.inference.protocol import InferenceProvider
 from runtime.apis.inference.router import open_inference_router
+from runtime.apis.responses import routes as responses_routes
+from runtime.apis.responses.protocol import ResponsesProvider
 
 if TYPE_CHECKING:
     from builder.resolve import StackPlan
@@ -50,4 +52,5 @@ class ApiSurface:
 
 SURFACES: dict[Api, ApiSurface] = {
     Api.inference: ApiSurface(Api.inference, inference_routes.router, open_inference_router, InferenceProvider),
+    Api.responses: ApiSurface(Api.responses, responses_routes.router, protocol=ResponsesProvider),
 }

@@ -45,7 +45,7 @@ def router(impl: InferenceRouter) -> APIRouter:
         request: Request, after: str | None = None, limit: int = 20, order: str = "asc", model: str | None = None
     ) -> dict[str, Any]:
         metadata = _metadata_filter(request)
-        data, has_more = await impl.store.list(
+        data, has_more = await impl.store.page(
             after=after, limit=validate_limit(limit), order=validate_order(order), model=model, metadata=metadata
         )
         return cursor_page(data, has_more)

@@ -55,7 +55,7 @@ class ChatCompletionStore:
             raise NotFoundError(f"No chat completion found with id '{completion_id}'.", param="completion_id", code="not_found")
         return list(row["input_messages"])
 
-    async def list(
+    async def page(
         self, *, after: str | None, limit: int, order: str, model: str | None, metadata: dict[str, str]
     ) -> tuple[list[dict[str, Any]], bool]:
         query = sa.select(completions)

@@ -133,7 +133,7 @@ async def test_store_true_saves_the_completion_and_store_false_does_not(store: C
     router = await make_router(store, FakeProvider("vllm", ["llama"]))
     await router.chat_completion({"model": "llama", "messages": [{"role": "user", "content": "x"}], "store": True, "metadata": {"k": "v"}})
     await router.chat_completion({"model": "llama", "messages": [{"role": "user", "content": "y"}]})
-    stored, has_more = await store.list(after=None, limit=10, order="asc", model=None, metadata={})
+    stored, has_more = await store.page(after=None, limit=10, order="asc", model=None, metadata={})
     assert [item["id"] for item in stored] == ["chatcmpl-1"] and not has_more
     assert stored[0]["metadata"] == {"k": "v"}
     assert await store.messages("chatcmpl-1") == [{"role": "user", "content": "x"}]

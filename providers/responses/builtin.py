@@ -1,0 +1,131 @@
+"""The built-in responses provider: the Responses API over any chat-completions model."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from providers.responses.engine import ResponsesEngine
+from providers.responses.replay import replay_events
+from providers.responses.request import CreateResponse, chat_request
+from providers.responses.store import ResponseStore
+from providers.responses.translate import Event
+from providers.spec import Api, ProviderContext, ProviderSpec
+from runtime.apis.common import cursor_page
+
+__all__ = ["BUILTIN", "BuiltinResponses"]
+
+TERMINAL = ("completed", "incomplete", "failed", "cancelled")
+
+
+class BuiltinResponsesConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    background_lease_s: float = Field(default=30.0, gt=1, description="A background response whose worker has not renewed its lease for this long is taken over")
+    stream_poll_s: float = Field(default=0.1, gt=0, description="How often a resumed stream looks for new events of a running background response")
+
+
+class BuiltinResponses:
+    """Implements runtime.apis.responses.protocol.ResponsesProvider."""
+
+    def __init__(self, engine: ResponsesEngine, config: BuiltinResponsesConfig) -> None:
+        self.engine = engine
+        self.store = engine.store
+        self.config = config
+
+    async def create_response(self, request: CreateResponse) -> dict[str, Any]:
+        turn = await self.engine.prepare(request)
+        if request.background:
+            return await self.engine.start_background(turn)
+        return await self.engine.run(turn)
+
+    async def stream_response(self, request: CreateResponse) -> AsyncIterator[Event]:
+        return self.engine.stream(await self.engine.prepare(request))
+
+    async def get_response(self, response_id: str) -> dict[str, Any]:
+        return (await self.store.get(response_id)).response
+
+    async def stream_stored_response(self, response_id: str, starting_after: int | None) -> AsyncIterator[Event]:
+        stored = await self.store.get(response_id)
+        after = -1 if starting_after is None else starting_after
+        if not stored.background:
+            return _iterate([event for event in replay_events(stored.response) if event["sequence_number"] > after])
+        return self._follow(response_id, after)
+
+    async def _follow(self, response_id: str, after: int) -> AsyncIterator[Event]:
+        """The event log of a background response, then its new events until it ends."""
+        while True:
+            batch = await self.store.events_after(response_id, after)
+            for event in batch:
+                yield event
+                after = event["sequence_number"]
+                if event["type"] in ("response.completed", "response.incomplete", "response.failed"):
+                    return
+            if not batch and (await self.store.get(response_id)).status in TERMINAL:
+                return
+            await asyncio.sleep(self.config.stream_poll_s)
+
+    async def delete_response(self, response_id: str) -> dict[str, Any]:
+        await self.store.delete(response_id)
+        return {"id": response_id, "object": "response.deleted", "deleted": True}
+
+    async def list_responses(self, after: str | None, limit: int, order: str) -> dict[str, Any]:
+        data, has_more = await self.store.page(after=after, limit=limit, order=order)
+        return cursor_page(data, has_more)
+
+    async def list_input_items(self, response_id: str, after: str | None, limit: int, order: str) -> dict[str, Any]:
+        data, has_more = await self.store.input_items(response_id, after=after, limit=limit, order=order)
+        return cursor_page(data, has_more)
+
+    async def cancel_response(self, response_id: str) -> dict[str, Any]:
+        return await self.engine.cancel(response_id)
+
+    async def count_input_tokens(self, request: CreateResponse) -> dict[str, Any]:
+        """Exact for the model: the upstream counts the prompt of a one-token completion."""
+        turn = await self.engine.prepare(request.model_copy(update={"background": False, "stream": False}))
+        body = {**chat_request(request, turn.messages(), stream=False), "max_completion_tokens": 1}
+        import json
+
+        completion = json.loads(await self.engine.inference.chat_completion(body))
+        return {"object": "response.input_tokens", "input_tokens": int((completion.get("usage") or {}).get("prompt_tokens") or 0)}
+
+
+async def _iterate(events: list[Event]) -> AsyncIterator[Event]:
+    for event in events:
+        yield event
+
+
+@contextlib.asynccontextmanager
+async def create(context: ProviderContext[BuiltinResponsesConfig]) -> AsyncIterator[BuiltinResponses]:
+    store = ResponseStore(context.databases("responses"))
+    await store.create_tables()
+    engine = ResponsesEngine(context.deps[Api.inference], store)
+    service = BuiltinResponses(engine, context.config)
+    await engine.recover(lease_s=context.config.background_lease_s)
+    sweeper = asyncio.get_running_loop().create_task(_sweep(engine, context.config.background_lease_s))
+    try:
+        yield service
+    finally:
+        sweeper.cancel()
+        await engine.close()
+
+
+async def _sweep(engine: ResponsesEngine, lease_s: float) -> None:
+    """Take over background responses of processes that died, once their lease lapses."""
+    while True:
+        await asyncio.sleep(lease_s / 3)
+        await engine.recover(lease_s)
+
+
+BUILTIN = ProviderSpec(
+    api=Api.responses,
+    name="builtin",
+    config_model=BuiltinResponsesConfig,
+    factory=create,
+    requires=(Api.inference,),
+    description="The Responses API over any chat-completions model: stored, chained, streamed, background",
+)

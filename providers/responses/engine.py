@@ -1,0 +1,315 @@
+"""Producing a response: build the model context, call inference, translate, persist.
+
+Persistence is what makes a response safe to hand out: a streamed response is written when it is
+created and again when it ends, whatever ends it (completion, the model's token limit, an upstream
+failure, the client going away, a cancel), so no stored response is left `in_progress`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from providers.responses.items import chat_messages, new_id, normalize_input
+from providers.responses.request import CreateResponse, chat_request, response_object
+from providers.responses.store import ResponseStore
+from providers.responses.translate import Event, StreamTranslator, output_from_completion, usage_from_chat
+from runtime.errors import APIError, InvalidRequestError, NotFoundError
+
+__all__ = ["Inference", "ResponsesEngine", "Turn"]
+
+log = logging.getLogger("stack")
+
+TRUNCATION_ATTEMPTS = 8
+TERMINAL = frozenset({"completed", "incomplete", "failed", "cancelled"})
+
+
+class Inference(Protocol):
+    """What the engine needs of the inference API (its router)."""
+
+    async def resolve(self, model_id: Any) -> Any: ...
+
+    async def chat_completion(self, body: dict[str, Any], raw: bytes | None = None) -> bytes: ...
+
+    async def stream_chat_completion(self, body: dict[str, Any], raw: bytes | None = None) -> AsyncIterator[bytes]: ...
+
+
+@dataclass
+class Turn:
+    """One response being produced."""
+
+    request: CreateResponse
+    response: dict[str, Any]
+    input_items: list[dict[str, Any]]
+    history: list[dict[str, Any]]
+    """Items before this turn's input: the previous_response_id chain or the conversation."""
+    ancestors: list[str]
+    sequence: Callable[[], int] = field(default_factory=lambda: itertools.count().__next__)
+
+    @property
+    def stored(self) -> bool:
+        return bool(self.response["store"])
+
+    @property
+    def droppable(self) -> int:
+        """How many of the oldest context items truncation may drop: all but the newest."""
+        return max(0, len(self.history) + len(self.input_items) - 1)
+
+    def messages(self, dropped: int = 0) -> list[dict[str, Any]]:
+        return chat_messages([*self.history, *self.input_items][dropped:], self.request.instructions)
+
+
+class ResponsesEngine:
+    def __init__(self, inference: Inference, store: ResponseStore) -> None:
+        self.inference = inference
+        self.store = store
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._background: dict[str, asyncio.Task[Any]] = {}
+        self.shutting_down = False
+
+    # --- preparing a turn ------------------------------------------------------------------
+
+    async def prepare(self, request: CreateResponse) -> Turn:
+        """Check the request and gather its context; every client mistake is raised here, before
+        anything is streamed or stored."""
+        request.check()
+        await self.inference.resolve(request.model)
+        input_items = normalize_input(request.input)
+        history: list[dict[str, Any]] = []
+        ancestors: list[str] = []
+        if request.previous_response_id:
+            previous, history = await self._chain(request.previous_response_id)
+            ancestors = [*previous.ancestors, previous.id]
+        input_items = await self._resolve_references(input_items)
+        status = "queued" if request.background else "in_progress"
+        response = response_object(request, new_id("resp"), status, conversation_id=request.conversation_id)
+        return Turn(request, response, input_items, history, ancestors)
+
+    async def _chain(self, previous_id: str) -> tuple[Any, list[dict[str, Any]]]:
+        try:
+            return await self.store.context(previous_id)
+        except NotFoundError:
+            raise NotFoundError(
+                f"Previous response with id '{previous_id}' not found. Only stored responses (store=true) can be continued.",
+                param="previous_response_id", code="previous_response_not_found",
+            ) from None
+
+    async def _resolve_references(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        wanted = [item["id"] for item in items if item["type"] == "item_reference"]
+        if not wanted:
+            return items
+        found = await self.store.items_by_id(wanted)
+        missing = [item_id for item_id in wanted if item_id not in found]
+        if missing:
+            raise NotFoundError(f"Item with id '{missing[0]}' not found.", param="input", code="item_not_found")
+        return [found[item["id"]] if item["type"] == "item_reference" else item for item in items]
+
+    # --- calling the model -----------------------------------------------------------------
+
+    async def _with_truncation(self, turn: Turn, call: Callable[[dict[str, Any]], Awaitable[Any]], stream: bool) -> Any:
+        """Call the model; with truncation=auto, drop the oldest history items while the
+        upstream says the context is too long."""
+        dropped = 0
+        for _ in range(TRUNCATION_ATTEMPTS):
+            body = chat_request(turn.request, turn.messages(dropped), stream=stream)
+            try:
+                return await call(body)
+            except APIError as error:
+                if error.code != "context_length_exceeded" or turn.request.truncation != "auto" or dropped >= turn.droppable:
+                    raise
+                dropped = min(turn.droppable, dropped + max(1, (turn.droppable - dropped + 3) // 4))
+                log.info("response %s: context too long, dropping the %d oldest items", turn.response["id"], dropped)
+        raise InvalidRequestError("The input is too long for the model's context, even after truncation.", code="context_length_exceeded")
+
+    # --- non-streamed ----------------------------------------------------------------------
+
+    async def run(self, turn: Turn) -> dict[str, Any]:
+        """Produce the whole response, store it (one transaction), return it."""
+        raw = await self._with_truncation(turn, self.inference.chat_completion, stream=False)
+        translator = output_from_completion(json.loads(raw), with_logprobs=turn.request.wants_logprobs())
+        status = _status(translator.finish_reason)
+        translator.finish("incomplete" if status == "incomplete" else "completed")
+        _finalize(turn.response, status, translator)
+        if turn.stored:
+            await self.store.insert(turn.response, ancestors=turn.ancestors, input_items=turn.input_items, output_items=turn.response["output"])
+        return turn.response
+
+    # --- streamed --------------------------------------------------------------------------
+
+    async def stream(self, turn: Turn) -> AsyncIterator[Event]:
+        """The response's events in order; the stored copy follows along."""
+        response = turn.response
+        if turn.stored and not response["background"]:
+            await self.store.insert(dict(response), ancestors=turn.ancestors, input_items=turn.input_items)
+        response["status"] = "in_progress"
+        yield self._event(turn, "response.created")
+        yield self._event(turn, "response.in_progress")
+        translator = StreamTranslator(with_logprobs=turn.request.wants_logprobs())
+        finished = False
+        try:
+            chunks = await self._with_truncation(turn, self.inference.stream_chat_completion, stream=True)
+            async for chunk in chunks:
+                for event in translator.feed(json.loads(chunk)):
+                    yield self._numbered(turn, event)
+            status = _status(translator.finish_reason)
+            for event in translator.finish("incomplete" if status == "incomplete" else "completed"):
+                yield self._numbered(turn, event)
+            _finalize(response, status, translator)
+            await self._persist_end(turn)
+            finished = True
+            yield self._event(turn, "response.incomplete" if status == "incomplete" else "response.completed")
+        except APIError as error:
+            for event in translator.finish("incomplete"):
+                yield self._numbered(turn, event)
+            _finalize(response, "failed", translator, error={"code": error.code or error.error_type, "message": error.message})
+            await self._persist_end(turn)
+            finished = True
+            yield self._event(turn, "response.failed")
+        finally:
+            if not finished:
+                # The client went away, the response was cancelled, or the server is stopping:
+                # keep what was produced, under a terminal status.
+                translator.finish("incomplete")
+                if self.shutting_down:
+                    _finalize(response, "failed", translator, error=SHUTDOWN_ERROR)
+                else:
+                    _finalize(response, "cancelled", translator)
+                self._detach(self._persist_end(turn))
+
+    def _event(self, turn: Turn, kind: str) -> Event:
+        return {"type": kind, "sequence_number": turn.sequence(), "response": _snapshot(turn.response)}
+
+    def _numbered(self, turn: Turn, event: Event) -> Event:
+        return {**event, "sequence_number": turn.sequence()}
+
+    async def _persist_end(self, turn: Turn) -> None:
+        if turn.stored:
+            # A background response may have been cancelled meanwhile: the cancel's status wins,
+            # but the output produced so far is still kept.
+            if turn.response["background"] and turn.response["status"] != "cancelled":
+                if await self.store.finish(turn.response, turn.response["output"], only_if_status=["in_progress"]):
+                    return
+                turn.response["status"] = "cancelled"
+            await self.store.finish(turn.response, turn.response["output"])
+
+    def _detach(self, work: Coroutine[Any, Any, Any]) -> None:
+        """Run `work` outside the current (possibly cancelled) task, and keep it until it ends."""
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # --- background ------------------------------------------------------------------------
+
+    async def start_background(self, turn: Turn) -> dict[str, Any]:
+        """Store the response as queued and produce it after the request returns."""
+        await self.store.insert(dict(turn.response), ancestors=turn.ancestors, input_items=turn.input_items,
+                                request=turn.request.model_dump(mode="json"))
+        self.spawn_background(turn)
+        return dict(turn.response)
+
+    def spawn_background(self, turn: Turn) -> None:
+        task = asyncio.get_running_loop().create_task(self._run_background(turn))
+        self._background[turn.response["id"]] = task
+        task.add_done_callback(lambda _: self._background.pop(turn.response["id"], None))
+
+    async def _run_background(self, turn: Turn) -> None:
+        response_id = turn.response["id"]
+        started = dict(turn.response, status="in_progress")
+        if not await self.store.set_status(response_id, "in_progress", started, only_if_status=["queued"]):
+            return  # cancelled before it started
+        batch: list[Event] = []
+        heartbeat = self._detached_heartbeat(response_id)
+        try:
+            async for event in self.stream(turn):
+                batch.append(event)
+                if event["type"].startswith(("response.output_item.", "response.completed", "response.failed", "response.incomplete", "response.created")):
+                    await self.store.append_events(response_id, batch)
+                    batch = []
+        except asyncio.CancelledError:
+            await asyncio.shield(self.store.append_events(response_id, batch))
+            raise
+        finally:
+            heartbeat.cancel()
+
+    def _detached_heartbeat(self, response_id: str) -> asyncio.Task[None]:
+        current = asyncio.current_task()
+
+        async def beat() -> None:
+            while True:
+                await asyncio.sleep(HEARTBEAT_S)
+                if await self.store.heartbeat(response_id) == "cancelled" and current is not None:
+                    current.cancel()  # cancelled by another process
+                    return
+
+        return asyncio.get_running_loop().create_task(beat())
+
+    async def cancel(self, response_id: str) -> dict[str, Any]:
+        stored = await self.store.get(response_id)
+        if not stored.background:
+            raise InvalidRequestError("Only responses created with background=true can be cancelled.", param="response_id", code="not_cancellable")
+        if stored.status in TERMINAL:
+            return stored.response
+        cancelled = {**stored.response, "status": "cancelled"}
+        await self.store.set_status(response_id, "cancelled", cancelled, only_if_status=["queued", "in_progress"])
+        task = self._background.get(response_id)
+        if task is not None:
+            task.cancel()
+            await asyncio.wait([task], timeout=5)
+        return (await self.store.get(response_id)).response
+
+    async def recover(self, lease_s: float) -> None:
+        """Resume queued background responses nobody is running; fail those that were running
+        when their process died (their lease lapsed)."""
+        for stored in await self.store.orphaned(time.time() - lease_s):
+            if stored.id in self._background:
+                continue
+            if stored.status == "queued" and stored.request is not None:
+                request = CreateResponse.model_validate(stored.request)
+                history = (await self._chain(request.previous_response_id))[1] if request.previous_response_id else []
+                turn = Turn(request, stored.response, await self.store.items_of(stored.id, "input"), history, stored.ancestors)
+                log.info("resuming queued background response %s", stored.id)
+                self.spawn_background(turn)
+            else:
+                failed = {**stored.response, "status": "failed", "error": {
+                    "code": "server_error", "message": "The server stopped while this background response was running."}}
+                await self.store.set_status(stored.id, "failed", failed, only_if_status=["queued", "in_progress"])
+                log.warning("background response %s was interrupted: marked failed", stored.id)
+
+    async def close(self) -> None:
+        """Stop background work (each marks itself failed) and wait for pending writes."""
+        self.shutting_down = True
+        running = list(self._background.values())
+        for task in running:
+            task.cancel()
+        if running:
+            await asyncio.wait(running, timeout=10)
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=10)
+
+
+HEARTBEAT_S = 10.0
+SHUTDOWN_ERROR = {"code": "server_error", "message": "The server shut down before this response finished."}
+
+
+def _status(finish_reason: str | None) -> str:
+    return "incomplete" if finish_reason == "length" else "completed"
+
+
+def _finalize(response: dict[str, Any], status: str, translator: StreamTranslator, error: dict[str, Any] | None = None) -> None:
+    response["status"] = status
+    response["output"] = translator.output
+    response["usage"] = usage_from_chat(translator.usage)
+    response["error"] = error
+    response["incomplete_details"] = {"reason": "max_output_tokens"} if status == "incomplete" else None
+    if status == "completed":
+        response["completed_at"] = time.time()
+
+
+def _snapshot(response: dict[str, Any]) -> dict[str, Any]:
+    return {**response, "output": list(response["output"])}

@@ -1,0 +1,225 @@
+"""The create-response request: its schema, its checks, and what it becomes upstream.
+
+Unknown fields are accepted and ignored (the SDK may send newer ones); known fields are checked
+with their OpenAI limits, each failure a 400 naming the field.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from runtime.apis.common import validate_metadata
+from runtime.errors import InvalidRequestError
+
+__all__ = ["CreateResponse", "chat_request", "response_object"]
+
+_SCHEMA_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+class ConversationRef(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    id: str
+
+
+class CreateResponse(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    model: str | None = None
+    input: str | list[Any] = Field(default_factory=list)
+    instructions: str | None = None
+    previous_response_id: str | None = None
+    conversation: str | ConversationRef | None = None
+    store: bool | None = True
+    stream: bool | None = False
+    background: bool | None = False
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    max_tool_calls: int | None = Field(default=None, ge=0)
+    max_output_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, ge=0, le=1)
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    text: dict[str, Any] | None = None
+    reasoning: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = None
+    truncation: Literal["auto", "disabled"] | None = None
+    include: list[str] | None = None
+    user: str | None = None
+    safety_identifier: str | None = None
+    prompt_cache_key: str | None = None
+    service_tier: str | None = None
+    stream_options: dict[str, Any] | None = None
+
+    @property
+    def conversation_id(self) -> str | None:
+        if isinstance(self.conversation, ConversationRef):
+            return self.conversation.id
+        return self.conversation
+
+    def check(self) -> None:
+        """The checks pydantic's types cannot express; each a 400 naming its field."""
+        if not self.model:
+            raise InvalidRequestError("Missing required parameter: 'model'.", param="model", code="missing_required_parameter")
+        if self.conversation is not None and self.previous_response_id is not None:
+            raise InvalidRequestError(
+                "Parameters 'conversation' and 'previous_response_id' cannot be used together.", param="conversation", code="invalid_value"
+            )
+        if self.background and self.stream:
+            raise InvalidRequestError(
+                "Streaming a background response is not supported: create it with background=true, then stream it with "
+                "GET /v1/responses/{id}?stream=true.", param="stream", code="invalid_value",
+            )
+        if self.background and self.store is False:
+            raise InvalidRequestError("Background responses must be stored: remove store=false.", param="background", code="invalid_value")
+        validate_metadata(self.metadata)
+        _check_tools(self.tools or [])
+        _check_text_format(self.text)
+
+    def wants_logprobs(self) -> bool:
+        return bool(self.top_logprobs) or "message.output_text.logprobs" in (self.include or [])
+
+
+def _check_tools(tools: list[dict[str, Any]]) -> None:
+    for index, tool in enumerate(tools):
+        kind = tool.get("type")
+        if kind != "function":
+            raise InvalidRequestError(
+                f"Invalid value for 'tools[{index}].type': tool type {kind!r} is not supported by this server (supported: function).",
+                param=f"tools[{index}].type", code="unsupported_tool_type",
+            )
+        if not isinstance(tool.get("name"), str) or not tool["name"]:
+            raise InvalidRequestError(f"Missing required parameter: 'tools[{index}].name'.", param=f"tools[{index}].name", code="missing_required_parameter")
+        if tool.get("parameters") is not None and not isinstance(tool["parameters"], dict):
+            raise InvalidRequestError(f"Invalid type for 'tools[{index}].parameters': expected a JSON schema object.", param=f"tools[{index}].parameters", code="invalid_type")
+
+
+def _check_text_format(text: dict[str, Any] | None) -> None:
+    fmt = (text or {}).get("format")
+    if fmt is None:
+        return
+    if not isinstance(fmt, dict) or fmt.get("type") not in ("text", "json_object", "json_schema"):
+        raise InvalidRequestError("Invalid value for 'text.format.type': expected 'text', 'json_object' or 'json_schema'.", param="text.format.type", code="invalid_value")
+    if fmt["type"] != "json_schema":
+        return
+    if not isinstance(fmt.get("name"), str) or not _SCHEMA_NAME.match(fmt["name"]):
+        raise InvalidRequestError(
+            "Invalid value for 'text.format.name': expected 1-64 letters, digits, underscores or dashes.", param="text.format.name", code="invalid_value"
+        )
+    if not isinstance(fmt.get("schema"), dict):
+        raise InvalidRequestError("Invalid value for 'text.format.schema': expected a JSON schema object.", param="text.format.schema", code="invalid_value")
+
+
+# --- upstream ----------------------------------------------------------------------------
+
+
+def chat_request(request: CreateResponse, messages: list[dict[str, Any]], *, stream: bool) -> dict[str, Any]:
+    """The chat completion request that produces this response's next model output."""
+    body: dict[str, Any] = {"model": request.model, "messages": messages}
+    if stream:
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+    tools = _chat_tools(request)
+    if tools:
+        body["tools"] = tools
+        choice = _chat_tool_choice(request.tool_choice)
+        if choice is not None:
+            body["tool_choice"] = choice
+        if request.parallel_tool_calls is not None:
+            body["parallel_tool_calls"] = request.parallel_tool_calls
+    optional = {
+        "max_completion_tokens": request.max_output_tokens,
+        "temperature": request.temperature,
+        "top_p": request.top_p,
+        "user": request.user,
+        "safety_identifier": request.safety_identifier,
+        "prompt_cache_key": request.prompt_cache_key,
+        "reasoning_effort": (request.reasoning or {}).get("effort"),
+        "response_format": _response_format(request.text),
+    }
+    body.update({key: value for key, value in optional.items() if value is not None})
+    if request.wants_logprobs():
+        body["logprobs"] = True
+        if request.top_logprobs:
+            body["top_logprobs"] = request.top_logprobs
+    return body
+
+
+def _chat_tools(request: CreateResponse) -> list[dict[str, Any]]:
+    tools = [tool for tool in request.tools or [] if tool.get("type") == "function"]
+    choice = request.tool_choice
+    if choice == "none":
+        return []
+    if isinstance(choice, dict) and choice.get("type") == "allowed_tools":
+        # Filtered here rather than passed on: few OpenAI-compatible servers know allowed_tools.
+        allowed = {tool.get("name") for tool in choice.get("tools") or () if isinstance(tool, dict)}
+        tools = [tool for tool in tools if tool["name"] in allowed]
+    return [
+        {"type": "function", "function": {key: tool[key] for key in ("name", "description", "parameters", "strict") if tool.get(key) is not None}}
+        for tool in tools
+    ]
+
+
+def _chat_tool_choice(choice: str | dict[str, Any] | None) -> str | dict[str, Any] | None:
+    if choice is None or isinstance(choice, str):
+        return choice
+    if choice.get("type") == "function":
+        return {"type": "function", "function": {"name": choice.get("name")}}
+    if choice.get("type") == "allowed_tools":
+        return choice.get("mode") or "auto"
+    return None
+
+
+def _response_format(text: dict[str, Any] | None) -> dict[str, Any] | None:
+    fmt = (text or {}).get("format")
+    if not isinstance(fmt, dict) or fmt.get("type") in (None, "text"):
+        return None
+    if fmt["type"] == "json_object":
+        return {"type": "json_object"}
+    schema = {key: fmt[key] for key in ("name", "schema", "description", "strict") if fmt.get(key) is not None}
+    return {"type": "json_schema", "json_schema": schema}
+
+
+# --- the response object ----------------------------------------------------------------
+
+
+def response_object(request: CreateResponse, response_id: str, status: str, *, conversation_id: str | None = None) -> dict[str, Any]:
+    """A Response echoing the request's settings, with no output yet."""
+    reasoning = request.reasoning or {}
+    return {
+        "id": response_id,
+        "object": "response",
+        "created_at": time.time(),
+        "status": status,
+        "background": bool(request.background),
+        "completed_at": None,
+        "conversation": {"id": conversation_id} if conversation_id else None,
+        "error": None,
+        "incomplete_details": None,
+        "instructions": request.instructions,
+        "max_output_tokens": request.max_output_tokens,
+        "max_tool_calls": request.max_tool_calls,
+        "metadata": request.metadata or {},
+        "model": request.model,
+        "output": [],
+        "parallel_tool_calls": True if request.parallel_tool_calls is None else request.parallel_tool_calls,
+        "previous_response_id": request.previous_response_id,
+        "prompt_cache_key": request.prompt_cache_key,
+        "reasoning": {"effort": reasoning.get("effort"), "summary": reasoning.get("summary")},
+        "safety_identifier": request.safety_identifier,
+        "service_tier": request.service_tier or "default",
+        "store": request.store is not False,
+        "temperature": 1.0 if request.temperature is None else request.temperature,
+        "text": {"format": (request.text or {}).get("format") or {"type": "text"}, "verbosity": (request.text or {}).get("verbosity") or "medium"},
+        "tool_choice": request.tool_choice or "auto",
+        "tools": request.tools or [],
+        "top_logprobs": request.top_logprobs or 0,
+        "top_p": 1.0 if request.top_p is None else request.top_p,
+        "truncation": request.truncation or "disabled",
+        "usage": None,
+        "user": request.user,
+    }

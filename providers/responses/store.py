@@ -1,0 +1,216 @@
+"""Stored responses, their input and output items, and the event log of background responses.
+
+A response row keeps `ancestors`, the ids of every response before it in its previous_response_id
+chain (root first), so the context of a new turn is read in two queries whatever the chain's
+length: the previous response's row, then the items of all its ancestors and itself.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+
+from runtime.errors import NotFoundError
+from runtime.storage import Database, json_type
+
+__all__ = ["ResponseStore", "StoredResponse"]
+
+_metadata = sa.MetaData()
+responses = sa.Table(
+    "responses",
+    _metadata,
+    sa.Column("seq", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("id", sa.String(96), nullable=False, unique=True),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("status", sa.String(32), nullable=False),
+    sa.Column("background", sa.Boolean, nullable=False, default=False),
+    sa.Column("ancestors", json_type(), nullable=False),
+    sa.Column("conversation_id", sa.String(96), nullable=True, index=True),
+    sa.Column("response", json_type(), nullable=False),
+    sa.Column("request", json_type(), nullable=True),
+    sa.Column("heartbeat_at", sa.Float, nullable=True),
+)
+items = sa.Table(
+    "response_items",
+    _metadata,
+    sa.Column("seq", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("response_id", sa.String(96), nullable=False),
+    sa.Column("kind", sa.String(8), nullable=False),  # input | output
+    sa.Column("position", sa.Integer, nullable=False),
+    sa.Column("item_id", sa.String(128), nullable=True, index=True),
+    sa.Column("item", json_type(), nullable=False),
+    sa.Index("ix_response_items_response", "response_id", "kind", "position"),
+)
+events = sa.Table(
+    "response_events",
+    _metadata,
+    sa.Column("response_id", sa.String(96), primary_key=True),
+    sa.Column("sequence_number", sa.Integer, primary_key=True),
+    sa.Column("event", json_type(), nullable=False),
+)
+
+
+class StoredResponse:
+    """A response row: the public object plus what the engine needs to continue from it."""
+
+    def __init__(self, row: sa.RowMapping) -> None:
+        self.id: str = row["id"]
+        self.status: str = row["status"]
+        self.background: bool = bool(row["background"])
+        self.ancestors: list[str] = list(row["ancestors"])
+        self.response: dict[str, Any] = row["response"]
+        self.request: dict[str, Any] | None = row["request"]
+        self.heartbeat_at: float | None = row["heartbeat_at"]
+
+
+class ResponseStore:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    async def create_tables(self) -> None:
+        await self.db.create_tables(_metadata)
+
+    async def insert(
+        self,
+        response: dict[str, Any],
+        *,
+        ancestors: Sequence[str],
+        input_items: Sequence[dict[str, Any]],
+        output_items: Sequence[dict[str, Any]] = (),
+        request: dict[str, Any] | None = None,
+    ) -> None:
+        """Write a new response with its items in one transaction."""
+        async with self.db.transaction() as connection:
+            await connection.execute(responses.insert().values(
+                id=response["id"], created_at=response["created_at"], status=response["status"],
+                background=bool(response.get("background")), ancestors=list(ancestors),
+                conversation_id=(response.get("conversation") or {}).get("id"), response=response, request=request,
+                heartbeat_at=time.time() if response.get("background") else None,
+            ))
+            rows = _item_rows(response["id"], "input", input_items) + _item_rows(response["id"], "output", output_items)
+            if rows:
+                await connection.execute(items.insert(), rows)
+
+    async def finish(self, response: dict[str, Any], output_items: Sequence[dict[str, Any]], *, only_if_status: Sequence[str] = ()) -> bool:
+        """Record the final state and output of a response; with `only_if_status`, only if the
+        stored status is one of those (so a cancel that won the race is not overwritten)."""
+        async with self.db.transaction() as connection:
+            update = responses.update().where(responses.c.id == response["id"])
+            if only_if_status:
+                update = update.where(responses.c.status.in_(list(only_if_status)))
+            changed = await connection.execute(update.values(status=response["status"], response=response))
+            if not changed.rowcount:
+                return False
+            await connection.execute(items.delete().where(items.c.response_id == response["id"], items.c.kind == "output"))
+            rows = _item_rows(response["id"], "output", output_items)
+            if rows:
+                await connection.execute(items.insert(), rows)
+        return True
+
+    async def get(self, response_id: str) -> StoredResponse:
+        row = await self.db.fetch_one(sa.select(responses).where(responses.c.id == response_id))
+        if row is None:
+            raise NotFoundError(f"Response with id '{response_id}' not found.", param="response_id", code="not_found")
+        return StoredResponse(row)
+
+    async def context(self, response_id: str) -> tuple[StoredResponse, list[dict[str, Any]]]:
+        """The response and every item of its chain (its ancestors' and its own), in order."""
+        previous = await self.get(response_id)
+        chain = [*previous.ancestors, previous.id]
+        rows = await self.db.fetch_all(
+            sa.select(items.c.response_id, items.c.kind, items.c.position, items.c.item).where(items.c.response_id.in_(chain))
+        )
+        order = {rid: index for index, rid in enumerate(chain)}
+        rows.sort(key=lambda row: (order[row["response_id"]], row["kind"] != "input", row["position"]))
+        return previous, [row["item"] for row in rows]
+
+    async def items_of(self, response_id: str, kind: str) -> list[dict[str, Any]]:
+        rows = await self.db.fetch_all(
+            sa.select(items.c.item).where(items.c.response_id == response_id, items.c.kind == kind).order_by(items.c.position)
+        )
+        return [row["item"] for row in rows]
+
+    async def items_by_id(self, item_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        if not item_ids:
+            return {}
+        rows = await self.db.fetch_all(sa.select(items.c.item_id, items.c.item).where(items.c.item_id.in_(list(item_ids))))
+        return {row["item_id"]: row["item"] for row in rows}
+
+    async def page(self, *, after: str | None, limit: int, order: str) -> tuple[list[dict[str, Any]], bool]:
+        query = sa.select(responses.c.response)
+        if after is not None:
+            anchor = sa.select(responses.c.seq).where(responses.c.id == after).scalar_subquery()
+            query = query.where(responses.c.seq > anchor if order == "asc" else responses.c.seq < anchor)
+        query = query.order_by(responses.c.seq.asc() if order == "asc" else responses.c.seq.desc()).limit(limit + 1)
+        rows = await self.db.fetch_all(query)
+        return [row["response"] for row in rows[:limit]], len(rows) > limit
+
+    async def input_items(self, response_id: str, *, after: str | None, limit: int, order: str) -> tuple[list[dict[str, Any]], bool]:
+        await self.get(response_id)
+        query = sa.select(items.c.item).where(items.c.response_id == response_id, items.c.kind == "input")
+        if after is not None:
+            anchor = sa.select(items.c.position).where(
+                items.c.response_id == response_id, items.c.kind == "input", items.c.item_id == after
+            ).scalar_subquery()
+            query = query.where(items.c.position > anchor if order == "asc" else items.c.position < anchor)
+        query = query.order_by(items.c.position.asc() if order == "asc" else items.c.position.desc()).limit(limit + 1)
+        rows = await self.db.fetch_all(query)
+        return [row["item"] for row in rows[:limit]], len(rows) > limit
+
+    async def delete(self, response_id: str) -> None:
+        await self.get(response_id)
+        async with self.db.transaction() as connection:
+            await connection.execute(items.delete().where(items.c.response_id == response_id))
+            await connection.execute(events.delete().where(events.c.response_id == response_id))
+            await connection.execute(responses.delete().where(responses.c.id == response_id))
+
+    # --- background responses ------------------------------------------------------------------
+
+    async def set_status(self, response_id: str, status: str, response: dict[str, Any], *, only_if_status: Sequence[str]) -> bool:
+        changed = await self.db.execute(
+            responses.update()
+            .where(responses.c.id == response_id, responses.c.status.in_(list(only_if_status)))
+            .values(status=status, response=response, heartbeat_at=time.time())
+        )
+        return changed > 0
+
+    async def heartbeat(self, response_id: str) -> str | None:
+        """Refresh the lease of a running background response; returns its stored status."""
+        await self.db.execute(responses.update().where(responses.c.id == response_id).values(heartbeat_at=time.time()))
+        row = await self.db.fetch_one(sa.select(responses.c.status).where(responses.c.id == response_id))
+        return None if row is None else str(row["status"])
+
+    async def orphaned(self, older_than: float) -> list[StoredResponse]:
+        """Background responses still queued or running whose lease nobody renewed."""
+        rows = await self.db.fetch_all(
+            sa.select(responses).where(
+                responses.c.background.is_(True),
+                responses.c.status.in_(["queued", "in_progress"]),
+                sa.or_(responses.c.heartbeat_at.is_(None), responses.c.heartbeat_at < older_than),
+            )
+        )
+        return [StoredResponse(row) for row in rows]
+
+    async def append_events(self, response_id: str, batch: Sequence[dict[str, Any]]) -> None:
+        if batch:
+            await self.db.execute(events.insert().values([
+                {"response_id": response_id, "sequence_number": event["sequence_number"], "event": event} for event in batch
+            ]))
+
+    async def events_after(self, response_id: str, after: int) -> list[dict[str, Any]]:
+        rows = await self.db.fetch_all(
+            sa.select(events.c.event)
+            .where(events.c.response_id == response_id, events.c.sequence_number > after)
+            .order_by(events.c.sequence_number)
+        )
+        return [row["event"] for row in rows]
+
+
+def _item_rows(response_id: str, kind: str, batch: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        {"response_id": response_id, "kind": kind, "position": position, "item_id": item.get("id"), "item": item}
+        for position, item in enumerate(batch)
+    ]

@@ -1,0 +1,247 @@
+"""Chat Completions output to Responses output items and stream events, as pure functions over a
+small state object. Events carry no sequence numbers: whoever emits them numbers them.
+
+Order for each output item (as OpenAI streams it):
+    reasoning:     output_item.added, content_part.added(reasoning_text), reasoning_text.delta...,
+                   reasoning_text.done, content_part.done, output_item.done
+    message:       output_item.added, content_part.added(output_text), output_text.delta...,
+                   output_text.done, content_part.done, [same for a refusal part], output_item.done
+    function_call: output_item.added, function_call_arguments.delta..., function_call_arguments.done,
+                   output_item.done
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from providers.responses.items import new_id
+
+__all__ = ["Event", "StreamTranslator", "output_from_completion", "usage_from_chat"]
+
+Event = dict[str, Any]
+
+
+@dataclass
+class _Part:
+    kind: str  # output_text | refusal | reasoning_text
+    text: list[str] = field(default_factory=list)
+    logprobs: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class _Item:
+    output_index: int
+    item: dict[str, Any]
+    parts: list[_Part] = field(default_factory=list)
+    arguments: list[str] = field(default_factory=list)
+
+
+@dataclass
+class StreamTranslator:
+    """Feed ChatCompletionChunk dicts with `feed`; call `finish` after the last one.
+
+    `first_output_index` is where this model call's items start in the response's output, so
+    several model calls (a server-side tool loop) can share one response."""
+
+    first_output_index: int = 0
+    with_logprobs: bool = False
+    make_id: Callable[[str], str] = new_id
+    items: list[_Item] = field(default_factory=list)
+    _open: _Item | None = None
+    _calls: dict[int, _Item] = field(default_factory=dict)
+    finish_reason: str | None = None
+    usage: dict[str, Any] | None = None
+
+    @property
+    def output(self) -> list[dict[str, Any]]:
+        return [item.item for item in self.items]
+
+    def feed(self, chunk: Mapping[str, Any]) -> list[Event]:
+        if chunk.get("usage"):
+            self.usage = dict(chunk["usage"])
+        choices = chunk.get("choices") or ()
+        choice = next((c for c in choices if c.get("index", 0) == 0), None)
+        if choice is None:
+            return []
+        events: list[Event] = []
+        delta = choice.get("delta") or {}
+        reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+        if reasoning:
+            events += self._text("reasoning", "reasoning_text", reasoning, [])
+        if delta.get("content"):
+            logprobs = _logprobs(choice) if self.with_logprobs else []
+            events += self._text("message", "output_text", delta["content"], logprobs)
+        if delta.get("refusal"):
+            events += self._text("message", "refusal", delta["refusal"], [])
+        for call in delta.get("tool_calls") or ():
+            events += self._tool_call(call)
+        if choice.get("finish_reason"):
+            self.finish_reason = choice["finish_reason"]
+        return events
+
+    def finish(self, status: str = "completed") -> list[Event]:
+        """Close every open item; `status` is "incomplete" when the model was cut off."""
+        events = self._close_open(status)
+        for index in sorted(self._calls):
+            events += _close_call(self._calls[index], status)
+        self._calls.clear()
+        return events
+
+    # --- text-like items (messages, reasoning) ----------------------------------------------
+
+    def _text(self, item_type: str, part_kind: str, text: str, logprobs: list[dict[str, Any]]) -> list[Event]:
+        events: list[Event] = []
+        if self._open is None or self._open.item["type"] != item_type:
+            events += self._close_open("completed")
+            events += self._open_item(_new_text_item(item_type, self.make_id))
+        assert self._open is not None
+        current = self._open
+        if not current.parts or current.parts[-1].kind != part_kind:
+            events += _close_part(current)
+            current.parts.append(_Part(part_kind))
+            events.append(_part_event("response.content_part.added", current, _part_body(current.parts[-1], done=False)))
+        part = current.parts[-1]
+        part.text.append(text)
+        part.logprobs.extend(logprobs)
+        events.append(_delta_event(current, part, text, logprobs))
+        return events
+
+    def _open_item(self, item: dict[str, Any]) -> list[Event]:
+        self._open = _Item(self.first_output_index + len(self.items), item)
+        self.items.append(self._open)
+        return [{"type": "response.output_item.added", "output_index": self._open.output_index, "item": dict(item)}]
+
+    def _close_open(self, status: str) -> list[Event]:
+        current, self._open = self._open, None
+        if current is None:
+            return []
+        events = _close_part(current)
+        current.item["status"] = status
+        current.item["content"] = [_part_body(part, done=True) for part in current.parts]
+        events.append({"type": "response.output_item.done", "output_index": current.output_index, "item": current.item})
+        return events
+
+    # --- function calls -----------------------------------------------------------------------
+
+    def _tool_call(self, delta: Mapping[str, Any]) -> list[Event]:
+        index = int(delta.get("index", 0))
+        events: list[Event] = []
+        call = self._calls.get(index)
+        function = delta.get("function") or {}
+        if call is None:
+            events += self._close_open("completed")
+            item = {
+                "id": self.make_id("fc"), "type": "function_call", "status": "in_progress",
+                "call_id": delta.get("id") or self.make_id("call"), "name": function.get("name") or "", "arguments": "",
+            }
+            call = _Item(self.first_output_index + len(self.items), item)
+            self.items.append(call)
+            self._calls[index] = call
+            events.append({"type": "response.output_item.added", "output_index": call.output_index, "item": dict(item)})
+        elif function.get("name"):
+            call.item["name"] += function["name"]
+        if function.get("arguments"):
+            call.arguments.append(function["arguments"])
+            events.append({"type": "response.function_call_arguments.delta", "item_id": call.item["id"],
+                           "output_index": call.output_index, "delta": function["arguments"]})
+        return events
+
+
+def _new_text_item(item_type: str, make_id: Callable[[str], str]) -> dict[str, Any]:
+    if item_type == "reasoning":
+        return {"id": make_id("rs"), "type": "reasoning", "summary": [], "content": [], "status": "in_progress"}
+    return {"id": make_id("msg"), "type": "message", "role": "assistant", "content": [], "status": "in_progress"}
+
+
+def _part_body(part: _Part, *, done: bool) -> dict[str, Any]:
+    text = "".join(part.text) if done else ""
+    if part.kind == "refusal":
+        return {"type": "refusal", "refusal": text}
+    if part.kind == "reasoning_text":
+        return {"type": "reasoning_text", "text": text}
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": list(part.logprobs) if done else []}
+
+
+def _part_event(kind: str, item: _Item, part: dict[str, Any]) -> Event:
+    return {"type": kind, "item_id": item.item["id"], "output_index": item.output_index,
+            "content_index": len(item.parts) - 1, "part": part}
+
+
+def _delta_event(item: _Item, part: _Part, text: str, logprobs: list[dict[str, Any]]) -> Event:
+    base = {"item_id": item.item["id"], "output_index": item.output_index, "content_index": len(item.parts) - 1, "delta": text}
+    if part.kind == "output_text":
+        return {"type": "response.output_text.delta", **base, "logprobs": logprobs}
+    if part.kind == "refusal":
+        return {"type": "response.refusal.delta", **base}
+    return {"type": "response.reasoning_text.delta", **base}
+
+
+def _close_part(item: _Item) -> list[Event]:
+    if not item.parts:
+        return []
+    part = item.parts[-1]
+    text = "".join(part.text)
+    base = {"item_id": item.item["id"], "output_index": item.output_index, "content_index": len(item.parts) - 1}
+    if part.kind == "output_text":
+        done: Event = {"type": "response.output_text.done", **base, "text": text, "logprobs": list(part.logprobs)}
+    elif part.kind == "refusal":
+        done = {"type": "response.refusal.done", **base, "refusal": text}
+    else:
+        done = {"type": "response.reasoning_text.done", **base, "text": text}
+    return [done, {"type": "response.content_part.done", **base, "part": _part_body(part, done=True)}]
+
+
+def _close_call(call: _Item, status: str) -> list[Event]:
+    arguments = "".join(call.arguments)
+    call.item.update(arguments=arguments, status=status)
+    return [
+        {"type": "response.function_call_arguments.done", "item_id": call.item["id"], "output_index": call.output_index,
+         "name": call.item["name"], "arguments": arguments},
+        {"type": "response.output_item.done", "output_index": call.output_index, "item": call.item},
+    ]
+
+
+def _logprobs(choice: Mapping[str, Any]) -> list[dict[str, Any]]:
+    content = (choice.get("logprobs") or {}).get("content") or []
+    return [
+        {"token": entry.get("token", ""), "logprob": entry.get("logprob", 0.0), "bytes": entry.get("bytes") or [],
+         "top_logprobs": [{"token": top.get("token", ""), "logprob": top.get("logprob", 0.0), "bytes": top.get("bytes") or []}
+                          for top in entry.get("top_logprobs") or ()]}
+        for entry in content
+    ]
+
+
+def output_from_completion(
+    completion: Mapping[str, Any], *, first_output_index: int = 0, with_logprobs: bool = False, make_id: Callable[[str], str] = new_id
+) -> StreamTranslator:
+    """The output of a non-streamed ChatCompletion, built by the same state machine as a stream
+    (fed the whole message as one chunk), so both paths give the same items."""
+    translator = StreamTranslator(first_output_index=first_output_index, with_logprobs=with_logprobs, make_id=make_id)
+    choices = completion.get("choices") or []
+    if choices:
+        choice = choices[0]
+        message = dict(choice.get("message") or {})
+        tool_calls = [{**call, "index": index} for index, call in enumerate(message.pop("tool_calls", None) or [])]
+        translator.feed({"choices": [{"index": 0, "delta": {**message, "tool_calls": tool_calls},
+                                      "logprobs": choice.get("logprobs"), "finish_reason": choice.get("finish_reason")}]})
+    translator.usage = dict(completion["usage"]) if completion.get("usage") else None
+    return translator
+
+
+def usage_from_chat(usage: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """Chat usage (prompt/completion tokens) in the Responses shape (input/output tokens)."""
+    if not usage:
+        return None
+    prompt_details = usage.get("prompt_tokens_details") or {}
+    completion_details = usage.get("completion_tokens_details") or {}
+    input_tokens = int(usage.get("prompt_tokens") or 0)
+    output_tokens = int(usage.get("completion_tokens") or 0)
+    return {
+        "input_tokens": input_tokens,
+        "input_tokens_details": {"cached_tokens": int(prompt_details.get("cached_tokens") or 0)},
+        "output_tokens": output_tokens,
+        "output_tokens_details": {"reasoning_tokens": int(completion_details.get("reasoning_tokens") or 0)},
+        "total_tokens": int(usage.get("total_tokens") or input_tokens + output_tokens),
+    }

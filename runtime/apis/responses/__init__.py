@@ -1,0 +1,1 @@
+"""The Responses API: create, retrieve, stream, chain, cancel and list model responses."""

@@ -1,0 +1,76 @@
+"""Routes of the Responses API (/v1/responses...). Each is one call into the provider."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.responses import Response, StreamingResponse
+
+from providers.responses.request import CreateResponse
+from runtime.apis.common import validate_limit, validate_order
+from runtime.apis.responses.protocol import ResponsesProvider
+from runtime.errors import APIError
+from runtime.sse import sse_frame
+
+__all__ = ["router"]
+
+
+def router(impl: ResponsesProvider) -> APIRouter:
+    routes = APIRouter()
+
+    @routes.post("/responses", summary="Create a response (streamed as events with `stream: true`)")
+    async def create_response(request: CreateResponse) -> Response:
+        if request.stream:
+            return _sse(await impl.stream_response(request))
+        return _json(await impl.create_response(request))
+
+    @routes.post("/responses/input_tokens", summary="Count the input tokens a response would use")
+    async def count_input_tokens(request: CreateResponse) -> dict[str, Any]:
+        return await impl.count_input_tokens(request)
+
+    @routes.get("/responses", summary="List stored responses")
+    async def list_responses(after: str | None = None, limit: int = 20, order: str = "desc") -> dict[str, Any]:
+        return await impl.list_responses(after, validate_limit(limit), validate_order(order))
+
+    @routes.get("/responses/{response_id}", summary="Get a response, or replay its events with `stream=true`")
+    async def get_response(response_id: str, stream: bool = False, starting_after: int | None = None) -> Response:
+        if stream:
+            return _sse(await impl.stream_stored_response(response_id, starting_after))
+        return _json(await impl.get_response(response_id))
+
+    @routes.delete("/responses/{response_id}", summary="Delete a stored response")
+    async def delete_response(response_id: str) -> dict[str, Any]:
+        return await impl.delete_response(response_id)
+
+    @routes.post("/responses/{response_id}/cancel", summary="Cancel a background response")
+    async def cancel_response(response_id: str) -> Response:
+        return _json(await impl.cancel_response(response_id))
+
+    @routes.get("/responses/{response_id}/input_items", summary="List a response's input items")
+    async def list_input_items(response_id: str, after: str | None = None, limit: int = 20, order: str = "desc") -> dict[str, Any]:
+        return await impl.list_input_items(response_id, after, validate_limit(limit), validate_order(order))
+
+    return routes
+
+
+def _json(body: dict[str, Any]) -> Response:
+    return Response(json.dumps(body, separators=(",", ":")), media_type="application/json")
+
+
+def _sse(events: AsyncIterator[dict[str, Any]]) -> StreamingResponse:
+    return StreamingResponse(_frames(events), media_type="text/event-stream", headers={"cache-control": "no-cache"})
+
+
+async def _frames(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
+    sequence = -1
+    try:
+        async for event in events:
+            sequence = event["sequence_number"]
+            yield sse_frame(json.dumps(event, separators=(",", ":")).encode(), event["type"])
+    except APIError as error:
+        # Only reached for a failure the provider could not turn into `response.failed`.
+        body = {"type": "error", "code": error.code, "message": error.message, "param": error.param, "sequence_number": sequence + 1}
+        yield sse_frame(json.dumps(body).encode(), "error")
