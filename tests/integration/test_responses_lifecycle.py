@@ -1,0 +1,170 @@
+"""Background responses, cancels, disconnects and crashes, against the live fake upstream
+(replayed answers arrive at once, so nothing would still be running to cancel)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx2
+import openai
+import pytest
+
+from fake_upstream.server import FakeUpstream, running_fake_upstream
+from runtime.testing.targets import StackTarget, free_port, open_target
+
+CONFIG = "tests/integration/run.yaml"
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[FakeUpstream]:
+    with running_fake_upstream() as server:
+        yield server
+
+
+def live_env(upstream: FakeUpstream, state_dir: Path, **extra: str) -> dict[str, str]:
+    return dict(os.environ, STACK_TEST_INFERENCE_URL=upstream.base_url, STACK_RECORDING_MODE="live", STACK_STATE_DIR=str(state_dir), **extra)
+
+
+@pytest.fixture(scope="module", params=["server", "library"])
+def live(request: pytest.FixtureRequest, upstream: FakeUpstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackTarget]:
+    env = live_env(upstream, tmp_path_factory.mktemp("live"))
+    with open_target(f"{request.param}:{CONFIG}", rootdir=request.config.rootpath, env=env) as target:
+        yield target
+
+
+@pytest.fixture
+def client(live: StackTarget) -> Iterator[openai.OpenAI]:
+    client = live.openai(max_retries=0)
+    yield client
+    client.close()
+
+
+def wait_for(check: Callable[[], bool], timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            pytest.fail("condition not reached in time")
+        time.sleep(0.05)
+
+
+def test_a_background_response_is_queued_then_completes(client: openai.OpenAI) -> None:
+    queued = client.responses.create(model="fake-model", input="[tokens:5] [slow:20]", background=True)
+    assert queued.status == "queued" and queued.background is True
+    wait_for(lambda: client.responses.retrieve(queued.id).status == "completed")
+    done = client.responses.retrieve(queued.id)
+    assert done.output_text == "tok1 tok2 tok3 tok4 tok5"
+
+
+def test_a_running_background_response_can_be_streamed_and_resumed(client: openai.OpenAI) -> None:
+    queued = client.responses.create(model="fake-model", input="[tokens:10] [slow:50]", background=True)
+    events = list(client.responses.retrieve(queued.id, stream=True))
+    assert events[0].type == "response.created" and events[-1].type == "response.completed"
+    assert [event.sequence_number for event in events] == list(range(len(events)))
+    assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == "tok1 tok2 tok3 tok4 tok5 tok6 tok7 tok8 tok9 tok10"
+    resumed = list(client.responses.retrieve(queued.id, stream=True, starting_after=5))
+    assert [event.sequence_number for event in resumed] == list(range(6, len(events)))
+
+
+def test_a_background_response_can_be_cancelled_and_stays_cancelled(client: openai.OpenAI) -> None:
+    queued = client.responses.create(model="fake-model", input="[tokens:40] [slow:100]", background=True)
+    wait_for(lambda: client.responses.retrieve(queued.id).status == "in_progress")
+    time.sleep(0.5)
+    cancelled = client.responses.cancel(queued.id)
+    assert cancelled.status == "cancelled"
+    time.sleep(0.5)
+    stored = client.responses.retrieve(queued.id)
+    assert stored.status == "cancelled"
+    assert stored.output and stored.output[0].status == "incomplete"  # what was produced is kept
+    assert client.responses.cancel(queued.id).status == "cancelled"  # idempotent
+
+
+def test_only_background_responses_can_be_cancelled(client: openai.OpenAI) -> None:
+    response = client.responses.create(model="fake-model", input="done")
+    with pytest.raises(openai.BadRequestError) as error:
+        client.responses.cancel(response.id)
+    assert error.value.code == "not_cancellable"
+
+
+def test_a_client_that_disconnects_mid_stream_leaves_a_cancelled_response_with_its_output(client: openai.OpenAI) -> None:
+    stream = client.responses.create(model="fake-model", input="[tokens:60] [slow:50]", stream=True)
+    response_id = ""
+    for event in stream:
+        if event.type == "response.created":
+            response_id = event.response.id
+        if event.type == "response.output_text.delta" and event.delta == " tok3":
+            break
+    stream.close()
+    wait_for(lambda: client.responses.retrieve(response_id).status != "in_progress")
+    stored = client.responses.retrieve(response_id)
+    assert stored.status == "cancelled"
+    assert stored.output_text.startswith("tok1 tok2 tok3")
+
+
+def test_queued_and_interrupted_background_responses_are_recovered_after_a_crash(upstream: FakeUpstream, tmp_path: Path) -> None:
+    """kill -9 the server with a background response running; the next server marks it failed
+    once its lease lapses, and a response queued behind it is run."""
+    env = live_env(upstream, tmp_path, STACK_TEST_LEASE_S="2")
+    port = free_port()
+    base = f"http://127.0.0.1:{port}/v1"
+    first = subprocess.Popen([sys.executable, "-m", "runtime.cli", "run", CONFIG, "--port", str(port)], env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: _healthy(base))
+        running = httpx2.post(f"{base}/responses", json={"model": "fake-model", "input": "[tokens:200] [slow:100]", "background": True}).json()
+        wait_for(lambda: httpx2.get(f"{base}/responses/{running['id']}").json()["status"] == "in_progress")
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    second = subprocess.Popen([sys.executable, "-m", "runtime.cli", "run", CONFIG, "--port", str(port)], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: _healthy(base))
+        wait_for(lambda: httpx2.get(f"{base}/responses/{running['id']}").json()["status"] == "failed", timeout=20)
+        failed = httpx2.get(f"{base}/responses/{running['id']}").json()
+        assert "server stopped" in failed["error"]["message"]
+    finally:
+        second.send_signal(signal.SIGTERM)
+        second.wait(timeout=20)
+
+
+def _healthy(base: str) -> bool:
+    try:
+        return httpx2.get(f"{base}/health", timeout=1).status_code == 200
+    except httpx2.HTTPError:
+        return False
+
+
+def test_a_queued_background_response_left_by_a_dead_process_is_run_at_start(upstream: FakeUpstream, tmp_path: Path) -> None:
+    import asyncio
+
+    import sqlalchemy as sa
+
+    from builder.config import SqliteBackend
+    from providers.responses.items import normalize_input
+    from providers.responses.request import CreateResponse, response_object
+    from providers.responses.store import ResponseStore, responses
+    from runtime.library_client import LibraryClient
+    from runtime.storage import open_database
+
+    request = CreateResponse(model="fake-model", input="left behind", background=True)
+    queued = response_object(request, "resp_left_behind", "queued")
+
+    async def leave_queued() -> None:
+        db = open_database(SqliteBackend(type="sqlite", path=tmp_path / "integration" / "stack.db"))
+        store = ResponseStore(db)
+        await store.create_tables()
+        await store.insert(queued, ancestors=[], input_items=normalize_input(request.input), request=request.model_dump(mode="json"))
+        await db.execute(sa.update(responses).values(heartbeat_at=0.0))  # its process died long ago
+        await db.close()
+
+    asyncio.run(leave_queued())
+    with LibraryClient(CONFIG, env=live_env(upstream, tmp_path, STACK_TEST_LEASE_S="2")) as stack:
+        client = stack.openai(max_retries=0)
+        wait_for(lambda: client.responses.retrieve("resp_left_behind").status == "completed")
+        assert client.responses.retrieve("resp_left_behind").output_text == "You said: left behind"
