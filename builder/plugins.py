@@ -6,7 +6,7 @@ import importlib.metadata
 from dataclasses import dataclass
 
 from stevedore import DriverManager, ExtensionManager
-from stevedore.exception import MultipleMatches, NoMatches
+from stevedore.exception import NoMatches
 
 from builder.errors import ConfigError
 from providers.spec import Api, ProviderSpec, entry_point_group
@@ -48,6 +48,10 @@ def load_spec(api: Api, name: str) -> ProviderSpec:
     Raises PluginLoadError naming the entry point; an import error is chained as the cause.
     """
     group = entry_point_group(api)
+    owners = {ep.value: ep.dist.name if ep.dist else "?" for ep in importlib.metadata.entry_points(group=group) if ep.name == name}
+    if len(owners) > 1:
+        listing = ", ".join(f"{target} (from {dist})" for target, dist in sorted(owners.items()))
+        raise PluginLoadError(f"provider {name!r} is registered more than once in group {group!r}: {listing}; uninstall one of them")
     try:
         manager: DriverManager[ProviderSpec] = DriverManager(
             group, name, on_missing_entrypoints_callback=None
@@ -56,10 +60,6 @@ def load_spec(api: Api, name: str) -> ProviderSpec:
         installed = ", ".join(provider_names(api)) or "none"
         raise PluginLoadError(
             f"unknown provider {name!r} for API {api.value!r} (installed: {installed})"
-        ) from None
-    except MultipleMatches:
-        raise PluginLoadError(
-            f"entry point {name!r} is registered twice in group {group!r}: uninstall one of the packages"
         ) from None
     except Exception as error:
         raise PluginLoadError(

@@ -38,12 +38,19 @@ class PlannedProvider:
 
 @dataclass(frozen=True)
 class InactiveProvider:
-    """A provider left out because the environment variables it needs are not set."""
+    """A provider left out: the environment variables it needs are not set, or an API it
+    requires has providers but none of them is active."""
 
     api: Api
     provider_id: str
     provider_type: str
     missing_env: tuple[str, ...]
+    waiting_for: tuple[Api, ...] = ()
+
+    def hint(self) -> str:
+        if self.missing_env:
+            return "set " + " and ".join(self.missing_env) + " to enable it"
+        return "enable a provider of " + " and ".join(api.value for api in self.waiting_for) + " to enable it"
 
 
 @dataclass(frozen=True)
@@ -106,6 +113,7 @@ def resolve(config: StackConfig, env: Mapping[str, str] | None = None) -> StackP
             path = ("providers", api_name, index)
             planned.setdefault(api, []).append(_plan_provider(api, entry.provider_id, entry.provider_type, entry.config, path))
     _check_provider_counts(planned)
+    inactive += _cascade_inactive(planned, {p.api for p in inactive})
     _check_dependencies(planned)
     order = _start_order(planned)
     served = _served_apis(config, planned)
@@ -140,6 +148,26 @@ def _check_provider_counts(planned: Mapping[Api, list[PlannedProvider]]) -> None
                 f"providers.{api.value}: {len(providers)} providers are configured ({ids}), but the "
                 f"{api.value} API does not route between providers: keep exactly one"
             )
+
+
+def _cascade_inactive(planned: dict[Api, list[PlannedProvider]], inactive_apis: set[Api]) -> list[InactiveProvider]:
+    """Leave out providers that require an API whose every provider is inactive (the starter
+    enables responses only once some inference provider is active), until nothing changes."""
+    left_out: list[InactiveProvider] = []
+    changed = True
+    while changed:
+        changed = False
+        for api, providers in list(planned.items()):
+            for provider in list(providers):
+                waiting = tuple(dep for dep in provider.spec.requires if dep not in planned and dep in inactive_apis)
+                if waiting:
+                    providers.remove(provider)
+                    left_out.append(InactiveProvider(api, provider.provider_id, provider.spec.name, (), waiting))
+                    changed = True
+            if not providers:
+                del planned[api]
+                inactive_apis.add(api)
+    return left_out
 
 
 def _check_dependencies(planned: Mapping[Api, list[PlannedProvider]]) -> None:

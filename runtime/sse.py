@@ -35,6 +35,9 @@ async def iter_sse_data(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
                 payload = b"\n".join(data)
                 data = []
                 if payload == DONE:
+                    # Read the stream to its end, so its connection can go back to the pool.
+                    async for _ in chunks:
+                        pass
                     return
                 yield payload
     if data:

@@ -106,8 +106,4 @@ def _log_providers(plan: StackPlan) -> None:
     for provider in plan.providers:
         log.info("active provider: %s %s (%s)", provider.api.value, provider.provider_id, provider.spec.name)
     for inactive in plan.inactive:
-        needed = " and ".join(inactive.missing_env)
-        log.info(
-            "inactive provider: %s %s (%s): set %s to enable it",
-            inactive.api.value, inactive.provider_id, inactive.provider_type, needed,
-        )
+        log.info("inactive provider: %s %s (%s): %s", inactive.api.value, inactive.provider_id, inactive.provider_type, inactive.hint())

@@ -83,6 +83,7 @@ def system_router(stack: Stack, app: FastAPI) -> APIRouter:
                 "provider_type": p.provider_type,
                 "status": "inactive",
                 "missing_env": list(p.missing_env),
+                "waiting_for": [api.value for api in p.waiting_for],
             }
             for p in plan.inactive
         ]

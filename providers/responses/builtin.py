@@ -103,7 +103,7 @@ async def _iterate(events: list[Event]) -> AsyncIterator[Event]:
 async def create(context: ProviderContext[BuiltinResponsesConfig]) -> AsyncIterator[BuiltinResponses]:
     store = ResponseStore(context.databases("responses"))
     await store.create_tables()
-    engine = ResponsesEngine(context.deps[Api.inference], store)
+    engine = ResponsesEngine(context.deps[Api.inference], store, context.deps.get(Api.conversations))
     service = BuiltinResponses(engine, context.config)
     await engine.recover(lease_s=context.config.background_lease_s)
     sweeper = asyncio.get_running_loop().create_task(_sweep(engine, context.config.background_lease_s))
@@ -127,5 +127,6 @@ BUILTIN = ProviderSpec(
     config_model=BuiltinResponsesConfig,
     factory=create,
     requires=(Api.inference,),
+    optional=(Api.conversations,),
     description="The Responses API over any chat-completions model: stored, chained, streamed, background",
 )

@@ -12,7 +12,7 @@ import itertools
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -38,6 +38,14 @@ class Inference(Protocol):
     async def chat_completion(self, body: dict[str, Any], raw: bytes | None = None) -> bytes: ...
 
     async def stream_chat_completion(self, body: dict[str, Any], raw: bytes | None = None) -> AsyncIterator[bytes]: ...
+
+
+class Conversations(Protocol):
+    """What the engine needs of the conversations API."""
+
+    async def conversation_items(self, conversation_id: str) -> list[dict[str, Any]]: ...
+
+    async def append_items(self, conversation_id: str, items: Sequence[dict[str, Any]]) -> None: ...
 
 
 @dataclass
@@ -66,9 +74,10 @@ class Turn:
 
 
 class ResponsesEngine:
-    def __init__(self, inference: Inference, store: ResponseStore) -> None:
+    def __init__(self, inference: Inference, store: ResponseStore, conversations: Conversations | None = None) -> None:
         self.inference = inference
         self.store = store
+        self.conversations = conversations
         self._tasks: set[asyncio.Task[Any]] = set()
         self._background: dict[str, asyncio.Task[Any]] = {}
         self.shutting_down = False
@@ -86,6 +95,8 @@ class ResponsesEngine:
         if request.previous_response_id:
             previous, history = await self._chain(request.previous_response_id)
             ancestors = [*previous.ancestors, previous.id]
+        elif request.conversation_id:
+            history = await self._conversation(request.conversation_id)
         input_items = await self._resolve_references(input_items)
         status = "queued" if request.background else "in_progress"
         response = response_object(request, new_id("resp"), status, conversation_id=request.conversation_id)
@@ -99,6 +110,32 @@ class ResponsesEngine:
                 f"Previous response with id '{previous_id}' not found. Only stored responses (store=true) can be continued.",
                 param="previous_response_id", code="previous_response_not_found",
             ) from None
+
+    async def _history(self, request: CreateResponse) -> list[dict[str, Any]]:
+        if request.previous_response_id:
+            return (await self._chain(request.previous_response_id))[1]
+        if request.conversation_id:
+            return await self._conversation(request.conversation_id)
+        return []
+
+    async def _conversation(self, conversation_id: str) -> list[dict[str, Any]]:
+        if self.conversations is None:
+            raise InvalidRequestError(
+                "'conversation' needs the conversations API: add a conversations provider to this stack.", param="conversation", code="invalid_value"
+            )
+        try:
+            return await self.conversations.conversation_items(conversation_id)
+        except NotFoundError as error:
+            raise NotFoundError(error.message, param="conversation", code="conversation_not_found") from None
+
+    async def _extend_conversation(self, turn: Turn) -> None:
+        """A finished turn (completed, or cut by max_output_tokens) appends its input and output to
+        its conversation; a failed or cancelled one appends nothing, so retrying it is clean."""
+        conversation_id = turn.request.conversation_id
+        if self.conversations is None or not conversation_id or not turn.stored:
+            return
+        if turn.response["status"] in ("completed", "incomplete"):
+            await self.conversations.append_items(conversation_id, [*turn.input_items, *turn.response["output"]])
 
     async def _resolve_references(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
         wanted = [item["id"] for item in items if item["type"] == "item_reference"]
@@ -138,6 +175,7 @@ class ResponsesEngine:
         _finalize(turn.response, status, translator)
         if turn.stored:
             await self.store.insert(turn.response, ancestors=turn.ancestors, input_items=turn.input_items, output_items=turn.response["output"])
+        await self._extend_conversation(turn)
         return turn.response
 
     # --- streamed --------------------------------------------------------------------------
@@ -189,14 +227,17 @@ class ResponsesEngine:
         return {**event, "sequence_number": turn.sequence()}
 
     async def _persist_end(self, turn: Turn) -> None:
-        if turn.stored:
-            # A background response may have been cancelled meanwhile: the cancel's status wins,
-            # but the output produced so far is still kept.
-            if turn.response["background"] and turn.response["status"] != "cancelled":
-                if await self.store.finish(turn.response, turn.response["output"], only_if_status=["in_progress"]):
-                    return
-                turn.response["status"] = "cancelled"
-            await self.store.finish(turn.response, turn.response["output"])
+        if not turn.stored:
+            return
+        # A background response may have been cancelled meanwhile: the cancel's status wins,
+        # but the output produced so far is still kept.
+        if turn.response["background"] and turn.response["status"] != "cancelled":
+            if await self.store.finish(turn.response, turn.response["output"], only_if_status=["in_progress"]):
+                await self._extend_conversation(turn)
+                return
+            turn.response["status"] = "cancelled"
+        await self.store.finish(turn.response, turn.response["output"])
+        await self._extend_conversation(turn)
 
     def _detach(self, work: Coroutine[Any, Any, Any]) -> None:
         """Run `work` outside the current (possibly cancelled) task, and keep it until it ends."""
@@ -271,7 +312,7 @@ class ResponsesEngine:
                 continue
             if stored.status == "queued" and stored.request is not None:
                 request = CreateResponse.model_validate(stored.request)
-                history = (await self._chain(request.previous_response_id))[1] if request.previous_response_id else []
+                history = await self._history(request)
                 turn = Turn(request, stored.response, await self.store.items_of(stored.id, "input"), history, stored.ancestors)
                 log.info("resuming queued background response %s", stored.id)
                 self.spawn_background(turn)

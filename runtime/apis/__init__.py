@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 from fastapi import APIRouter
 
 from providers.spec import Api
+from runtime.apis.conversations import routes as conversations_routes
+from runtime.apis.conversations.protocol import ConversationsProvider
 from runtime.apis.inference import routes as inference_routes
 from runtime.apis.inference.protocol import InferenceProvider
 from runtime.apis.inference.router import open_inference_router
@@ -53,4 +55,5 @@ class ApiSurface:
 SURFACES: dict[Api, ApiSurface] = {
     Api.inference: ApiSurface(Api.inference, inference_routes.router, open_inference_router, InferenceProvider),
     Api.responses: ApiSurface(Api.responses, responses_routes.router, protocol=ResponsesProvider),
+    Api.conversations: ApiSurface(Api.conversations, conversations_routes.router, protocol=ConversationsProvider),
 }

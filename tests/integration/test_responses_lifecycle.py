@@ -106,6 +106,29 @@ def test_a_client_that_disconnects_mid_stream_leaves_a_cancelled_response_with_i
     assert stored.output_text.startswith("tok1 tok2 tok3")
 
 
+def test_concurrent_responses_on_one_conversation_keep_their_blocks(live: StackTarget) -> None:
+    """Live upstream: which turns a response sees depends on timing, so no recording fits."""
+    import asyncio
+
+    client = live.async_openai(max_retries=0)
+
+    async def scenario() -> list[str]:
+        conversation = await client.conversations.create()
+        await asyncio.gather(*(
+            client.responses.create(model="fake-model", conversation=conversation.id,
+                                    input=[{"role": "user", "content": f"r{r} part {p}"} for p in range(3)])
+            for r in range(8)
+        ))
+        page = client.conversations.items.list(conversation.id, order="asc", limit=100)
+        return [item.content[0].text async for item in page]  # type: ignore[union-attr]
+
+    texts = asyncio.run(scenario())
+    assert len(texts) == 8 * 4
+    for start in range(0, len(texts), 4):
+        tag = texts[start].split()[0]
+        assert texts[start:start + 4] == [f"{tag} part 0", f"{tag} part 1", f"{tag} part 2", f"You said: {tag} part 2"]
+
+
 def test_queued_and_interrupted_background_responses_are_recovered_after_a_crash(upstream: FakeUpstream, tmp_path: Path) -> None:
     """kill -9 the server with a background response running; the next server marks it failed
     once its lease lapses, and a response queued behind it is run."""

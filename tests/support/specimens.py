@@ -81,8 +81,8 @@ def _spec(api: Api, name: str, **kwargs: Any) -> ProviderSpec:
 
 INFERENCE_REMOTE = _spec(Api.inference, "remote", config_model=UrlConfig, sample_config={"base_url": "http://127.0.0.1:9"})
 INFERENCE_LOCAL = _spec(Api.inference, "local", pip_packages=("local-runtime>=1",))
-RESPONSES_BUILTIN = _spec(Api.responses, "builtin", requires=(Api.inference,), optional=(Api.conversations,))
-CONVERSATIONS_BUILTIN = _spec(Api.conversations, "builtin", requires=(Api.inference,))
+TOOLS_SPECIMEN = _spec(Api.tool_runtime, "specimen", requires=(Api.inference,), optional=(Api.vector_stores,))
+VECTORS_SPECIMEN = _spec(Api.vector_stores, "specimen", requires=(Api.inference,))
 SAFETY_OPTIONAL = _spec(Api.safety, "judge", optional=(Api.inference, Api.vector_stores))
 FILES_FAILING = _spec(Api.files, "failing", requires=(Api.inference,), factory=_recording(fail_on_start=True))
 TOOLS_NEED_FILES = _spec(Api.tool_runtime, "needs-files", requires=(Api.files,))
@@ -100,9 +100,8 @@ ENTRY_POINTS: dict[Api, dict[str, str]] = {
         "misnamed": "support.specimens:WRONG_NAME",
         "missing-module": "support.no_such_module:SPEC",
     },
-    Api.responses: {"builtin": "support.specimens:RESPONSES_BUILTIN"},
-    Api.conversations: {"builtin": "support.specimens:CONVERSATIONS_BUILTIN"},
+    Api.vector_stores: {"specimen": "support.specimens:VECTORS_SPECIMEN"},
     Api.safety: {"judge": "support.specimens:SAFETY_OPTIONAL"},
     Api.files: {"failing": "support.specimens:FILES_FAILING", "needs-tools": "support.specimens:FILES_NEED_TOOLS"},
-    Api.tool_runtime: {"needs-files": "support.specimens:TOOLS_NEED_FILES"},
+    Api.tool_runtime: {"needs-files": "support.specimens:TOOLS_NEED_FILES", "specimen": "support.specimens:TOOLS_SPECIMEN"},
 }

@@ -38,7 +38,7 @@ def router(impl: InferenceRouter) -> APIRouter:
         _check_chat_body(body)
         if body.get("stream") is True:
             return await _sse_response(await impl.stream_chat_completion(body, raw))
-        return Response(await _unless_disconnected(request, impl.chat_completion(body, raw)), media_type=JSON)
+        return _json_or_gone(await _unless_disconnected(request, impl.chat_completion(body, raw)))
 
     @routes.get("/chat/completions", summary="List stored chat completions")
     async def list_chat_completions(
@@ -79,7 +79,7 @@ def router(impl: InferenceRouter) -> APIRouter:
         body = parse_json_object(raw)
         if "input" not in body:
             raise InvalidRequestError("Missing required parameter: 'input'.", param="input", code="missing_required_parameter")
-        return Response(await _unless_disconnected(request, impl.embeddings(body, raw)), media_type=JSON)
+        return _json_or_gone(await _unless_disconnected(request, impl.embeddings(body, raw)))
 
     @routes.get("/models", summary="List models")
     async def list_models() -> dict[str, Any]:
@@ -130,8 +130,14 @@ async def _frames(first: bytes | None, rest: AsyncIterator[bytes]) -> AsyncItera
     yield sse_frame(DONE)
 
 
-async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T | Response:
-    """Await `work`, cancelling it if the client goes away first (the upstream call with it)."""
+def _json_or_gone(body: bytes | None) -> Response:
+    # 499 (client closed request) is never seen by the client; it is what the server logs show.
+    return Response(status_code=499) if body is None else Response(body, media_type=JSON)
+
+
+async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T | None:
+    """Await `work`, cancelling it if the client goes away first (the upstream call with it);
+    None when the client went away."""
     current = asyncio.current_task()
     gone = False
 
@@ -150,7 +156,7 @@ async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T | Resp
         if not gone or current is None:
             raise
         current.uncancel()
-        return Response(status_code=499)
+        return None
     finally:
         watcher.cancel()
 

@@ -58,3 +58,18 @@ def test_listing_includes_broken_providers_with_their_error(specimen_providers: 
     assert listing["missing-module"].spec is None
     assert "ModuleNotFoundError" in (listing["missing-module"].error or "")
     assert "expected a providers.spec.ProviderSpec" in (listing["dict"].error or "")
+
+
+def test_a_name_registered_by_two_packages_names_both(specimen_providers: list[str], tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    from builder.plugins import forget_cached_entry_points
+    from support.entry_points import write_distribution
+
+    site = tmp_path_factory.mktemp("duplicate")
+    write_distribution(site, "another-package", {"stack.providers.inference": {"remote": "support.specimens:INFERENCE_LOCAL"}})
+    monkeypatch.syspath_prepend(str(site))
+    forget_cached_entry_points()
+    with pytest.raises(PluginLoadError) as error:
+        load_spec(Api.inference, "remote")
+    message = str(error.value)
+    assert message.startswith("provider 'remote' is registered more than once in group 'stack.providers.inference': ")
+    assert "(from another-package)" in message and "(from stack-specimen-providers)" in message

@@ -66,20 +66,20 @@ def test_a_broken_plugin_stops_resolution_with_the_cause_chained(specimen_provid
 
 def test_providers_start_after_the_apis_they_depend_on(specimen_providers: list[str]) -> None:
     resolved = plan({
-        "responses": [entry("builtin")],
-        "conversations": [entry("builtin")],
+        "tool_runtime": [entry("specimen")],
+        "vector_stores": [entry("specimen")],
         "inference": [REMOTE, entry("local")],
     })
-    assert resolved.apis == (Api.inference, Api.conversations, Api.responses)
-    assert [p.provider_id for p in resolved.providers] == ["remote", "local", "builtin", "builtin"]
+    assert resolved.apis == (Api.inference, Api.vector_stores, Api.tool_runtime)
+    assert [p.provider_id for p in resolved.providers] == ["remote", "local", "specimen", "specimen"]
 
 
 def test_a_provider_whose_required_api_is_not_configured_is_an_error(specimen_providers: list[str]) -> None:
     with pytest.raises(ConfigError, match=(
-        r"^providers\.responses\[0\]: provider 'builtin' requires the 'inference' API, which has no provider "
+        r"^providers\.tool_runtime\[0\]: provider 'specimen' requires the 'inference' API, which has no provider "
         r"configured \(add one under providers\.inference\)"
     )):
-        plan({"responses": [entry("builtin")]})
+        plan({"tool_runtime": [entry("specimen")]})
 
 
 def test_optional_apis_order_the_start_only_when_configured(specimen_providers: list[str]) -> None:
@@ -105,14 +105,14 @@ def test_two_providers_for_an_api_that_cannot_route_is_an_error(specimen_provide
 
 
 def test_served_apis_default_to_every_configured_api(specimen_providers: list[str]) -> None:
-    resolved = plan({"inference": [REMOTE], "responses": [entry("builtin")]})
-    assert set(resolved.served_apis) == {Api.inference, Api.responses}
+    resolved = plan({"inference": [REMOTE], "tool_runtime": [entry("specimen")]})
+    assert set(resolved.served_apis) == {Api.inference, Api.tool_runtime}
 
 
 def test_apis_may_serve_a_subset_leaving_the_others_as_dependencies(specimen_providers: list[str]) -> None:
-    resolved = plan({"inference": [REMOTE], "responses": [entry("builtin")]}, apis=["responses"])
-    assert resolved.served_apis == (Api.responses,)
-    assert resolved.apis == (Api.inference, Api.responses)
+    resolved = plan({"inference": [REMOTE], "tool_runtime": [entry("specimen")]}, apis=["tool_runtime"])
+    assert resolved.served_apis == (Api.tool_runtime,)
+    assert resolved.apis == (Api.inference, Api.tool_runtime)
 
 
 def test_an_api_listed_without_a_provider_is_an_error(specimen_providers: list[str]) -> None:
@@ -162,3 +162,15 @@ def test_state_dir_defaults_under_the_home_or_stack_state_dir(specimen_providers
     assert plan({}).state_dir == Path("~/.stack/stack").expanduser()
     assert plan({}, env={"STACK_STATE_DIR": "/srv/state"}).state_dir == Path("/srv/state/stack")
     assert plan({}, state_dir="/data").state_dir == Path("/data")
+
+
+def test_a_provider_whose_required_api_is_all_inactive_is_inactive_too(specimen_providers: list[str]) -> None:
+    vllm = entry("remote", "vllm", enabled_if_env=["VLLM_URL"], config={"base_url": "${env.VLLM_URL}"})
+    resolved = plan({"inference": [vllm], "tool_runtime": [entry("specimen")], "safety": [entry("judge")]})
+    assert [p.api for p in resolved.providers] == [Api.safety]
+    by_api = {p.api: p for p in resolved.inactive}
+    assert by_api[Api.tool_runtime].waiting_for == (Api.inference,)
+    assert by_api[Api.tool_runtime].hint() == "enable a provider of inference to enable it"
+    assert by_api[Api.inference].hint() == "set VLLM_URL to enable it"
+    active = plan({"inference": [vllm], "tool_runtime": [entry("specimen")]}, env={"VLLM_URL": "http://gpu/v1"})
+    assert [p.api for p in active.providers] == [Api.inference, Api.tool_runtime]

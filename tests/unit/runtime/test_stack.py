@@ -19,19 +19,19 @@ def entry(provider_type: str, provider_id: str | None = None, **extra: Any) -> d
 
 
 async def test_providers_start_in_dependency_order_and_stop_in_reverse(tmp_path: Path, specimen_providers: list[str]) -> None:
-    resolved = plan(tmp_path, {"responses": [entry("builtin")], "inference": [entry("local")], "safety": [entry("judge")]})
+    resolved = plan(tmp_path, {"tool_runtime": [entry("specimen")], "inference": [entry("local")], "safety": [entry("judge")]})
     async with open_stack(resolved) as stack:
-        assert specimen_providers == ["start inference/local", "start responses/builtin", "start safety/judge"]
-    assert specimen_providers[3:] == ["stop safety/judge", "stop responses/builtin", "stop inference/local"]
+        assert specimen_providers == ["start inference/local", "start tool_runtime/specimen", "start safety/judge"]
+    assert specimen_providers[3:] == ["stop safety/judge", "stop tool_runtime/specimen", "stop inference/local"]
 
 
 async def test_each_provider_receives_its_config_and_its_dependencies(tmp_path: Path, specimen_providers: list[str]) -> None:
-    resolved = plan(tmp_path, {"responses": [entry("builtin")], "inference": [entry("local")]})
+    resolved = plan(tmp_path, {"tool_runtime": [entry("specimen")], "inference": [entry("local")]})
     async with open_stack(resolved) as stack:
-        responses = stack.impls[Api.responses]
-        assert isinstance(responses, Recorded)
-        assert responses.deps == {Api.inference: stack.impls[Api.inference]}
-        assert Api.conversations not in responses.deps  # optional and not configured
+        tools = stack.impls[Api.tool_runtime]
+        assert isinstance(tools, Recorded)
+        assert tools.deps == {Api.inference: stack.impls[Api.inference]}
+        assert Api.vector_stores not in tools.deps  # optional and not configured
 
 
 async def test_a_failed_start_shuts_down_what_already_started(tmp_path: Path, specimen_providers: list[str]) -> None:

@@ -1,0 +1,145 @@
+"""Conversations and their items, ordered by a per-conversation sequence.
+
+Appending reserves a block of sequence numbers with one atomic increment of the conversation's
+`next_seq` (which also locks the row on PostgreSQL until commit), then inserts the block, all in
+one transaction: two writers never interleave within each other's block, and the order never
+depends on timestamps. Listing walks the (conversation_id, seq) primary key, so a page costs the
+same at any conversation size.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+
+from runtime.errors import NotFoundError
+from runtime.storage import Database, json_type
+
+__all__ = ["ConversationStore"]
+
+_metadata = sa.MetaData()
+conversations = sa.Table(
+    "conversations",
+    _metadata,
+    sa.Column("id", sa.String(96), primary_key=True),
+    sa.Column("created_at", sa.BigInteger, nullable=False),
+    sa.Column("metadata", json_type(), nullable=True),
+    sa.Column("next_seq", sa.BigInteger, nullable=False, default=0),
+)
+conversation_items = sa.Table(
+    "conversation_items",
+    _metadata,
+    sa.Column("conversation_id", sa.String(96), primary_key=True),
+    sa.Column("seq", sa.BigInteger, primary_key=True),
+    sa.Column("item_id", sa.String(128), nullable=False),
+    sa.Column("item", json_type(), nullable=False),
+    sa.Index("ix_conversation_items_item", "conversation_id", "item_id"),
+)
+
+
+def _not_found(conversation_id: str) -> NotFoundError:
+    return NotFoundError(f"Conversation with id '{conversation_id}' not found.", param="conversation_id", code="conversation_not_found")
+
+
+class ConversationStore:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    async def create_tables(self) -> None:
+        await self.db.create_tables(_metadata)
+
+    async def create(self, conversation_id: str, metadata: dict[str, str] | None, items: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        created_at = int(time.time())
+        async with self.db.transaction() as connection:
+            await connection.execute(conversations.insert().values(
+                id=conversation_id, created_at=created_at, metadata=metadata or {}, next_seq=len(items)))
+            if items:
+                await connection.execute(conversation_items.insert(), _rows(conversation_id, 0, items))
+        return _public({"id": conversation_id, "created_at": created_at, "metadata": metadata or {}})
+
+    async def get(self, conversation_id: str) -> dict[str, Any]:
+        row = await self.db.fetch_one(sa.select(conversations).where(conversations.c.id == conversation_id))
+        if row is None:
+            raise _not_found(conversation_id)
+        return _public(dict(row))
+
+    async def update(self, conversation_id: str, metadata: dict[str, str] | None) -> dict[str, Any]:
+        changed = await self.db.execute(conversations.update().where(conversations.c.id == conversation_id).values(metadata=metadata or {}))
+        if not changed:
+            raise _not_found(conversation_id)
+        return await self.get(conversation_id)
+
+    async def delete(self, conversation_id: str) -> None:
+        async with self.db.transaction() as connection:
+            deleted = await connection.execute(conversations.delete().where(conversations.c.id == conversation_id))
+            if not deleted.rowcount:
+                raise _not_found(conversation_id)
+            await connection.execute(conversation_items.delete().where(conversation_items.c.conversation_id == conversation_id))
+
+    async def append(self, conversation_id: str, items: Sequence[dict[str, Any]]) -> None:
+        """Add `items` at the end, contiguous and in order, however many there are."""
+        if not items:
+            await self.get(conversation_id)
+            return
+        async with self.db.transaction() as connection:
+            reserved = await connection.execute(
+                conversations.update()
+                .where(conversations.c.id == conversation_id)
+                .values(next_seq=conversations.c.next_seq + len(items))
+                .returning(conversations.c.next_seq)
+            )
+            end = reserved.scalar_one_or_none()
+            if end is None:
+                raise _not_found(conversation_id)
+            await connection.execute(conversation_items.insert(), _rows(conversation_id, int(end) - len(items), items))
+
+    async def items(self, conversation_id: str) -> list[dict[str, Any]]:
+        """Every item, oldest first: the context of a response in this conversation."""
+        await self.get(conversation_id)
+        rows = await self.db.fetch_all(
+            sa.select(conversation_items.c.item).where(conversation_items.c.conversation_id == conversation_id).order_by(conversation_items.c.seq)
+        )
+        return [row["item"] for row in rows]
+
+    async def page(self, conversation_id: str, *, after: str | None, limit: int, order: str) -> tuple[list[dict[str, Any]], bool]:
+        await self.get(conversation_id)
+        query = sa.select(conversation_items.c.item).where(conversation_items.c.conversation_id == conversation_id)
+        if after is not None:
+            anchor = await self._seq_of(conversation_id, after)
+            query = query.where(conversation_items.c.seq > anchor if order == "asc" else conversation_items.c.seq < anchor)
+        column = conversation_items.c.seq
+        query = query.order_by(column.asc() if order == "asc" else column.desc()).limit(limit + 1)
+        rows = await self.db.fetch_all(query)
+        return [row["item"] for row in rows[:limit]], len(rows) > limit
+
+    async def get_item(self, conversation_id: str, item_id: str) -> dict[str, Any]:
+        await self.get(conversation_id)
+        row = await self.db.fetch_one(sa.select(conversation_items.c.item).where(
+            conversation_items.c.conversation_id == conversation_id, conversation_items.c.item_id == item_id))
+        if row is None:
+            raise NotFoundError(f"Item with id '{item_id}' not found in conversation '{conversation_id}'.", param="item_id", code="item_not_found")
+        return dict(row["item"])
+
+    async def delete_item(self, conversation_id: str, item_id: str) -> None:
+        await self.get_item(conversation_id, item_id)
+        await self.db.execute(conversation_items.delete().where(
+            conversation_items.c.conversation_id == conversation_id, conversation_items.c.item_id == item_id))
+
+    async def _seq_of(self, conversation_id: str, item_id: str) -> int:
+        row = await self.db.fetch_one(sa.select(conversation_items.c.seq).where(
+            conversation_items.c.conversation_id == conversation_id, conversation_items.c.item_id == item_id))
+        if row is None:
+            raise NotFoundError(f"Item with id '{item_id}' not found in conversation '{conversation_id}'.", param="after", code="item_not_found")
+        return int(row["seq"])
+
+
+def _rows(conversation_id: str, first_seq: int, items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{"conversation_id": conversation_id, "seq": first_seq + offset, "item_id": item["id"], "item": item}
+            for offset, item in enumerate(items)]
+
+
+def _public(row: dict[str, Any]) -> dict[str, Any]:
+    return {"id": row["id"], "object": "conversation", "created_at": row["created_at"], "metadata": row["metadata"] or {}}

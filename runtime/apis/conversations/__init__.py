@@ -1,0 +1,1 @@
+"""The Conversations API: durable, ordered lists of items that responses read and extend."""

@@ -1,0 +1,114 @@
+"""Responses and Conversations items: checked and normalised to their full form, with ids.
+
+Pure functions: no I/O. Both APIs share the OpenAI item shapes, so both check input here.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from runtime.errors import InvalidRequestError
+
+__all__ = ["new_id", "normalize_input", "normalize_item"]
+
+_INPUT_ROLES = ("user", "system", "developer", "assistant")
+_PART_TYPES = {
+    "input_text": ("text",),
+    "input_image": (),
+    "input_file": (),
+    "output_text": ("text",),
+    "refusal": ("refusal",),
+    "reasoning_text": ("text",),
+    "summary_text": ("text",),
+}
+# Items of server-side tools (later issues run them): kept and replayed as context, never invented.
+_PASSIVE_TYPES = frozenset({
+    "web_search_call", "file_search_call", "mcp_call", "mcp_list_tools", "mcp_approval_request",
+    "mcp_approval_response", "computer_call", "computer_call_output", "code_interpreter_call",
+    "image_generation_call", "local_shell_call", "local_shell_call_output", "custom_tool_call",
+    "custom_tool_call_output", "compaction",
+})
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{secrets.token_hex(24)}"
+
+
+def normalize_input(raw: Any) -> list[dict[str, Any]]:
+    """The request's `input` as a list of full items, each with an id; 400 for anything malformed."""
+    if isinstance(raw, str):
+        return [_message("user", [{"type": "input_text", "text": raw}])]
+    if not isinstance(raw, list):
+        raise InvalidRequestError("Invalid type for 'input': expected a string or an array of input items.", param="input", code="invalid_type")
+    return [normalize_item(item, f"input[{index}]") for index, item in enumerate(raw)]
+
+
+def _message(role: str, content: list[dict[str, Any]], item_id: str | None = None, status: str = "completed") -> dict[str, Any]:
+    return {"id": item_id or new_id("msg"), "type": "message", "role": role, "content": content, "status": status}
+
+
+def normalize_item(item: Any, where: str) -> dict[str, Any]:
+    """One item in its full form; `where` names it in errors (e.g. `input[2]`)."""
+    if not isinstance(item, Mapping):
+        raise InvalidRequestError(f"Invalid type for '{where}': expected an object.", param=where, code="invalid_type")
+    kind = item.get("type", "message" if "role" in item else None)
+    if kind == "message":
+        return _normalize_message(item, where)
+    if kind == "function_call":
+        _require(item, where, ("call_id", "name", "arguments"))
+        return {"status": "completed", **item, "type": "function_call", "id": item.get("id") or new_id("fc")}
+    if kind == "function_call_output":
+        _require(item, where, ("call_id", "output"))
+        return {"status": "completed", **item, "id": item.get("id") or new_id("fco")}
+    if kind == "reasoning":
+        return {"summary": [], **item, "id": item.get("id") or new_id("rs")}
+    if kind == "item_reference":
+        _require(item, where, ("id",))
+        return {"type": "item_reference", "id": item["id"]}
+    if kind in _PASSIVE_TYPES:
+        return dict(item)
+    raise InvalidRequestError(f"Invalid value for '{where}.type': unknown input item type {kind!r}.", param=f"{where}.type", code="invalid_value")
+
+
+def _require(item: Mapping[str, Any], where: str, keys: Iterable[str]) -> None:
+    for key in keys:
+        if item.get(key) is None:
+            raise InvalidRequestError(f"Missing required parameter: '{where}.{key}'.", param=f"{where}.{key}", code="missing_required_parameter")
+
+
+def _normalize_message(item: Mapping[str, Any], where: str) -> dict[str, Any]:
+    role = item.get("role")
+    if role not in _INPUT_ROLES:
+        raise InvalidRequestError(
+            f"Invalid value for '{where}.role': expected one of {', '.join(_INPUT_ROLES)}, got {role!r}.", param=f"{where}.role", code="invalid_value"
+        )
+    content = item.get("content")
+    text_type = "output_text" if role == "assistant" else "input_text"
+    if isinstance(content, str):
+        parts = [{"type": text_type, "text": content, **({"annotations": []} if role == "assistant" else {})}]
+    elif isinstance(content, list):
+        parts = [_normalize_part(part, f"{where}.content[{index}]") for index, part in enumerate(content)]
+    else:
+        raise InvalidRequestError(f"Invalid type for '{where}.content': expected a string or an array of content parts.", param=f"{where}.content", code="invalid_type")
+    return _message(str(role), parts, item.get("id"), str(item.get("status") or "completed"))
+
+
+def _normalize_part(part: Any, where: str) -> dict[str, Any]:
+    if not isinstance(part, Mapping):
+        raise InvalidRequestError(f"Invalid type for '{where}': expected a content part object.", param=where, code="invalid_type")
+    kind = part.get("type")
+    if kind not in _PART_TYPES:
+        raise InvalidRequestError(
+            f"Invalid value for '{where}.type': unknown content part type {kind!r} (expected one of: {', '.join(_PART_TYPES)}).",
+            param=f"{where}.type", code="invalid_value",
+        )
+    for key in _PART_TYPES[kind]:
+        if not isinstance(part.get(key), str):
+            raise InvalidRequestError(f"Missing required parameter: '{where}.{key}'.", param=f"{where}.{key}", code="missing_required_parameter")
+    if kind == "input_image" and not (part.get("image_url") or part.get("file_id")):
+        raise InvalidRequestError(f"Missing required parameter: '{where}.image_url' (or file_id).", param=f"{where}.image_url", code="missing_required_parameter")
+    if kind == "output_text":
+        return {"annotations": [], **part}
+    return dict(part)

@@ -1,0 +1,39 @@
+"""Items of the Responses and Conversations APIs: normalised and checked."""
+
+from __future__ import annotations
+
+import pytest
+
+from runtime.apis.items import normalize_input
+from runtime.errors import InvalidRequestError
+
+
+def test_a_string_is_one_user_message_with_an_id() -> None:
+    [item] = normalize_input("hi")
+    assert item["id"].startswith("msg_")
+    assert {k: item[k] for k in ("type", "role", "content", "status")} == {
+        "type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}], "status": "completed"}
+
+
+def test_easy_messages_get_their_full_form() -> None:
+    user, assistant = normalize_input([{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}])
+    assert user["content"] == [{"type": "input_text", "text": "q"}]
+    assert assistant["content"] == [{"type": "output_text", "text": "a", "annotations": []}]
+
+
+@pytest.mark.parametrize(("raw", "param"), [
+    ([{"type": "nope"}], "input[0].type"),
+    ([{"role": "robot", "content": "x"}], "input[0].role"),
+    ([{"role": "user", "content": [{"type": "input_video"}]}], "input[0].content[0].type"),
+    ([{"role": "user", "content": 5}], "input[0].content"),
+    ([{"type": "function_call", "name": "f", "arguments": "{}"}], "input[0].call_id"),
+    ([{"type": "function_call_output", "call_id": "c"}], "input[0].output"),
+    ([{"role": "user", "content": [{"type": "input_image"}]}], "input[0].content[0].image_url"),
+    (42, "input"),
+])
+def test_malformed_items_name_the_offending_field(raw: object, param: str) -> None:
+    with pytest.raises(InvalidRequestError) as error:
+        normalize_input(raw)
+    assert error.value.param == param
+
+
