@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import pytest
 from fake_upstream.server import FakeUpstream, running_fake_upstream
 from runtime.library_client import LibraryClient
 from support.postgres import fresh_database
+from support.scenarios import concurrent_turns_keep_their_blocks
 
 pytestmark = pytest.mark.postgres
 
@@ -42,20 +42,4 @@ storage:
 
 
 def test_concurrent_responses_on_postgres_keep_their_blocks(pg_stack: LibraryClient) -> None:
-    client = pg_stack.async_openai(max_retries=0)
-
-    async def scenario() -> list[str]:
-        conversation = await client.conversations.create()
-        await asyncio.gather(*(
-            client.responses.create(model="fake-model", conversation=conversation.id,
-                                    input=[{"role": "user", "content": f"r{r} part {p}"} for p in range(3)])
-            for r in range(12)
-        ))
-        page = client.conversations.items.list(conversation.id, order="asc", limit=100)
-        return [item.content[0].text async for item in page]  # type: ignore[union-attr]
-
-    texts = asyncio.run(scenario())
-    assert len(texts) == 12 * 4
-    for start in range(0, len(texts), 4):
-        tag = texts[start].split()[0]
-        assert texts[start:start + 4] == [f"{tag} part 0", f"{tag} part 1", f"{tag} part 2", f"You said: {tag} part 2"]
+    concurrent_turns_keep_their_blocks(pg_stack.async_openai(max_retries=0), turns=12)

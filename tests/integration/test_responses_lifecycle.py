@@ -17,6 +17,7 @@ import pytest
 
 from fake_upstream.server import FakeUpstream, running_fake_upstream
 from runtime.testing.targets import StackTarget, free_port, open_target
+from support.scenarios import concurrent_turns_keep_their_blocks
 
 CONFIG = "tests/integration/run.yaml"
 
@@ -108,25 +109,7 @@ def test_a_client_that_disconnects_mid_stream_leaves_a_cancelled_response_with_i
 
 def test_concurrent_responses_on_one_conversation_keep_their_blocks(live: StackTarget) -> None:
     """Live upstream: which turns a response sees depends on timing, so no recording fits."""
-    import asyncio
-
-    client = live.async_openai(max_retries=0)
-
-    async def scenario() -> list[str]:
-        conversation = await client.conversations.create()
-        await asyncio.gather(*(
-            client.responses.create(model="fake-model", conversation=conversation.id,
-                                    input=[{"role": "user", "content": f"r{r} part {p}"} for p in range(3)])
-            for r in range(8)
-        ))
-        page = client.conversations.items.list(conversation.id, order="asc", limit=100)
-        return [item.content[0].text async for item in page]  # type: ignore[union-attr]
-
-    texts = asyncio.run(scenario())
-    assert len(texts) == 8 * 4
-    for start in range(0, len(texts), 4):
-        tag = texts[start].split()[0]
-        assert texts[start:start + 4] == [f"{tag} part 0", f"{tag} part 1", f"{tag} part 2", f"You said: {tag} part 2"]
+    concurrent_turns_keep_their_blocks(live.async_openai(max_retries=0), turns=8)
 
 
 def test_queued_and_interrupted_background_responses_are_recovered_after_a_crash(upstream: FakeUpstream, tmp_path: Path) -> None:
