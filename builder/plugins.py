@@ -17,6 +17,7 @@ __all__ = [
     "forget_cached_entry_points",
     "installed_providers",
     "load_spec",
+    "provider_distribution",
     "provider_names",
 ]
 
@@ -94,6 +95,14 @@ def installed_providers(api: Api) -> list[InstalledProvider]:
                 error = bad.message
         listing.append(InstalledProvider(api, entry_point.name, entry_point.value, dist, spec, error))
     return sorted(listing, key=lambda item: item.name)
+
+
+def provider_distribution(api: Api, name: str) -> str | None:
+    """`name==version` of the installed package that registers provider `name`, if any."""
+    for entry_point in importlib.metadata.entry_points(group=entry_point_group(api)):
+        if entry_point.name == name and entry_point.dist is not None:
+            return f"{entry_point.dist.name}=={entry_point.dist.version}"
+    return None
 
 
 def forget_cached_entry_points() -> None:

@@ -42,7 +42,7 @@ import jinja2
 
 from builder.errors import ConfigError
 from builder.load import find_config
-from builder.plugins import PluginLoadError, load_spec
+from builder.plugins import PluginLoadError, load_spec, provider_distribution
 from builder.resolve import InactiveProvider, PlannedProvider, StackPlan, load_plan
 from providers.spec import Api, ProviderSpec
 
@@ -186,7 +186,7 @@ def _active_packages(providers: Sequence[PlannedProvider]) -> list[_Package]:
     needed_by: dict[str, list[str]] = {}
     for provider in providers:
         label = _label(provider.api, provider.provider_id, provider.spec.name)
-        for requirement in dict.fromkeys(r.strip() for r in provider.spec.pip_packages if r.strip()):
+        for requirement in dict.fromkeys(_requirements(provider.api, provider.spec)):
             needed_by.setdefault(requirement, []).append(label)
     return [_Package(r, needed_by[r]) for r in sorted(needed_by, key=lambda r: (r.lower(), r))]
 
@@ -197,8 +197,17 @@ def _inactive_packages(provider: InactiveProvider, load: SpecLoader) -> _Inactiv
         spec = load(provider.api, provider.provider_type)
     except PluginLoadError:
         return _InactivePackages(label, provider.missing_env, None)
-    packages = sorted({r.strip() for r in spec.pip_packages if r.strip()}, key=lambda r: (r.lower(), r))
+    packages = sorted(set(_requirements(provider.api, spec)), key=lambda r: (r.lower(), r))
     return _InactivePackages(label, provider.missing_env, packages)
+
+
+def _requirements(api: Api, spec: ProviderSpec) -> list[str]:
+    """The spec's own packages, plus the plugin package that provides it (unless it is stack)."""
+    requirements = [r.strip() for r in spec.pip_packages if r.strip()]
+    plugin = provider_distribution(api, spec.name)
+    if plugin is not None and not plugin.startswith("stack=="):
+        requirements.append(plugin)
+    return requirements
 
 
 def _label(api: Api, provider_id: str, provider_type: str) -> str:

@@ -267,3 +267,12 @@ def test_slow_venv_is_created_and_pip_installs_into_it(config: Path, tmp_path: P
     pip = subprocess.run([venv / "bin" / "python", "-m", "pip", "--version"], capture_output=True, text=True, check=False)
     assert pip.returncode == 0 and str(venv) in pip.stdout
     assert f"export VIRTUAL_ENV={venv}\n" in (out / "launch.sh").read_text()
+
+
+def test_a_third_party_provider_brings_its_own_package(installed_plugins: Path, tmp_path: Path) -> None:
+    config = tmp_path / "run.yaml"
+    config.write_text("name: plugged\nproviders:\n  safety:\n    - {provider_id: words, provider_type: keyword-filter, config: {blocked_words: [x]}}\n")
+    from builder.resolve import load_plan
+
+    text = render_requirements(load_plan(config, {}), server="")
+    assert "stack-example-plugin==1.0.0" in text.splitlines()
