@@ -28,10 +28,34 @@ T = TypeVar("T")
 JSON = "application/json"
 
 
+def _body_schema(required: list[str], properties: dict[str, Any]) -> dict[str, Any]:
+    # The routes read raw bytes (so every field passes through untouched); the document still
+    # says what a request looks like. Any other field is allowed and forwarded.
+    schema = {"type": "object", "required": required, "properties": properties, "additionalProperties": True}
+    return {"requestBody": {"required": True, "content": {JSON: {"schema": schema}}}}
+
+
+CHAT_BODY = _body_schema(["model", "messages"], {
+    "model": {"type": "string", "description": "provider_id/model, a bare model name, or a registered model id"},
+    "messages": {"type": "array", "minItems": 1, "items": {"type": "object", "required": ["role"]}},
+    "stream": {"type": "boolean"},
+    "store": {"type": "boolean", "description": "keep the completion for GET /v1/chat/completions"},
+    "metadata": {"type": "object", "additionalProperties": {"type": "string", "maxLength": 512}, "maxProperties": 16},
+    "tools": {"type": "array", "items": {"type": "object"}},
+    "stream_options": {"type": "object"},
+})
+EMBEDDINGS_BODY = _body_schema(["model", "input"], {
+    "model": {"type": "string"},
+    "input": {"oneOf": [{"type": "string"}, {"type": "array"}]},
+    "encoding_format": {"type": "string", "enum": ["float", "base64"]},
+    "dimensions": {"type": "integer", "minimum": 1},
+})
+
+
 def router(impl: InferenceRouter) -> APIRouter:
     routes = APIRouter()
 
-    @routes.post("/chat/completions", summary="Create a chat completion (streamed with `stream: true`)")
+    @routes.post("/chat/completions", summary="Create a chat completion (streamed with `stream: true`)", openapi_extra=CHAT_BODY)
     async def create_chat_completion(request: Request) -> Response:
         raw = await request.body()
         body = parse_json_object(raw)
@@ -73,7 +97,7 @@ def router(impl: InferenceRouter) -> APIRouter:
         messages = _store_messages(completion_id, await impl.store.messages(completion_id))
         return _page_in_memory(messages, after, validate_limit(limit), validate_order(order))
 
-    @routes.post("/embeddings", summary="Create embeddings")
+    @routes.post("/embeddings", summary="Create embeddings", openapi_extra=EMBEDDINGS_BODY)
     async def create_embeddings(request: Request) -> Response:
         raw = await request.body()
         body = parse_json_object(raw)
