@@ -101,12 +101,16 @@ class PooledTransport(httpx2.AsyncBaseTransport):
         # Fast path without a coroutine: an idle connection, or room to open one.
         conn = pool.take() if pool.idle or pool.total < pool.max else await pool.wait(loop, pool_timeout)
         conn = await self._exchange(pool, conn, payload, request.method == "HEAD", connect_timeout, read_timeout)
-        return httpx2.Response(
-            conn.status,
-            headers=conn.headers,
-            stream=_ResponseStream(conn, read_timeout),
-            extensions={"http_version": _HTTP11},
-        )
+        try:
+            return httpx2.Response(
+                conn.status,
+                headers=conn.headers,
+                stream=_ResponseStream(conn, read_timeout),
+                extensions={"http_version": _HTTP11},
+            )
+        except BaseException:
+            conn.discard()
+            raise
 
     async def aclose(self) -> None:
         self._closed = True
@@ -159,6 +163,8 @@ class PooledTransport(httpx2.AsyncBaseTransport):
         self._loop = loop
 
     def _new_pool(self, url: httpx2.URL) -> _Pool:
+        if self._closed:
+            raise RuntimeError("PooledTransport is closed")
         scheme = url.scheme
         if scheme not in ("http", "https"):
             raise httpx2.UnsupportedProtocol(f"unsupported URL scheme {scheme!r}")
@@ -191,7 +197,8 @@ def _method_bytes(method: str) -> bytes:
         encoded = method.encode("ascii", "replace")
         if not _TOKEN.fullmatch(encoded):
             raise httpx2.LocalProtocolError(f"invalid HTTP method {method!r}")
-        _METHODS[method] = encoded
+        if len(_METHODS) < 64:  # bounded: methods are caller input
+            _METHODS[method] = encoded
     return encoded
 
 
@@ -265,9 +272,11 @@ class _Pool:
         try:
             return await waiter
         except BaseException:
-            # Cancelled after a connection (or slot) was handed over: pass it on, don't leak it.
             if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
+                # Cancelled after a connection (or slot) was handed over: pass it on, don't leak it.
                 self._give_back(waiter.result())
+            elif waiter in self.waiters:  # timed out or cancelled: don't pile up dead waiters
+                self.waiters.remove(waiter)
             raise
         finally:
             if timer is not None:
@@ -471,7 +480,7 @@ class _Connection(asyncio.Protocol):
         try:
             if self.transport is not None:
                 self.transport.abort()
-        except RuntimeError:  # its event loop is closed
+        except Exception:  # its event loop is closed: best effort, the GC closes the socket
             pass
 
     def _wake(self) -> None:
@@ -555,6 +564,9 @@ class _Connection(asyncio.Protocol):
         self.headers.append((name, value))
 
     def on_headers_complete(self) -> None:
+        if self.state != _HEADERS:
+            # A second response on the wire after this one: the server is out of sync.
+            raise httpx2.RemoteProtocolError("received a response nobody asked for")
         status = self.parser.get_status_code()
         if status < 200:
             # An interim response (100 Continue, 103 Early Hints): llhttp goes on with the next one.
@@ -613,7 +625,13 @@ class _ResponseStream(httpx2.AsyncByteStream):
             except BaseException:
                 self._abort(conn)
                 raise
-        chunk = chunks.popleft()
+        if len(chunks) == 1:
+            chunk = chunks.popleft()
+        else:
+            # Hand over everything already received at once: each chunk costs a trip through
+            # httpx2's stream layers, and one socket read often holds many (SSE events).
+            chunk = b"".join(chunks)
+            chunks.clear()
         conn.consumed(len(chunk))
         return chunk
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Request
+from fastapi.responses import Response
 
-from runtime.apis.common import parse_json_object, validate_limit, validate_order
+from runtime.apis.common import JSONBytes, parse_json_object, validate_limit, validate_order
 from runtime.apis.conversations.protocol import ConversationsProvider
 from runtime.errors import InvalidRequestError
 
@@ -17,43 +18,43 @@ def router(impl: ConversationsProvider) -> APIRouter:
     routes = APIRouter()
 
     @routes.post("/conversations", summary="Create a conversation, with up to 20 initial items")
-    async def create_conversation(request: Request) -> dict[str, Any]:
+    async def create_conversation(request: Request) -> Response:
         body = await _body(request, allow_empty=True)
-        return await impl.create_conversation(body.get("items"), body.get("metadata"))
+        return JSONBytes(await impl.create_conversation(body.get("items"), body.get("metadata")))
 
     @routes.get("/conversations/{conversation_id}", summary="Get a conversation")
-    async def get_conversation(conversation_id: str) -> dict[str, Any]:
-        return await impl.get_conversation(conversation_id)
+    async def get_conversation(conversation_id: str) -> Response:
+        return JSONBytes(await impl.get_conversation(conversation_id))
 
     @routes.post("/conversations/{conversation_id}", summary="Update a conversation's metadata")
-    async def update_conversation(conversation_id: str, request: Request) -> dict[str, Any]:
+    async def update_conversation(conversation_id: str, request: Request) -> Response:
         body = await _body(request)
         if "metadata" not in body:
             raise InvalidRequestError("Missing required parameter: 'metadata'.", param="metadata", code="missing_required_parameter")
-        return await impl.update_conversation(conversation_id, body["metadata"])
+        return JSONBytes(await impl.update_conversation(conversation_id, body["metadata"]))
 
     @routes.delete("/conversations/{conversation_id}", summary="Delete a conversation and its items")
-    async def delete_conversation(conversation_id: str) -> dict[str, Any]:
-        return await impl.delete_conversation(conversation_id)
+    async def delete_conversation(conversation_id: str) -> Response:
+        return JSONBytes(await impl.delete_conversation(conversation_id))
 
     @routes.post("/conversations/{conversation_id}/items", summary="Add up to 20 items to a conversation")
-    async def add_items(conversation_id: str, request: Request) -> dict[str, Any]:
+    async def add_items(conversation_id: str, request: Request) -> Response:
         body = await _body(request)
         if "items" not in body:
             raise InvalidRequestError("Missing required parameter: 'items'.", param="items", code="missing_required_parameter")
-        return await impl.add_items(conversation_id, body["items"])
+        return JSONBytes(await impl.add_items(conversation_id, body["items"]))
 
     @routes.get("/conversations/{conversation_id}/items", summary="List a conversation's items")
-    async def list_items(conversation_id: str, after: str | None = None, limit: int = 20, order: str = "desc") -> dict[str, Any]:
-        return await impl.list_items(conversation_id, after, validate_limit(limit), validate_order(order))
+    async def list_items(conversation_id: str, after: str | None = None, limit: int = 20, order: str = "desc") -> Response:
+        return JSONBytes(await impl.list_items(conversation_id, after, validate_limit(limit), validate_order(order)))
 
     @routes.get("/conversations/{conversation_id}/items/{item_id}", summary="Get an item of a conversation")
-    async def get_item(conversation_id: str, item_id: str) -> dict[str, Any]:
-        return await impl.get_item(conversation_id, item_id)
+    async def get_item(conversation_id: str, item_id: str) -> Response:
+        return JSONBytes(await impl.get_item(conversation_id, item_id))
 
     @routes.delete("/conversations/{conversation_id}/items/{item_id}", summary="Delete an item; returns the conversation")
-    async def delete_item(conversation_id: str, item_id: str) -> dict[str, Any]:
-        return await impl.delete_item(conversation_id, item_id)
+    async def delete_item(conversation_id: str, item_id: str) -> Response:
+        return JSONBytes(await impl.delete_item(conversation_id, item_id))
 
     return routes
 

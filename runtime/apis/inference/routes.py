@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 
-from runtime.apis.common import cursor_page, parse_json_object, validate_limit, validate_metadata, validate_order
+from runtime.apis.common import JSONBytes, cursor_page, parse_json_object, validate_limit, validate_metadata, validate_order
 from runtime.errors import APIError, InvalidRequestError
 from runtime.sse import DONE, sse_frame
 
@@ -75,20 +75,20 @@ def router(impl: InferenceRouter) -> APIRouter:
         return cursor_page(data, has_more)
 
     @routes.get("/chat/completions/{completion_id}", summary="Get a stored chat completion")
-    async def get_chat_completion(completion_id: str) -> dict[str, Any]:
-        return await impl.store.get(completion_id)
+    async def get_chat_completion(completion_id: str) -> Response:
+        return JSONBytes(await impl.store.get(completion_id))
 
     @routes.post("/chat/completions/{completion_id}", summary="Update a stored chat completion's metadata")
-    async def update_chat_completion(completion_id: str, request: Request) -> dict[str, Any]:
+    async def update_chat_completion(completion_id: str, request: Request) -> Response:
         body = parse_json_object(await request.body())
         if "metadata" not in body:
             raise InvalidRequestError("Missing required parameter: 'metadata'.", param="metadata", code="missing_required_parameter")
-        return await impl.store.update_metadata(completion_id, validate_metadata(body["metadata"]))
+        return JSONBytes(await impl.store.update_metadata(completion_id, validate_metadata(body["metadata"])))
 
     @routes.delete("/chat/completions/{completion_id}", summary="Delete a stored chat completion")
-    async def delete_chat_completion(completion_id: str) -> dict[str, Any]:
+    async def delete_chat_completion(completion_id: str) -> Response:
         await impl.store.get(completion_id)  # 404 for an unknown id
-        return {"id": completion_id, "object": "chat.completion.deleted", "deleted": await impl.store.delete(completion_id)}
+        return JSONBytes({"id": completion_id, "object": "chat.completion.deleted", "deleted": await impl.store.delete(completion_id)})
 
     @routes.get("/chat/completions/{completion_id}/messages", summary="List the input messages of a stored chat completion")
     async def list_chat_completion_messages(
@@ -106,13 +106,13 @@ def router(impl: InferenceRouter) -> APIRouter:
         return _json_or_gone(await _unless_disconnected(request, impl.embeddings(body, raw)))
 
     @routes.get("/models", summary="List models")
-    async def list_models() -> dict[str, Any]:
+    async def list_models() -> Response:
         await impl.refresh_if_stale()
-        return {"object": "list", "data": [entry.public() for entry in impl.models()]}
+        return JSONBytes({"object": "list", "data": [entry.public() for entry in impl.models()]})
 
     @routes.get("/models/{model_id:path}", summary="Get a model")
-    async def get_model(model_id: str) -> dict[str, Any]:
-        return (await impl.resolve(model_id)).public()
+    async def get_model(model_id: str) -> Response:
+        return JSONBytes((await impl.resolve(model_id)).public())
 
     return routes
 

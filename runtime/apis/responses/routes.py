@@ -10,7 +10,7 @@ from fastapi import APIRouter
 from fastapi.responses import Response, StreamingResponse
 
 from providers.responses.request import CreateResponse
-from runtime.apis.common import validate_limit, validate_order
+from runtime.apis.common import JSONBytes, validate_limit, validate_order
 from runtime.apis.responses.protocol import ResponsesProvider
 from runtime.errors import APIError
 from runtime.sse import sse_frame
@@ -25,39 +25,35 @@ def router(impl: ResponsesProvider) -> APIRouter:
     async def create_response(request: CreateResponse) -> Response:
         if request.stream:
             return _sse(await impl.stream_response(request))
-        return _json(await impl.create_response(request))
+        return JSONBytes(await impl.create_response(request))
 
     @routes.post("/responses/input_tokens", summary="Count the input tokens a response would use")
-    async def count_input_tokens(request: CreateResponse) -> dict[str, Any]:
-        return await impl.count_input_tokens(request)
+    async def count_input_tokens(request: CreateResponse) -> Response:
+        return JSONBytes(await impl.count_input_tokens(request))
 
     @routes.get("/responses", summary="List stored responses")
-    async def list_responses(after: str | None = None, limit: int = 20, order: str = "desc") -> dict[str, Any]:
-        return await impl.list_responses(after, validate_limit(limit), validate_order(order))
+    async def list_responses(after: str | None = None, limit: int = 20, order: str = "desc") -> Response:
+        return JSONBytes(await impl.list_responses(after, validate_limit(limit), validate_order(order)))
 
     @routes.get("/responses/{response_id}", summary="Get a response, or replay its events with `stream=true`")
     async def get_response(response_id: str, stream: bool = False, starting_after: int | None = None) -> Response:
         if stream:
             return _sse(await impl.stream_stored_response(response_id, starting_after))
-        return _json(await impl.get_response(response_id))
+        return JSONBytes(await impl.get_response(response_id))
 
     @routes.delete("/responses/{response_id}", summary="Delete a stored response")
-    async def delete_response(response_id: str) -> dict[str, Any]:
-        return await impl.delete_response(response_id)
+    async def delete_response(response_id: str) -> Response:
+        return JSONBytes(await impl.delete_response(response_id))
 
     @routes.post("/responses/{response_id}/cancel", summary="Cancel a background response")
     async def cancel_response(response_id: str) -> Response:
-        return _json(await impl.cancel_response(response_id))
+        return JSONBytes(await impl.cancel_response(response_id))
 
     @routes.get("/responses/{response_id}/input_items", summary="List a response's input items")
-    async def list_input_items(response_id: str, after: str | None = None, limit: int = 20, order: str = "desc") -> dict[str, Any]:
-        return await impl.list_input_items(response_id, after, validate_limit(limit), validate_order(order))
+    async def list_input_items(response_id: str, after: str | None = None, limit: int = 20, order: str = "desc") -> Response:
+        return JSONBytes(await impl.list_input_items(response_id, after, validate_limit(limit), validate_order(order)))
 
     return routes
-
-
-def _json(body: dict[str, Any]) -> Response:
-    return Response(json.dumps(body, separators=(",", ":")), media_type="application/json")
 
 
 def _sse(events: AsyncIterator[dict[str, Any]]) -> StreamingResponse:
