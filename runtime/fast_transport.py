@@ -31,6 +31,7 @@ _DONE: Final = 3  # whole response received
 _TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _CHUNKED = b"\r\ntransfer-encoding: chunked\r\n"
 _HTTP11: Final = b"HTTP/1.1"
+_NEVER: Final = float("inf")
 
 
 class _StaleConnection(Exception):
@@ -43,26 +44,31 @@ class PooledTransport(httpx2.AsyncBaseTransport):
     Why it is fast, compared with httpx2's default httpcore2 + h11 + anyio stack:
 
     - Parsing is done by llhttp in C (httptools), driven straight from `data_received`: no
-      pure-Python state machine, no read loop, no per-request task; the caller's own task
-      awaits a single future for the headers and, only when a chunk is not yet there, one per
-      body chunk.
+      pure-Python state machine, no read loop, no per-request task. The caller's own task
+      awaits one future for the headers, then one per socket read only when no body bytes
+      are buffered yet; whatever is buffered is handed over as one chunk.
     - The request head and a known-length body go out in one `transport.write`.
-    - Timeouts are plain `loop.call_later` timers on those futures (no `asyncio.timeout` /
-      cancel-scope machinery); none is armed when data is already buffered.
+    - Read timeouts use one timer per connection that is re-armed only when it fires before
+      its deadline, not a timer (or an `asyncio.timeout` cancel scope) per wait.
 
     Pooling: one pool per origin (scheme, host, port). Idle connections are reused LIFO (the
     warmest socket, and the coldest ones age out on the server). At most `max_connections`
     are open per origin; further requests queue FIFO and get a released connection (or the
     right to open one) handed over directly, so a waiter cannot be overtaken. A connection
     goes back to the pool only once its response was received completely and the server did
-    not ask to close it; a response closed early closes its connection.
+    not ask to close it; a response closed before its end arrived closes its connection.
+
+    Timeouts come from `request.extensions["timeout"]` (connect, read, pool; httpx2's client
+    always sets them); without it, `connect_timeout` applies and reads and pool waits are
+    unbounded. Write timeouts are not enforced: the write is buffered by asyncio.
 
     A request on a reused connection that the server closed before sending any byte (the
     keep-alive race) is retried once on a fresh connection, as browsers and urllib3 do.
 
     Not supported: HTTP/2, proxies, upgrades (101), streaming request bodies (they are read
-    fully and sent as one chunk), reason phrases other than the standard ones. A transport is
-    bound to the event loop it is first used on.
+    fully and sent as one chunk), reason phrases other than the standard ones. A transport
+    belongs to one event loop at a time: once that loop is closed, the next one to use it
+    starts afresh (the old connections are dropped).
     """
 
     def __init__(
@@ -386,6 +392,9 @@ class _Connection(asyncio.Protocol):
         "reused",
         "got_bytes",
         "is_head",
+        "timer",
+        "deadline",
+        "waiting_for",
     )
 
     def __init__(self, pool: _Pool) -> None:
@@ -408,6 +417,9 @@ class _Connection(asyncio.Protocol):
         self.reused = False  # served a request before: a close before any byte may be the keep-alive race
         self.got_bytes = False
         self.is_head = False
+        self.timer: asyncio.TimerHandle | None = None
+        self.deadline = 0.0
+        self.waiting_for = ""
 
     # -- used by the transport and the response stream --------------------------------------
 
@@ -425,18 +437,38 @@ class _Connection(asyncio.Protocol):
                 raise self.error
             await self.wait(timeout, "response headers")
 
-    async def wait(self, timeout: float | None, what: str) -> None:
-        """Until the next parser event (or connection loss), at most `timeout` seconds."""
-        waiter: asyncio.Future[None] = self.loop.create_future()
+    def wait(self, timeout: float | None, what: str) -> asyncio.Future[None]:
+        """A future for the next parser event (or connection loss); it fails after `timeout` seconds.
+
+        One timer per connection, re-armed only when it fires early, instead of one per wait:
+        a stream waits once per socket read, and a timer costs more than the rest of the wait.
+        """
+        loop = self.loop
+        waiter: asyncio.Future[None] = loop.create_future()
         self.waiter = waiter
         if timeout is None:
-            await waiter
+            self.deadline = _NEVER  # a timer armed by an earlier wait must not fire on this one
+        else:
+            self.waiting_for = what
+            self.deadline = deadline = loop.time() + timeout
+            timer = self.timer
+            if timer is None or timer.when() > deadline:
+                if timer is not None:
+                    timer.cancel()
+                self.timer = loop.call_at(deadline, self._check_deadline)
+        return waiter
+
+    def _check_deadline(self) -> None:
+        self.timer = None
+        waiter = self.waiter
+        if waiter is None or waiter.done():
+            return  # nothing waits any more: stay disarmed until the next wait
+        deadline = self.deadline
+        if deadline > self.loop.time():
+            if deadline != _NEVER:  # data came meanwhile: wait out the rest
+                self.timer = self.loop.call_at(deadline, self._check_deadline)
             return
-        timer = self.loop.call_later(timeout, _expire, waiter, httpx2.ReadTimeout, what)
-        try:
-            await waiter
-        finally:
-            timer.cancel()
+        waiter.set_exception(httpx2.ReadTimeout(f"timed out waiting for the {self.waiting_for}"))
 
     def consumed(self, size: int) -> None:
         self.buffered -= size
@@ -457,6 +489,9 @@ class _Connection(asyncio.Protocol):
 
     def discard(self) -> None:
         """Close the socket and give up the pool slot (idempotent)."""
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
         if self.in_pool:
             self.in_pool = False
             self.pool.idle.remove(self)
@@ -517,6 +552,9 @@ class _Connection(asyncio.Protocol):
             self._fail(httpx2.RemoteProtocolError("protocol upgrades are not supported"))
         except httptools.HttpParserError as exc:
             self._fail(httpx2.RemoteProtocolError(f"invalid HTTP response: {exc}"))
+        # One wake-up per socket read, not per parser callback; a waiter woken for nothing
+        # (half a header) just waits again.
+        self._wake()
 
     def eof_received(self) -> bool | None:
         return None  # let the transport close; connection_lost decides what it means
@@ -558,7 +596,7 @@ class _Connection(asyncio.Protocol):
                 return False
         return True
 
-    # -- httptools callbacks ------------------------------------------------------------------
+    # -- httptools callbacks (data_received wakes the waiter once they have run) ---------------
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self.headers.append((name, value))
@@ -580,7 +618,6 @@ class _Connection(asyncio.Protocol):
             self.reusable = False
         else:
             self.state = _BODY
-        self._wake()
 
     def on_body(self, body: bytes) -> None:
         self.chunks.append(body)
@@ -588,13 +625,11 @@ class _Connection(asyncio.Protocol):
         if self.buffered > HIGH_WATER and not self.paused:
             self.paused = True
             self.transport.pause_reading()  # type: ignore[union-attr]
-        self._wake()
 
     def on_message_complete(self) -> None:
         if self.state == _BODY:  # not the end of an interim response
             self.state = _DONE
             self.reusable = self.parser.should_keep_alive()
-            self._wake()
 
 
 class _ResponseStream(httpx2.AsyncByteStream):

@@ -14,10 +14,11 @@ in parallel (WAL mode) on other pooled connections.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
@@ -32,6 +33,9 @@ __all__ = ["Database", "Storage", "json_type", "open_database"]
 _BEGIN_OPTION = "stack_sqlite_begin"
 
 _POSTGRES_SCHEMES = frozenset({"postgres", "postgresql", "postgresql+asyncpg"})
+
+
+T = TypeVar("T")
 
 
 def json_type() -> sa.types.TypeEngine[Any]:
@@ -49,7 +53,7 @@ class Database:
     forever, so it raises `RuntimeError` instead.
     """
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, sqlite_sync: sa.Engine | None = None) -> None:
         self.engine = engine
         self.dialect: str = engine.dialect.name
         if self.dialect not in ("sqlite", "postgresql"):
@@ -58,11 +62,34 @@ class Database:
         # write lock, and writers queued in-process are fair and cannot time out on it.
         self._write_lock = asyncio.Lock() if self.dialect == "sqlite" else None
         self._writer: asyncio.Task[Any] | None = None
+        # On SQLite, `write` and the fetches run whole on a thread of their own with the
+        # synchronous driver: one hop per transaction, where the async driver makes one per
+        # statement (and SQLite releases the GIL while it works).
+        self._sync = sqlite_sync
+        self._write_thread = ThreadPoolExecutor(1, thread_name_prefix="stack-sqlite-write") if sqlite_sync else None
+        self._read_threads = ThreadPoolExecutor(4, thread_name_prefix="stack-sqlite-read") if sqlite_sync else None
 
     async def create_tables(self, metadata: sa.MetaData) -> None:
         """Create the tables of `metadata` that do not exist yet."""
-        async with self.transaction() as conn:
-            await conn.run_sync(metadata.create_all, checkfirst=True)
+        await self.write(lambda conn: metadata.create_all(conn, checkfirst=True))
+
+    async def write(self, work: Callable[[sa.Connection], T]) -> T:
+        """Run `work(connection)` in a write transaction, committed if it returns, rolled back
+        if it raises. `work` is synchronous: it only executes statements."""
+        if self._sync is None or self._write_lock is None or self._write_thread is None:
+            async with self.engine.begin() as conn:
+                return await conn.run_sync(work)
+        if self._writer is not None and self._writer is asyncio.current_task():
+            raise RuntimeError("nested write transaction on the same SQLite database")
+        async with self._write_lock:
+            return await asyncio.get_running_loop().run_in_executor(self._write_thread, _write_sync, self._sync, work)
+
+    async def read_with(self, work: Callable[[sa.Connection], T]) -> T:
+        """Run `work(connection)` on a connection for reads."""
+        if self._sync is None or self._read_threads is None:
+            async with self.engine.connect() as conn:
+                return await conn.run_sync(work)
+        return await asyncio.get_running_loop().run_in_executor(self._read_threads, _read_sync, self._sync, work)
 
     def read(self) -> AbstractAsyncContextManager[AsyncConnection]:
         """A pooled connection for reads; its transaction is rolled back when it is returned."""
@@ -95,21 +122,15 @@ class Database:
 
     async def fetch_all(self, stmt: sa.Executable) -> list[sa.RowMapping]:
         """The rows of a query, as mappings."""
-        async with self.read() as conn:
-            result = await conn.execute(stmt)
-            return list(result.mappings().all())
+        return await self.read_with(lambda conn: list(conn.execute(stmt).mappings().all()))
 
     async def fetch_one(self, stmt: sa.Executable) -> sa.RowMapping | None:
         """The first row of a query, or None."""
-        async with self.read() as conn:
-            result = await conn.execute(stmt)
-            return result.mappings().first()
+        return await self.read_with(lambda conn: conn.execute(stmt).mappings().first())
 
     async def execute(self, stmt: sa.Executable) -> int:
         """Run one statement in a transaction of its own; the number of rows it matched."""
-        async with self.transaction() as conn:
-            result = await conn.execute(stmt)
-            return result.rowcount
+        return await self.write(lambda conn: _rowcount(conn.execute(stmt)))
 
     async def upsert(self, table: sa.Table, values: dict[str, Any], key: Sequence[str]) -> None:
         """Insert a row, or update the row whose `key` columns (a unique index) already match."""
@@ -140,6 +161,24 @@ class Database:
     async def close(self) -> None:
         """Close every pooled connection. The Database can still be used; it reconnects."""
         await self.engine.dispose()
+        if self._sync is not None:
+            self._sync.dispose()
+
+
+def _rowcount(result: sa.CursorResult[Any]) -> int:
+    return result.rowcount
+
+
+def _write_sync(engine: sa.Engine, work: Callable[[sa.Connection], T]) -> T:
+    with engine.connect() as conn:
+        conn = conn.execution_options(**{_BEGIN_OPTION: "BEGIN IMMEDIATE"})
+        with conn.begin():
+            return work(conn)
+
+
+def _read_sync(engine: sa.Engine, work: Callable[[sa.Connection], T]) -> T:
+    with engine.connect() as conn:
+        return work(conn)
 
 
 def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:
@@ -171,9 +210,15 @@ def open_database(backend: SqliteBackend | PostgresBackend) -> Database:
         url = sa.URL.create("sqlite+aiosqlite", database=str(path))
         # Pooled connections serve concurrent readers; the writer takes at most one of them.
         engine = create_async_engine(url, pool_size=5, max_overflow=15, pool_timeout=30)
-        sa.event.listen(engine.sync_engine, "connect", _sqlite_on_connect)
-        sa.event.listen(engine.sync_engine, "begin", _sqlite_on_begin)
-        return Database(engine)
+        sync = sa.create_engine(
+            sa.URL.create("sqlite+pysqlite", database=str(path)),
+            pool_size=6, max_overflow=10, pool_timeout=30,
+            connect_args={"check_same_thread": False},  # pooled connections move between our threads
+        )
+        for hooked in (engine.sync_engine, sync):
+            sa.event.listen(hooked, "connect", _sqlite_on_connect)
+            sa.event.listen(hooked, "begin", _sqlite_on_begin)
+        return Database(engine, sync)
     pg_url = sa.make_url(backend.dsn)
     if pg_url.drivername not in _POSTGRES_SCHEMES:
         # The DSN may carry a password: name only its scheme.

@@ -53,11 +53,15 @@ class ConversationStore:
 
     async def create(self, conversation_id: str, metadata: dict[str, str] | None, items: Sequence[dict[str, Any]]) -> dict[str, Any]:
         created_at = int(time.time())
-        async with self.db.transaction() as connection:
-            await connection.execute(conversations.insert().values(
-                id=conversation_id, created_at=created_at, metadata=metadata or {}, next_seq=len(items)))
-            if items:
-                await connection.execute(conversation_items.insert(), _rows(conversation_id, 0, items))
+        row = {"id": conversation_id, "created_at": created_at, "metadata": metadata or {}, "next_seq": len(items)}
+        item_rows = _rows(conversation_id, 0, items)
+
+        def work(connection: sa.Connection) -> None:
+            connection.execute(conversations.insert(), [row])
+            if item_rows:
+                connection.execute(conversation_items.insert(), item_rows)
+
+        await self.db.write(work)
         return _public({"id": conversation_id, "created_at": created_at, "metadata": metadata or {}})
 
     async def get(self, conversation_id: str) -> dict[str, Any]:
@@ -73,28 +77,36 @@ class ConversationStore:
         return await self.get(conversation_id)
 
     async def delete(self, conversation_id: str) -> None:
-        async with self.db.transaction() as connection:
-            deleted = await connection.execute(conversations.delete().where(conversations.c.id == conversation_id))
-            if not deleted.rowcount:
-                raise _not_found(conversation_id)
-            await connection.execute(conversation_items.delete().where(conversation_items.c.conversation_id == conversation_id))
+        def work(connection: sa.Connection) -> bool:
+            if not connection.execute(conversations.delete().where(conversations.c.id == conversation_id)).rowcount:
+                return False
+            connection.execute(conversation_items.delete().where(conversation_items.c.conversation_id == conversation_id))
+            return True
+
+        if not await self.db.write(work):
+            raise _not_found(conversation_id)
 
     async def append(self, conversation_id: str, items: Sequence[dict[str, Any]]) -> None:
         """Add `items` at the end, contiguous and in order, however many there are."""
         if not items:
             await self.get(conversation_id)
             return
-        async with self.db.transaction() as connection:
-            reserved = await connection.execute(
-                conversations.update()
-                .where(conversations.c.id == conversation_id)
-                .values(next_seq=conversations.c.next_seq + len(items))
-                .returning(conversations.c.next_seq)
-            )
-            end = reserved.scalar_one_or_none()
+        reserve = (
+            conversations.update()
+            .where(conversations.c.id == conversation_id)
+            .values(next_seq=conversations.c.next_seq + len(items))
+            .returning(conversations.c.next_seq)
+        )
+
+        def work(connection: sa.Connection) -> bool:
+            end = connection.execute(reserve).scalar_one_or_none()
             if end is None:
-                raise _not_found(conversation_id)
-            await connection.execute(conversation_items.insert(), _rows(conversation_id, int(end) - len(items), items))
+                return False
+            connection.execute(conversation_items.insert(), _rows(conversation_id, int(end) - len(items), items))
+            return True
+
+        if not await self.db.write(work):
+            raise _not_found(conversation_id)
 
     async def items(self, conversation_id: str) -> list[dict[str, Any]]:
         """Every item, oldest first: the context of a response in this conversation."""

@@ -83,32 +83,39 @@ class ResponseStore:
         request: dict[str, Any] | None = None,
     ) -> None:
         """Write a new response with its items in one transaction."""
-        async with self.db.transaction() as connection:
-            await connection.execute(responses.insert().values(
-                id=response["id"], created_at=response["created_at"], status=response["status"],
-                background=bool(response.get("background")), ancestors=list(ancestors),
-                conversation_id=(response.get("conversation") or {}).get("id"), response=response, request=request,
-                heartbeat_at=time.time() if response.get("background") else None,
-            ))
-            rows = _item_rows(response["id"], "input", input_items) + _item_rows(response["id"], "output", output_items)
-            if rows:
-                await connection.execute(items.insert(), rows)
+        row = {
+            "id": response["id"], "created_at": response["created_at"], "status": response["status"],
+            "background": bool(response.get("background")), "ancestors": list(ancestors),
+            "conversation_id": (response.get("conversation") or {}).get("id"), "response": response, "request": request,
+            "heartbeat_at": time.time() if response.get("background") else None,
+        }
+        item_rows = _item_rows(response["id"], "input", input_items) + _item_rows(response["id"], "output", output_items)
+
+        def work(connection: sa.Connection) -> None:
+            connection.execute(responses.insert(), [row])
+            if item_rows:
+                connection.execute(items.insert(), item_rows)
+
+        await self.db.write(work)
 
     async def finish(self, response: dict[str, Any], output_items: Sequence[dict[str, Any]], *, only_if_status: Sequence[str] = ()) -> bool:
         """Record the final state and output of a response; with `only_if_status`, only if the
         stored status is one of those (so a cancel that won the race is not overwritten)."""
-        async with self.db.transaction() as connection:
-            update = responses.update().where(responses.c.id == response["id"])
-            if only_if_status:
-                update = update.where(responses.c.status.in_(list(only_if_status)))
-            changed = await connection.execute(update.values(status=response["status"], response=response))
-            if not changed.rowcount:
+        update = responses.update().where(responses.c.id == response["id"])
+        if only_if_status:
+            update = update.where(responses.c.status.in_(list(only_if_status)))
+        update = update.values(status=response["status"], response=response)
+        rows = _item_rows(response["id"], "output", output_items)
+
+        def work(connection: sa.Connection) -> bool:
+            if not connection.execute(update).rowcount:
                 return False
-            await connection.execute(items.delete().where(items.c.response_id == response["id"], items.c.kind == "output"))
-            rows = _item_rows(response["id"], "output", output_items)
+            connection.execute(items.delete().where(items.c.response_id == response["id"], items.c.kind == "output"))
             if rows:
-                await connection.execute(items.insert(), rows)
-        return True
+                connection.execute(items.insert(), rows)
+            return True
+
+        return await self.db.write(work)
 
     async def get(self, response_id: str) -> StoredResponse:
         row = await self.db.fetch_one(sa.select(responses).where(responses.c.id == response_id))
@@ -162,10 +169,13 @@ class ResponseStore:
 
     async def delete(self, response_id: str) -> None:
         await self.get(response_id)
-        async with self.db.transaction() as connection:
-            await connection.execute(items.delete().where(items.c.response_id == response_id))
-            await connection.execute(events.delete().where(events.c.response_id == response_id))
-            await connection.execute(responses.delete().where(responses.c.id == response_id))
+
+        def work(connection: sa.Connection) -> None:
+            connection.execute(items.delete().where(items.c.response_id == response_id))
+            connection.execute(events.delete().where(events.c.response_id == response_id))
+            connection.execute(responses.delete().where(responses.c.id == response_id))
+
+        await self.db.write(work)
 
     # --- background responses ------------------------------------------------------------------
 
