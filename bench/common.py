@@ -407,6 +407,21 @@ async def measure_latency(port: int, requests: Requests, count: int, warmup: int
     return (await sample_latency(port, requests, count, warmup)).latency(stream)
 
 
+async def sample_interleaved(requests: dict[str, tuple[int, Request]], count: int, warmup: int,
+                             rounds: int) -> dict[str, Samples]:
+    """`sample_latency` for each (port, request), `count` each in all, taken in `rounds` rounds that
+    take turns, so that a slow spell of a shared machine falls on all of them alike."""
+    collected = {name: Samples([], [], 0) for name in requests}
+    for round_index in range(rounds):
+        share = count // rounds + (1 if round_index < count % rounds else 0)
+        for name, (port, request) in requests.items():
+            samples = await sample_latency(port, request, share, max(1, warmup // rounds))
+            collected[name].totals += samples.totals
+            collected[name].firsts += samples.firsts
+            collected[name].errors += samples.errors
+    return collected
+
+
 @dataclass
 class _Window:
     start: float

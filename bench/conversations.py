@@ -4,7 +4,8 @@ Starts the fake upstream (tests/fake_upstream) and `stack run bench/stack-run.ya
 
 - builds conversations of 10, 100, 1,000 and 10,000 items (`POST /v1/conversations/{id}/items`, 20
   items per call, several calls at once: their order within a conversation does not matter here),
-  and walks each one page by page to check its size and find the id in its middle;
+  and walks each one page by page to check its size and find the id in its middle (and, after the
+  responses, that they added nothing);
 - measures `GET /v1/conversations/{id}/items?limit=100` at c=1 on 10, 1,000 and 10,000 items: the
   first page, and a page deep in the list (`after=<the middle id>`);
 - measures `POST /v1/responses` with `conversation: <id>`, `input: "hi"`, `store: false` (so the
@@ -12,6 +13,9 @@ Starts the fake upstream (tests/fake_upstream) and `stack run bench/stack-run.ya
   chat request with the same messages, and checks the upstream received every item: each item's
   text is 3 whitespace tokens, and the fake upstream's `prompt_tokens` (the response's
   `usage.input_tokens`) counts the whitespace tokens of every message: 3 x items + 1.
+
+All at c=1; the sizes (and the upstream alone) take turns in 5 rounds, so that a slow spell of the
+shared machine falls on all of them alike.
 
     .venv/bin/python bench/conversations.py [--requests 500] [--response-requests 200] [--json PATH]
                                             [--py-spy DIR]
@@ -51,7 +55,7 @@ from common import (
     profiling,
     progress,
     running_servers,
-    sample_latency,
+    sample_interleaved,
     table,
     verdict,
     wait_healthy,
@@ -74,6 +78,7 @@ TARGET_LIST_P50_MS = 2.0
 TARGET_FLAT_RATIO = 1.25  # p50 at 10,000 items over p50 at 1,000 (both pages hold 100 items)
 
 LATENCY_WARMUP = 50
+ROUNDS = 5  # the sizes take turns, in this many rounds
 
 
 # ---------------------------------------------------------------------------------------------
@@ -184,31 +189,33 @@ async def run_bench(options: Options, servers: Servers) -> dict[str, Any]:
         middle[size] = ids[size // 2]
     results: dict[str, Any] = {"list": {}, "responses": {}}
 
+    pages: dict[str, tuple[int, Request]] = {}
     for size in LIST_SIZES:
-        conversation_id = conversations[size]
-        with profiling(options.profile_dir, f"list_{size}", stack_pid):
-            first = await sample_latency(stack, list_items(stack, conversation_id), options.requests, LATENCY_WARMUP)
-            deep = await sample_latency(stack, list_items(stack, conversation_id, middle[size]), options.requests,
-                                        LATENCY_WARMUP)
-        results["list"][str(size)] = {"first_page": summary(first), "middle_page": summary(deep)}
-        progress(f"list {size:,} done")
+        pages[f"{size} first"] = (stack, list_items(stack, conversations[size]))
+        pages[f"{size} middle"] = (stack, list_items(stack, conversations[size], middle[size]))
+    with profiling(options.profile_dir, "list", stack_pid):
+        listed = await sample_interleaved(pages, options.requests, LATENCY_WARMUP, ROUNDS)
+    for size in LIST_SIZES:
+        results["list"][str(size)] = {"first_page": summary(listed[f"{size} first"]),
+                                      "middle_page": summary(listed[f"{size} middle"])}
+    progress("lists done")
 
+    usage: dict[int, Any] = {}
+    calls: dict[str, tuple[int, Request]] = {}
     for size in RESPONSE_SIZES:
-        conversation_id = conversations[size]
-        check = await fetch(stack, response_in(stack, conversation_id, size, keep=True))
-        usage = (check.json().get("usage") or {}) if check.status == 200 else {}
-        with profiling(options.profile_dir, f"responses_{size}", stack_pid):
-            through = await sample_latency(stack, response_in(stack, conversation_id, size),
-                                           options.response_requests, LATENCY_WARMUP)
-        floor = await sample_latency(upstream, upstream_chat(upstream, size), options.response_requests,
-                                     LATENCY_WARMUP)
-        items_after = len(await item_ids(stack, conversation_id))
+        check = await fetch(stack, response_in(stack, conversations[size], size, keep=True))
+        usage[size] = (check.json().get("usage") or {}).get("input_tokens") if check.status == 200 else None
+        calls[f"{size} stack"] = (stack, response_in(stack, conversations[size], size))
+        calls[f"{size} upstream"] = (upstream, upstream_chat(upstream, size))
+    with profiling(options.profile_dir, "responses", stack_pid):
+        answered = await sample_interleaved(calls, options.response_requests, LATENCY_WARMUP, ROUNDS)
+    for size in RESPONSE_SIZES:
         results["responses"][str(size)] = {
-            "stack": summary(through), "upstream": summary(floor),
-            "expected_input_tokens": expected_tokens(size), "input_tokens": usage.get("input_tokens"),
-            "items_after": items_after,
+            "stack": summary(answered[f"{size} stack"]), "upstream": summary(answered[f"{size} upstream"]),
+            "expected_input_tokens": expected_tokens(size), "input_tokens": usage[size],
+            "items_after": len(await item_ids(stack, conversations[size])),
         }
-        progress(f"responses on {size:,} items done")
+    progress("responses done")
     return results
 
 

@@ -9,7 +9,7 @@ temporary directory), then measures, with the raw-asyncio keep-alive client of b
   the same request sent as a chat completion to the upstream directly (the floor);
 - c=32 throughput of stored responses, plain and streamed, over a fixed window;
 - `GET /v1/responses/{id}`: c=1 latency and c=32 throughput (ids of responses created before);
-- a `previous_response_id` chain of 100 turns, repeated: the latency of turns 1, 10, 50 and 100
+- a `previous_response_id` chain of 100 turns, repeated: the latency of turns 1, 2, 10, 50 and 100
   beside the upstream's own latency for a chat request carrying the same messages.
 
     .venv/bin/python bench/responses.py [--requests 1000] [--duration 10] [--concurrency 32]
@@ -81,7 +81,7 @@ TARGET_STORED_RPS = 800.0
 TARGET_STREAM_RPS = 300.0
 TARGET_ADDED_P50_MS = 2.0
 TARGET_CHAIN_RATIO = 1.3
-CHAIN_POINTS = (1, 10, 50, 100)
+CHAIN_POINTS = (1, 2, 10, 50, 100)  # turn 2: the first that reads a previous response
 
 LATENCY_WARMUP = 100
 GET_IDS = 200  # responses created for the GET measurements
@@ -299,6 +299,10 @@ def chain_report(chain: dict[str, Any]) -> str:
         lines.append(f"last turn / turn 1: x{raw:.2f} raw; x{adjusted:.2f} without the upstream's own extra "
                      f"{upstream_extra:+.2f} ms  (target <= x{TARGET_CHAIN_RATIO:g}: "
                      f"{verdict(adjusted <= TARGET_CHAIN_RATIO)})")
+        second = turns.get("2")
+        if second and last is not second:
+            grown = (last["stack_p50_ms"] - upstream_extra) / second["stack_p50_ms"]
+            lines.append(f"last turn / turn 2 (both read a previous response): x{grown:.2f} without the upstream's extra")
     lines.append(f"median over {chain['repeats']} chains of each turn; {chain['errors']} broken chains")
     return "\n".join(lines)
 

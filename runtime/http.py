@@ -3,6 +3,7 @@ records or replays exchanges when the plan says so."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
@@ -28,8 +29,7 @@ def http_client_factory(mode: str, recordings_dir: Path) -> HttpClientFactory:
         headers: Mapping[str, str] | None = None,
         max_connections: int = 256,
     ) -> httpx2.AsyncClient:
-        limits = httpx2.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
-        transport: httpx2.AsyncBaseTransport = httpx2.AsyncHTTPTransport(limits=limits, retries=0)
+        transport = _inner_transport(max_connections, connect_timeout)
         if mode != "live":
             from runtime.recording import recording_transport
 
@@ -42,3 +42,17 @@ def http_client_factory(mode: str, recordings_dir: Path) -> HttpClientFactory:
         )
 
     return make
+
+
+TRANSPORT_ENV = "STACK_HTTP_TRANSPORT"
+
+
+def _inner_transport(max_connections: int, connect_timeout: float) -> httpx2.AsyncBaseTransport:
+    """Our pooled HTTP/1.1 transport (httptools), several times cheaper per request than
+    httpx2's own; `STACK_HTTP_TRANSPORT=httpx2` falls back to httpx2's (HTTP/2, proxies)."""
+    if os.environ.get(TRANSPORT_ENV) == "httpx2":
+        limits = httpx2.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+        return httpx2.AsyncHTTPTransport(limits=limits, retries=0)
+    from runtime.fast_transport import PooledTransport
+
+    return PooledTransport(max_connections=max_connections, connect_timeout=connect_timeout)
