@@ -49,6 +49,7 @@ __all__ = [
     "Api",
     "EmptyConfig",
     "HttpClientFactory",
+    "HttpTransportFactory",
     "ProviderContext",
     "ProviderFactory",
     "ProviderSpec",
@@ -106,7 +107,15 @@ class ProviderContext(Generic[ConfigT]):
     """Opens the storage backend that run.yaml's `storage.stores` assigns to a store name."""
     http_client: HttpClientFactory
     """Builds the provider's pooled `httpx2.AsyncClient`. Every remote call goes through one of
-    these: it is where requests are recorded and replayed in tests. The provider closes it."""
+    these (or through `http_transport`): it is where requests are recorded and replayed in
+    tests. The provider closes it."""
+    http_transport: HttpTransportFactory
+    """The pooled transport under such a client, for hot paths that send prebuilt
+    `httpx2.Request`s straight to it (skipping the client's per-request work)."""
+
+
+class HttpTransportFactory(Protocol):
+    def __call__(self, *, max_connections: int = 256, connect_timeout: float = 5.0) -> httpx2.AsyncBaseTransport: ...
 
 
 class HttpClientFactory(Protocol):

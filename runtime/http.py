@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING, cast
 
 import httpx2
 
-from providers.spec import HttpClientFactory
+from providers.spec import HttpClientFactory, HttpTransportFactory
 
 if TYPE_CHECKING:
     from runtime.recording import RecordingMode
 
-__all__ = ["http_client_factory"]
+__all__ = ["http_client_factory", "http_transport_factory"]
 
 
 def http_client_factory(mode: str, recordings_dir: Path) -> HttpClientFactory:
@@ -29,17 +29,27 @@ def http_client_factory(mode: str, recordings_dir: Path) -> HttpClientFactory:
         headers: Mapping[str, str] | None = None,
         max_connections: int = 256,
     ) -> httpx2.AsyncClient:
-        transport = _inner_transport(max_connections, connect_timeout)
-        if mode != "live":
-            from runtime.recording import recording_transport
-
-            transport = recording_transport(transport, cast("RecordingMode", mode), recordings_dir)
+        transport = http_transport_factory(mode, recordings_dir)(max_connections=max_connections, connect_timeout=connect_timeout)
         return httpx2.AsyncClient(
             base_url=base_url,
             transport=transport,
             timeout=httpx2.Timeout(timeout, connect=connect_timeout),
             headers=dict(headers or {}),
         )
+
+    return make
+
+
+def http_transport_factory(mode: str, recordings_dir: Path) -> HttpTransportFactory:
+    """A factory of pooled transports, wrapped to record or replay per `mode`."""
+
+    def make(*, max_connections: int = 256, connect_timeout: float = 5.0) -> httpx2.AsyncBaseTransport:
+        transport = _inner_transport(max_connections, connect_timeout)
+        if mode != "live":
+            from runtime.recording import recording_transport
+
+            transport = recording_transport(transport, cast("RecordingMode", mode), recordings_dir)
+        return transport
 
     return make
 

@@ -11,7 +11,7 @@ from typing import Any
 from builder.resolve import PlannedProvider, StackPlan
 from providers.spec import Api, ProviderContext
 from runtime.apis import SURFACES, ApiContext
-from runtime.http import http_client_factory
+from runtime.http import http_client_factory, http_transport_factory
 from runtime.storage import Storage
 
 __all__ = ["ProviderStartError", "RunningProvider", "Stack", "open_stack"]
@@ -70,6 +70,7 @@ async def _start(exits: AsyncExitStack, planned: PlannedProvider, impls: Mapping
         state_dir=plan.state_dir,
         databases=storage.database,
         http_client=http_client_factory(plan.recording_mode, plan.recordings_dir),
+        http_transport=http_transport_factory(plan.recording_mode, plan.recordings_dir),
     )
     try:
         impl = await exits.enter_async_context(planned.spec.factory(context))
