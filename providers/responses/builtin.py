@@ -71,6 +71,7 @@ class BuiltinResponses:
 
     async def delete_response(self, response_id: str) -> dict[str, Any]:
         await self.store.delete(response_id)
+        self.engine.forget(response_id)
         return {"id": response_id, "object": "response.deleted", "deleted": True}
 
     async def list_responses(self, after: str | None, limit: int, order: str) -> dict[str, Any]:

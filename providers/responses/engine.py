@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections import OrderedDict
 import json
 import logging
 import time
@@ -80,6 +81,7 @@ class ResponsesEngine:
         self.conversations = conversations
         self._tasks: set[asyncio.Task[Any]] = set()
         self._background: dict[str, asyncio.Task[Any]] = {}
+        self._contexts: OrderedDict[str, tuple[list[str], list[dict[str, Any]]]] = OrderedDict()
         self.shutting_down = False
 
     # --- preparing a turn ------------------------------------------------------------------
@@ -93,8 +95,7 @@ class ResponsesEngine:
         history: list[dict[str, Any]] = []
         ancestors: list[str] = []
         if request.previous_response_id:
-            previous, history = await self._chain(request.previous_response_id)
-            ancestors = [*previous.ancestors, previous.id]
+            ancestors, history = await self._chain(request.previous_response_id)
         elif request.conversation_id:
             history = await self._conversation(request.conversation_id)
         input_items = await self._resolve_references(input_items)
@@ -102,14 +103,33 @@ class ResponsesEngine:
         response = response_object(request, new_id("resp"), status, conversation_id=request.conversation_id)
         return Turn(request, response, input_items, history, ancestors)
 
-    async def _chain(self, previous_id: str) -> tuple[Any, list[dict[str, Any]]]:
+    async def _chain(self, previous_id: str) -> tuple[list[str], list[dict[str, Any]]]:
+        """The ancestors a response continuing `previous_id` has, and its context items."""
+        cached = self._contexts.get(previous_id)
+        if cached is not None:
+            self._contexts.move_to_end(previous_id)
+            return cached
         try:
-            return await self.store.context(previous_id)
+            previous, history = await self.store.context(previous_id)
         except NotFoundError:
             raise NotFoundError(
                 f"Previous response with id '{previous_id}' not found. Only stored responses (store=true) can be continued.",
                 param="previous_response_id", code="previous_response_not_found",
             ) from None
+        return [*previous.ancestors, previous.id], history
+
+    def _remember(self, turn: Turn) -> None:
+        """Keep a finished stored response's context in memory, so the next turn of its chain
+        reads nothing from the store (other processes, and evicted entries, read it there)."""
+        if not turn.stored or turn.response["status"] not in ("completed", "incomplete"):
+            return
+        response_id = turn.response["id"]
+        self._contexts[response_id] = ([*turn.ancestors, response_id], [*turn.history, *turn.input_items, *turn.response["output"]])
+        while len(self._contexts) > CONTEXT_CACHE_SIZE:
+            self._contexts.popitem(last=False)
+
+    def forget(self, response_id: str) -> None:
+        self._contexts.pop(response_id, None)
 
     async def _history(self, request: CreateResponse) -> list[dict[str, Any]]:
         if request.previous_response_id:
@@ -175,6 +195,7 @@ class ResponsesEngine:
         _finalize(turn.response, status, translator)
         if turn.stored:
             await self.store.insert(turn.response, ancestors=turn.ancestors, input_items=turn.input_items, output_items=turn.response["output"])
+            self._remember(turn)
         await self._extend_conversation(turn)
         return turn.response
 
@@ -233,10 +254,12 @@ class ResponsesEngine:
         # but the output produced so far is still kept.
         if turn.response["background"] and turn.response["status"] != "cancelled":
             if await self.store.finish(turn.response, turn.response["output"], only_if_status=["in_progress"]):
+                self._remember(turn)
                 await self._extend_conversation(turn)
                 return
             turn.response["status"] = "cancelled"
         await self.store.finish(turn.response, turn.response["output"])
+        self._remember(turn)
         await self._extend_conversation(turn)
 
     def _detach(self, work: Coroutine[Any, Any, Any]) -> None:
@@ -335,6 +358,7 @@ class ResponsesEngine:
 
 
 HEARTBEAT_S = 10.0
+CONTEXT_CACHE_SIZE = 1024
 SHUTDOWN_ERROR = {"code": "server_error", "message": "The server shut down before this response finished."}
 
 

@@ -174,3 +174,22 @@ def test_a_queued_background_response_left_by_a_dead_process_is_run_at_start(ups
         client = stack.openai(max_retries=0)
         wait_for(lambda: client.responses.retrieve("resp_left_behind").status == "completed")
         assert client.responses.retrieve("resp_left_behind").output_text == "You said: left behind"
+
+
+def test_a_chain_continues_after_a_restart_with_the_same_context(upstream: FakeUpstream, tmp_path: Path) -> None:
+    """A chain's context comes from memory while its process lives, and from the store after a
+    restart: both give the upstream the same messages."""
+    from runtime.library_client import LibraryClient
+
+    env = live_env(upstream, tmp_path)
+    with LibraryClient(CONFIG, env=env) as stack:
+        client = stack.openai(max_retries=0)
+        first = client.responses.create(model="fake-model", input="alpha beta", instructions="ignored later")
+        second = client.responses.create(model="fake-model", input="gamma", previous_response_id=first.id)
+        in_memory = client.responses.create(model="fake-model", input="delta", previous_response_id=second.id)
+    with LibraryClient(CONFIG, env=env) as stack:
+        client = stack.openai(max_retries=0)
+        from_store = client.responses.create(model="fake-model", input="delta", previous_response_id=second.id)
+    assert in_memory.usage is not None and from_store.usage is not None
+    assert from_store.usage.input_tokens == in_memory.usage.input_tokens == 2 + 4 + 1 + 3 + 1
+    assert upstream.bodies()[-1]["messages"] == upstream.bodies()[-2]["messages"]
