@@ -8,11 +8,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
-import httpx2
-
 from providers.spec import HttpClientFactory, HttpTransportFactory
 
 if TYPE_CHECKING:
+    import httpx2
+
     from runtime.recording import RecordingMode
 
 __all__ = ["http_client_factory", "http_transport_factory"]
@@ -29,6 +29,8 @@ def http_client_factory(mode: str, recordings_dir: Path) -> HttpClientFactory:
         headers: Mapping[str, str] | None = None,
         max_connections: int = 256,
     ) -> httpx2.AsyncClient:
+        import httpx2  # on first use: a stack with no remote provider never needs it
+
         transport = http_transport_factory(mode, recordings_dir)(max_connections=max_connections, connect_timeout=connect_timeout)
         return httpx2.AsyncClient(
             base_url=base_url,
@@ -61,6 +63,8 @@ def _inner_transport(max_connections: int, connect_timeout: float) -> httpx2.Asy
     """Our pooled HTTP/1.1 transport (httptools), several times cheaper per request than
     httpx2's own; `STACK_HTTP_TRANSPORT=httpx2` falls back to httpx2's (HTTP/2, proxies)."""
     if os.environ.get(TRANSPORT_ENV) == "httpx2":
+        import httpx2
+
         limits = httpx2.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
         return httpx2.AsyncHTTPTransport(limits=limits, retries=0)
     from runtime.fast_transport import PooledTransport

@@ -1,9 +1,11 @@
 """The async storage layer the services keep their records in.
 
-One `Database` per configured backend, behind an SQLAlchemy async engine: SQLite through
-aiosqlite (the embedded default) or PostgreSQL through asyncpg. Services declare their tables
-with SQLAlchemy Core (`json_type()` for JSON columns), create them with `create_tables`, and go
-through `read()` / `transaction()` or the one-statement helpers.
+One `Database` per configured backend: SQLite (the embedded default) or PostgreSQL through
+asyncpg. Services declare their tables with SQLAlchemy Core (`json_type()` for JSON columns),
+create them with `create_tables`, and go through `write()` / `read_with()` (a synchronous
+function run in one transaction) or the one-statement helpers. `read()` / `transaction()` give
+an async connection instead; on SQLite the async engine behind them (aiosqlite) is only built,
+and `sqlalchemy.ext.asyncio` only imported, when they are first used, which keeps start-up lean.
 
 SQLite allows one writer at a time. Left to itself, a pool of connections that each try to
 write ends in "database is locked" and a wedged pool under load, so each SQLite `Database`
@@ -18,14 +20,16 @@ from concurrent.futures import ThreadPoolExecutor
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from builder.config import STORE_NAMES, PostgresBackend, SqliteBackend, StorageConfig
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 __all__ = ["Database", "Storage", "json_type", "open_database"]
 
@@ -53,9 +57,10 @@ class Database:
     forever, so it raises `RuntimeError` instead.
     """
 
-    def __init__(self, engine: AsyncEngine, sqlite_sync: sa.Engine | None = None) -> None:
-        self.engine = engine
-        self.dialect: str = engine.dialect.name
+    def __init__(self, dialect: str, make_engine: Callable[[], AsyncEngine], sqlite_sync: sa.Engine | None = None) -> None:
+        self._engine: AsyncEngine | None = None
+        self._make_engine = make_engine
+        self.dialect = dialect
         if self.dialect not in ("sqlite", "postgresql"):
             raise ValueError(f"unsupported database dialect {self.dialect!r}")
         # PostgreSQL has row-level locking and needs no help; SQLite has one database-wide
@@ -68,6 +73,13 @@ class Database:
         self._sync = sqlite_sync
         self._write_thread = ThreadPoolExecutor(1, thread_name_prefix="stack-sqlite-write") if sqlite_sync else None
         self._read_threads = ThreadPoolExecutor(4, thread_name_prefix="stack-sqlite-read") if sqlite_sync else None
+
+    @property
+    def engine(self) -> AsyncEngine:
+        """The async engine, built on first use."""
+        if self._engine is None:
+            self._engine = self._make_engine()
+        return self._engine
 
     async def create_tables(self, metadata: sa.MetaData) -> None:
         """Create the tables of `metadata` that do not exist yet."""
@@ -160,7 +172,8 @@ class Database:
 
     async def close(self) -> None:
         """Close every pooled connection. The Database can still be used; it reconnects."""
-        await self.engine.dispose()
+        if self._engine is not None:
+            await self._engine.dispose()
         if self._sync is not None:
             self._sync.dispose()
 
@@ -197,6 +210,11 @@ def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:
         cursor.close()
 
 
+def _hook_sqlite(engine: sa.Engine) -> None:
+    sa.event.listen(engine, "connect", _sqlite_on_connect)
+    sa.event.listen(engine, "begin", _sqlite_on_begin)
+
+
 def _sqlite_on_begin(conn: sa.Connection) -> None:
     conn.exec_driver_sql(conn.get_execution_options().get(_BEGIN_OPTION, "BEGIN"))
 
@@ -209,27 +227,34 @@ def open_database(backend: SqliteBackend | PostgresBackend) -> Database:
         # URL.create rather than string formatting: a path may hold '?', '#' or '%'.
         url = sa.URL.create("sqlite+aiosqlite", database=str(path))
         # Pooled connections serve concurrent readers; the writer takes at most one of them.
-        engine = create_async_engine(url, pool_size=5, max_overflow=15, pool_timeout=30)
         sync = sa.create_engine(
             sa.URL.create("sqlite+pysqlite", database=str(path)),
             pool_size=6, max_overflow=10, pool_timeout=30,
             connect_args={"check_same_thread": False},  # pooled connections move between our threads
         )
-        for hooked in (engine.sync_engine, sync):
-            sa.event.listen(hooked, "connect", _sqlite_on_connect)
-            sa.event.listen(hooked, "begin", _sqlite_on_begin)
-        return Database(engine, sync)
+        _hook_sqlite(sync)
+
+        def make_async() -> AsyncEngine:
+            from sqlalchemy.ext.asyncio import create_async_engine
+
+            engine = create_async_engine(url, pool_size=5, max_overflow=15, pool_timeout=30)
+            _hook_sqlite(engine.sync_engine)
+            return engine
+
+        return Database("sqlite", make_async, sync)
     pg_url = sa.make_url(backend.dsn)
     if pg_url.drivername not in _POSTGRES_SCHEMES:
         # The DSN may carry a password: name only its scheme.
         raise ValueError(f"not a PostgreSQL DSN (scheme {pg_url.drivername!r})")
+    from sqlalchemy.ext.asyncio import create_async_engine
+
     engine = create_async_engine(
         pg_url.set(drivername="postgresql+asyncpg"),
         pool_size=backend.pool_size,
         max_overflow=0,  # pool_size is the bound the operator asked for
         pool_pre_ping=True,  # a server restart or idle timeout must not fail a request
     )
-    return Database(engine)
+    return Database("postgresql", lambda: engine)
 
 
 class Storage:
