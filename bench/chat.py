@@ -16,17 +16,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import signal
-import sys
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import uvloop
 
 from common import (
+    run_with_servers,
     CLIENT_CORE,
     STACK_CORE,
     THROUGHPUT_WARMUP_S,
@@ -236,18 +232,10 @@ def parse_args() -> Options:
 
 def main() -> None:
     options = parse_args()
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwinds, so that the servers are stopped
-    began, load_before = time.perf_counter(), os.getloadavg()[0]
     upstream_core = 0 if options.check_client else UPSTREAM_CORE
-    try:
-        with running_servers(None if options.check_client else RUN_YAML, upstream_core) as servers:
-            os.sched_setaffinity(0, {CLIENT_CORE})
-            runner = run_check_client if options.check_client else run_bench
-            results = uvloop.run(runner(options, servers))
-    except KeyboardInterrupt:
-        print("interrupted; the servers are stopped", file=sys.stderr)
-        sys.exit(130)
-    load = (load_before, os.getloadavg()[0])
+    runner = run_check_client if options.check_client else run_bench
+    run = run_with_servers(None if options.check_client else RUN_YAML, "chat", lambda servers: runner(options, servers), upstream_core)
+    results, load = run.results, run.load
     if options.json_path is not None:
         write_json(options.json_path, options, results, load, upstream_core)
     print(header(options))
@@ -256,7 +244,7 @@ def main() -> None:
     print()
     print(cpu_report(results, upstream_core))
     print(f"\nload average (1 min) before/after: {load[0]:.2f}/{load[1]:.2f}; "
-          f"took {time.perf_counter() - began:.0f} s")
+          f"took {run.seconds:.0f} s")
 
 
 if __name__ == "__main__":

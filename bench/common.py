@@ -674,3 +674,41 @@ def table(rows: list[Row]) -> str:
                        for i, cell in enumerate(row)).rstrip() for row in rows]
     lines.insert(1, "-" * max(len(line) for line in lines))
     return "\n".join(lines)
+
+
+@dataclass
+class Run:
+    """What `run_with_servers` measured: the results, the load average around it, the time taken."""
+
+    results: Any
+    load: tuple[float, float]
+    seconds: float
+
+
+def run_with_servers(
+    run_yaml: Path | None, name: str, bench: Callable[[Servers], Any], upstream_core: int = UPSTREAM_CORE
+) -> Run:
+    """Start the servers, pin this process to the client core, run `bench(servers)` (a coroutine
+    function) on uvloop, and stop the servers whatever happens (SIGTERM and Ctrl-C included)."""
+    import uvloop
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwinds, so that the servers are stopped
+    began, load_before = time.perf_counter(), os.getloadavg()[0]
+    try:
+        with running_servers(run_yaml, upstream_core, name) as servers:
+            os.sched_setaffinity(0, {CLIENT_CORE})
+            progress(f"stack pid {servers.stack.pid if servers.stack else '-'}")
+            results = uvloop.run(bench(servers))
+    except KeyboardInterrupt:
+        print("interrupted; the servers are stopped", file=sys.stderr)
+        sys.exit(130)
+    return Run(results, (load_before, os.getloadavg()[0]), time.perf_counter() - began)
+
+
+def write_results(path: Path, options: Any, run: Run) -> None:
+    """The options, load average and results as JSON."""
+    from dataclasses import asdict
+
+    document = {"options": {key: str(value) for key, value in asdict(options).items()},
+                "load_average_before_after": run.load, "results": run.results}
+    path.write_text(json.dumps(document, indent=2) + "\n")

@@ -28,17 +28,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import signal
-import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import uvloop
 
 from common import (
+    run_with_servers,
+    write_results,
     CLIENT_CORE,
     STACK_CORE,
     UPSTREAM_CORE,
@@ -281,21 +279,10 @@ def parse_args() -> Options:
 
 def main() -> None:
     options = parse_args()
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwinds, so that the servers are stopped
-    began, load_before = time.perf_counter(), os.getloadavg()[0]
-    try:
-        with running_servers(RUN_YAML, UPSTREAM_CORE, "conversations") as servers:
-            os.sched_setaffinity(0, {CLIENT_CORE})
-            progress(f"stack pid {servers.stack.pid if servers.stack else '-'}")
-            results = uvloop.run(run_bench(options, servers))
-    except KeyboardInterrupt:
-        print("interrupted; the servers are stopped", file=sys.stderr)
-        sys.exit(130)
-    load = (load_before, os.getloadavg()[0])
+    run = run_with_servers(RUN_YAML, "conversations", lambda servers: run_bench(options, servers))
+    results, load, began = run.results, run.load, time.perf_counter() - run.seconds
     if options.json_path is not None:
-        document = {"options": {key: str(value) for key, value in asdict(options).items()},
-                    "load_average_before_after": load, "results": results}
-        options.json_path.write_text(json.dumps(document, indent=2) + "\n")
+        write_results(options.json_path, options, run)
     print(f"conversations: items of {ITEM_TOKENS} tokens ({ITEM_TEXT!r}); stack on core {STACK_CORE}; "
           f"fake upstream and this load generator on core {CLIENT_CORE}")
     print(f"c=1: {options.requests} list requests / {options.response_requests} responses after "

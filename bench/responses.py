@@ -27,19 +27,17 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import re
-import signal
 import statistics
-import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import uvloop
 
 from common import (
+    run_with_servers,
+    write_results,
     CLIENT_CORE,
     STACK_CORE,
     THROUGHPUT_WARMUP_S,
@@ -345,21 +343,10 @@ def parse_args() -> Options:
 
 def main() -> None:
     options = parse_args()
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwinds, so that the servers are stopped
-    began, load_before = time.perf_counter(), os.getloadavg()[0]
-    try:
-        with running_servers(RUN_YAML, UPSTREAM_CORE, "responses") as servers:
-            os.sched_setaffinity(0, {CLIENT_CORE})
-            progress(f"stack pid {servers.stack.pid if servers.stack else '-'}")
-            results = uvloop.run(run_bench(options, servers))
-    except KeyboardInterrupt:
-        print("interrupted; the servers are stopped", file=sys.stderr)
-        sys.exit(130)
-    load = (load_before, os.getloadavg()[0])
+    run = run_with_servers(RUN_YAML, "responses", lambda servers: run_bench(options, servers))
+    results, load, began = run.results, run.load, time.perf_counter() - run.seconds
     if options.json_path is not None:
-        document = {"options": {key: str(value) for key, value in asdict(options).items()},
-                    "load_average_before_after": load, "results": results}
-        options.json_path.write_text(json.dumps(document, indent=2) + "\n")
+        write_results(options.json_path, options, run)
     print(header(options))
     print()
     print(report(results, options))

@@ -32,6 +32,9 @@ async def serve(plan: StackPlan, host: str | None = None, port: int | None = Non
             ssl_keyfile=str(server_config.tls_keyfile) if server_config.tls_keyfile else None,
             lifespan="off",
             access_log=False,
+            # X-Forwarded-* rewriting is a middleware layer on every request; the stack does not
+            # use the client address, so it is off.
+            proxy_headers=False,
             log_config=None,
             timeout_graceful_shutdown=30,
         )

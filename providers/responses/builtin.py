@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -89,8 +90,6 @@ class BuiltinResponses:
         """Exact for the model: the upstream counts the prompt of a one-token completion."""
         turn = await self.engine.prepare(request.model_copy(update={"background": False, "stream": False}))
         body = {**chat_request(request, turn.messages(), stream=False), "max_completion_tokens": 1}
-        import json
-
         completion = json.loads(await self.engine.inference.chat_completion(body))
         return {"object": "response.input_tokens", "input_tokens": int((completion.get("usage") or {}).get("prompt_tokens") or 0)}
 

@@ -17,7 +17,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Seque
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from providers.responses.items import chat_messages, new_id, normalize_input
+from providers.responses.items import chat_messages
+from runtime.apis.items import new_id, normalize_input
 from providers.responses.request import CreateResponse, chat_request, response_object
 from providers.responses.store import ResponseStore
 from providers.responses.translate import Event, StreamTranslator, output_from_completion, usage_from_chat

@@ -6,9 +6,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from runtime.apis.items import new_id, normalize_input
-
-__all__ = ["chat_messages", "new_id", "normalize_input"]
+__all__ = ["chat_messages"]
 
 
 # --- to chat messages ----------------------------------------------------------------------

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from providers.responses.items import new_id
+from runtime.apis.items import new_id
 
 __all__ = ["Event", "StreamTranslator", "output_from_completion", "usage_from_chat"]
 
