@@ -1,0 +1,52 @@
+"""A client's mistake is a 4xx in the OpenAI error shape on every route, never a 500."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx2
+import openai
+import pytest
+
+MALFORMED_BODIES = [b"", b"null", b"[]", b"123", b"{", b'"text"', b"\xff\xfe"]
+JSON_ROUTES = ["/responses", "/chat/completions", "/embeddings", "/conversations/conv_x/items", "/responses/input_tokens"]
+
+WRONG_TYPES: list[tuple[str, dict[str, Any]]] = [
+    ("/responses", {"model": "fake-model", "input": 5}),
+    ("/responses", {"model": "fake-model", "input": "x", "store": "sometimes"}),
+    ("/responses", {"model": "fake-model", "input": "x", "tools": {}}),
+    ("/responses", {"model": "fake-model", "input": "x", "max_output_tokens": "many"}),
+    ("/responses", {"model": "fake-model", "input": "x", "metadata": ["a"]}),
+    ("/responses", {"model": "fake-model", "input": "x", "truncation": "sometimes"}),
+    ("/responses", {"model": "fake-model", "input": "x", "include": "all"}),
+    ("/responses", {"model": "fake-model", "input": [5]}),
+    ("/responses", {"model": "fake-model", "input": [{"role": "user", "content": [{"type": "input_image", "image_url": None}]}]}),
+    ("/responses", {"model": ["fake-model"], "input": "x"}),
+    ("/chat/completions", {"model": "fake-model", "messages": {}}),
+    ("/chat/completions", {"model": "fake-model", "messages": [{"role": "user", "content": "x"}], "store": True, "metadata": {"k": 5}}),
+    ("/chat/completions", {"model": 5, "messages": [{"role": "user", "content": "x"}]}),
+    ("/embeddings", {"model": "fake-embed"}),
+    ("/conversations", {"items": {}}),
+    ("/conversations", {"metadata": "x"}),
+]
+
+
+def post_raw(client: openai.OpenAI, path: str, content: bytes) -> httpx2.Response:
+    return client.post(path, cast_to=httpx2.Response, content=content, options={"headers": {"content-type": "application/json"}})
+
+
+@pytest.mark.parametrize("path", JSON_ROUTES)
+@pytest.mark.parametrize("content", MALFORMED_BODIES, ids=repr)
+def test_a_body_that_is_not_a_json_object_is_a_400(openai_client: openai.OpenAI, path: str, content: bytes) -> None:
+    with pytest.raises(openai.APIStatusError) as error:
+        post_raw(openai_client, path, content)
+    assert 400 <= error.value.status_code < 500
+    assert isinstance(error.value.body, dict) and set(error.value.body) == {"message", "type", "param", "code"}
+
+
+@pytest.mark.parametrize(("path", "body"), WRONG_TYPES)
+def test_a_field_of_the_wrong_type_is_a_400_naming_it(openai_client: openai.OpenAI, path: str, body: dict[str, Any]) -> None:
+    with pytest.raises(openai.APIStatusError) as error:
+        openai_client.post(path, cast_to=object, body=body)
+    assert error.value.status_code in (400, 404)
+    assert error.value.param, error.value.message
