@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import json
 import logging
-import secrets
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from runtime.errors import PayloadTooLargeError, error_body
+from runtime.ids import random_hex
 
 __all__ = ["RequestGuard", "new_request_id"]
 
@@ -21,7 +21,7 @@ log = logging.getLogger("stack")
 
 
 def new_request_id() -> str:
-    return "req_" + secrets.token_hex(12)
+    return "req_" + random_hex(12)
 
 
 class RequestGuard:

@@ -5,11 +5,11 @@ Pure functions: no I/O. Both APIs share the OpenAI item shapes, so both check in
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from runtime.errors import InvalidRequestError
+from runtime.ids import random_hex
 
 __all__ = ["new_id", "normalize_input", "normalize_item"]
 
@@ -33,7 +33,7 @@ _PASSIVE_TYPES = frozenset({
 
 
 def new_id(prefix: str) -> str:
-    return f"{prefix}_{secrets.token_hex(24)}"
+    return f"{prefix}_{random_hex(24)}"
 
 
 def normalize_input(raw: Any) -> list[dict[str, Any]]:
