@@ -111,7 +111,7 @@ RECORDING_MODES = ("live", "record", "replay", "record-if-missing")
 
 
 class RecordingConfig(_Strict):
-    """Record-replay of every upstream HTTP exchange (see runtime/recording.py).
+    """Record-replay of every upstream HTTP exchange (see runtime/recording/).
 
     Unset fields come from STACK_RECORDING_MODE (default `live`) and STACK_RECORDINGS_DIR
     (default `recordings`, relative to the working directory)."""
