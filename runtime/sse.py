@@ -1,12 +1,19 @@
-"""Server-sent events: reading an upstream's stream, framing our own."""
+"""Server-sent events: reading an upstream's stream, framing and sending our own."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+from collections.abc import AsyncIterable, AsyncIterator, Mapping
 
-__all__ = ["DONE", "iter_sse_data", "sse_frame"]
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+__all__ = ["DONE", "EventStreamResponse", "iter_sse_data", "sse_frame"]
 
 DONE = b"[DONE]"
+
+# Frames a slow client has not taken yet, beyond which the producer waits for it.
+HIGH_WATER_BYTES = 256 * 1024
 
 
 def sse_frame(data: bytes, event: str | None = None) -> bytes:
@@ -44,3 +51,91 @@ async def iter_sse_data(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
         payload = b"\n".join(data)
         if payload != DONE:
             yield payload
+
+
+class EventStreamResponse(Response):
+    """A `text/event-stream` response whose frames come from an async iterator.
+
+    Frames that are ready together go out in one write. The iterator runs in a task of its own
+    and the response sends whatever has collected each time that task pauses, so a burst of
+    upstream chunks read at once (the usual case under load) costs one pass down the ASGI
+    send chain and one system call, not one per event; a lone frame still goes out as soon
+    as its producer waits for more.
+
+    A client that goes away cancels the iterator's task, as Starlette's StreamingResponse
+    does: the code producing the frames sees `CancelledError` at the point it was waiting."""
+
+    media_type = "text/event-stream"
+
+    def __init__(self, frames: AsyncIterable[bytes], headers: Mapping[str, str] | None = None) -> None:
+        self.frames = frames
+        self.status_code = 200
+        self.background = None
+        self.init_headers({"cache-control": "no-cache", **(headers or {})})
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        outbox = _Outbox()
+        loop = asyncio.get_running_loop()
+        producer = loop.create_task(outbox.fill(self.frames))
+        watcher = loop.create_task(_watch_disconnect(receive, producer, outbox))
+        try:
+            while True:
+                await outbox.ready.wait()
+                if outbox.gone:
+                    return
+                data = outbox.take()
+                if data:
+                    await send({"type": "http.response.body", "body": data, "more_body": True})
+                if outbox.finished and not outbox.frames:
+                    break
+            producer.result()  # the producer's own error, if it had one
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            watcher.cancel()
+            if not producer.done():
+                producer.cancel()
+            elif not producer.cancelled():
+                producer.exception()  # retrieved: it was raised above or the client has gone
+
+
+class _Outbox:
+    """Frames produced but not sent yet, and the signals between producer and sender."""
+
+    def __init__(self) -> None:
+        self.frames: list[bytes] = []
+        self.size = 0
+        self.ready = asyncio.Event()  # frames are waiting, or the stream ended
+        self.room = asyncio.Event()  # the sender has taken what was waiting
+        self.room.set()
+        self.finished = False
+        self.gone = False
+
+    async def fill(self, frames: AsyncIterable[bytes]) -> None:
+        try:
+            async for frame in frames:
+                self.frames.append(frame)
+                self.size += len(frame)
+                self.ready.set()
+                if self.size > HIGH_WATER_BYTES:
+                    self.room.clear()
+                    await self.room.wait()
+        finally:
+            self.finished = True
+            self.ready.set()
+
+    def take(self) -> bytes:
+        data = b"".join(self.frames)
+        self.frames.clear()
+        self.size = 0
+        self.ready.clear()
+        self.room.set()
+        return data
+
+
+async def _watch_disconnect(receive: Receive, producer: asyncio.Task[None], outbox: _Outbox) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    outbox.gone = True
+    producer.cancel()
+    outbox.ready.set()

@@ -11,6 +11,12 @@ SQLite allows one writer at a time. Left to itself, a pool of connections that e
 write ends in "database is locked" and a wedged pool under load, so each SQLite `Database`
 serializes its write transactions in-process and starts them with `BEGIN IMMEDIATE`; reads run
 in parallel (WAL mode) on other pooled connections.
+
+Writes to SQLite are group-committed: the `write()` calls that arrive while a transaction is
+running go together into the next one, so under load many writes share one thread hop and one
+commit (most of what a small write costs). A write is still atomic on its own: when one of the
+group fails, the group is rolled back and each of its writes run again in a transaction of its
+own, so only the failing one fails.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql import JSONB
 
 from builder.config import STORE_NAMES, PostgresBackend, SqliteBackend, StorageConfig
+from runtime import fastjson
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -67,6 +74,8 @@ class Database:
         # write lock, and writers queued in-process are fair and cannot time out on it.
         self._write_lock = asyncio.Lock() if self.dialect == "sqlite" else None
         self._writer: asyncio.Task[Any] | None = None
+        self._queued: list[tuple[Callable[[sa.Connection], Any], asyncio.Future[Any]]] = []
+        self._committer: asyncio.Task[None] | None = None
         # On SQLite, `write` and the fetches run whole on a thread of their own with the
         # synchronous driver: one hop per transaction, where the async driver makes one per
         # statement (and SQLite releases the GIL while it works).
@@ -93,8 +102,43 @@ class Database:
                 return await conn.run_sync(work)
         if self._writer is not None and self._writer is asyncio.current_task():
             raise RuntimeError("nested write transaction on the same SQLite database")
-        async with self._write_lock:
-            return await asyncio.get_running_loop().run_in_executor(self._write_thread, _write_sync, self._sync, work)
+        loop = asyncio.get_running_loop()
+        if self._committer is None and not self._write_lock.locked():
+            # Nobody else is writing: no group to form, so no task to form it in.
+            async with self._write_lock:
+                return await loop.run_in_executor(self._write_thread, _write_sync, self._sync, work)
+        done: asyncio.Future[T] = loop.create_future()
+        self._queued.append((work, done))
+        if self._committer is None:
+            self._committer = loop.create_task(self._commit_queued())
+        return await done
+
+    async def _commit_queued(self) -> None:
+        """Run the queued writes, a group per transaction, until none is left."""
+        assert self._write_lock is not None and self._sync is not None
+        loop = asyncio.get_running_loop()
+        try:
+            while self._queued:
+                async with self._write_lock:
+                    group, self._queued = self._queued, []
+                    group = [(work, done) for work, done in group if not done.cancelled()]
+                    outcomes = await loop.run_in_executor(self._write_thread, _write_group_sync, self._sync, [work for work, _ in group])
+                for (_, done), (ok, value) in zip(group, outcomes):
+                    if done.cancelled():
+                        continue
+                    if ok:
+                        done.set_result(value)
+                    else:
+                        done.set_exception(value)
+        except BaseException as error:
+            # The committer itself failed (cancelled at shutdown, most likely): so do the writes it held.
+            for _, done in self._queued:
+                if not done.done():
+                    done.set_exception(error if isinstance(error, Exception) else RuntimeError("the SQLite writer stopped"))
+            self._queued = []
+            raise
+        finally:
+            self._committer = None
 
     async def read_with(self, work: Callable[[sa.Connection], T]) -> T:
         """Run `work(connection)` on a connection for reads."""
@@ -132,17 +176,17 @@ class Database:
             finally:
                 self._writer = None
 
-    async def fetch_all(self, stmt: sa.Executable) -> list[sa.RowMapping]:
-        """The rows of a query, as mappings."""
-        return await self.read_with(lambda conn: list(conn.execute(stmt).mappings().all()))
+    async def fetch_all(self, stmt: sa.Executable, params: dict[str, Any] | None = None) -> list[sa.RowMapping]:
+        """The rows of a query (with values for its bind parameters), as mappings."""
+        return await self.read_with(lambda conn: list(conn.execute(stmt, params).mappings().all()))
 
-    async def fetch_one(self, stmt: sa.Executable) -> sa.RowMapping | None:
-        """The first row of a query, or None."""
-        return await self.read_with(lambda conn: conn.execute(stmt).mappings().first())
+    async def fetch_one(self, stmt: sa.Executable, params: dict[str, Any] | None = None) -> sa.RowMapping | None:
+        """The first row of a query (with values for its bind parameters), or None."""
+        return await self.read_with(lambda conn: conn.execute(stmt, params).mappings().first())
 
-    async def execute(self, stmt: sa.Executable) -> int:
+    async def execute(self, stmt: sa.Executable, params: dict[str, Any] | None = None) -> int:
         """Run one statement in a transaction of its own; the number of rows it matched."""
-        return await self.write(lambda conn: _rowcount(conn.execute(stmt)))
+        return await self.write(lambda conn: _rowcount(conn.execute(stmt, params)))
 
     async def upsert(self, table: sa.Table, values: dict[str, Any], key: Sequence[str]) -> None:
         """Insert a row, or update the row whose `key` columns (a unique index) already match."""
@@ -171,7 +215,10 @@ class Database:
         await self.execute(stmt)
 
     async def close(self) -> None:
-        """Close every pooled connection. The Database can still be used; it reconnects."""
+        """Close every pooled connection, once the queued writes are done. The Database can
+        still be used; it reconnects."""
+        if self._committer is not None:
+            await asyncio.wait([self._committer])
         if self._engine is not None:
             await self._engine.dispose()
         if self._sync is not None:
@@ -187,6 +234,29 @@ def _write_sync(engine: sa.Engine, work: Callable[[sa.Connection], T]) -> T:
         conn = conn.execution_options(**{_BEGIN_OPTION: "BEGIN IMMEDIATE"})
         with conn.begin():
             return work(conn)
+
+
+Outcome = tuple[bool, Any]  # (True, result) or (False, the exception raised)
+
+
+def _write_group_sync(engine: sa.Engine, works: list[Callable[[sa.Connection], Any]]) -> list[Outcome]:
+    """Run `works` in one transaction; if any of them fails, run each in a transaction of its
+    own instead, so a write's failure is its own."""
+    if len(works) > 1:
+        try:
+            with engine.connect() as conn:
+                conn = conn.execution_options(**{_BEGIN_OPTION: "BEGIN IMMEDIATE"})
+                with conn.begin():
+                    return [(True, work(conn)) for work in works]
+        except Exception:
+            pass  # rolled back whole: retried one by one below
+    outcomes: list[Outcome] = []
+    for work in works:
+        try:
+            outcomes.append((True, _write_sync(engine, work)))
+        except Exception as error:
+            outcomes.append((False, error))
+    return outcomes
 
 
 def _read_sync(engine: sa.Engine, work: Callable[[sa.Connection], T]) -> T:
@@ -219,6 +289,14 @@ def _sqlite_on_begin(conn: sa.Connection) -> None:
     conn.exec_driver_sql(conn.get_execution_options().get(_BEGIN_OPTION, "BEGIN"))
 
 
+def _json_text(value: Any) -> str:
+    return fastjson.dumps(value).decode()
+
+
+# JSON columns are (de)serialised with the fast codec: a stored response is a large document.
+_JSON_CODEC: dict[str, Any] = {"json_serializer": _json_text, "json_deserializer": fastjson.loads}
+
+
 def open_database(backend: SqliteBackend | PostgresBackend) -> Database:
     """A Database for one configured backend. Nothing is connected until first use."""
     if isinstance(backend, SqliteBackend):
@@ -231,13 +309,14 @@ def open_database(backend: SqliteBackend | PostgresBackend) -> Database:
             sa.URL.create("sqlite+pysqlite", database=str(path)),
             pool_size=6, max_overflow=10, pool_timeout=30,
             connect_args={"check_same_thread": False},  # pooled connections move between our threads
+            **_JSON_CODEC,
         )
         _hook_sqlite(sync)
 
         def make_async() -> AsyncEngine:
             from sqlalchemy.ext.asyncio import create_async_engine
 
-            engine = create_async_engine(url, pool_size=5, max_overflow=15, pool_timeout=30)
+            engine = create_async_engine(url, pool_size=5, max_overflow=15, pool_timeout=30, **_JSON_CODEC)
             _hook_sqlite(engine.sync_engine)
             return engine
 
@@ -253,6 +332,7 @@ def open_database(backend: SqliteBackend | PostgresBackend) -> Database:
         pool_size=backend.pool_size,
         max_overflow=0,  # pool_size is the bound the operator asked for
         pool_pre_ping=True,  # a server restart or idle timeout must not fail a request
+        **_JSON_CODEC,
     )
     return Database("postgresql", lambda: engine)
 

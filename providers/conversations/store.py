@@ -40,6 +40,34 @@ conversation_items = sa.Table(
 )
 
 
+# The statements of the hot paths, built once so SQLAlchemy does not walk them per call to find
+# their cached compiled form (see providers/responses/store.py).
+_GET = sa.select(conversations).where(conversations.c.id == sa.bindparam("cid"))
+_EXISTS = sa.select(conversations.c.id).where(conversations.c.id == sa.bindparam("cid"))
+_RESERVE = (
+    conversations.update()
+    .where(conversations.c.id == sa.bindparam("cid"))
+    .values(next_seq=conversations.c.next_seq + sa.bindparam("count", type_=sa.BigInteger))
+    .returning(conversations.c.next_seq)
+)
+_ALL_ITEMS = (
+    sa.select(conversation_items.c.item)
+    .where(conversation_items.c.conversation_id == sa.bindparam("cid"))
+    .order_by(conversation_items.c.seq)
+)
+_SEQ_OF = sa.select(conversation_items.c.seq).where(
+    conversation_items.c.conversation_id == sa.bindparam("cid"), conversation_items.c.item_id == sa.bindparam("item_id"))
+_PAGE = {
+    "asc": sa.select(conversation_items.c.item)
+    .where(conversation_items.c.conversation_id == sa.bindparam("cid"), conversation_items.c.seq > sa.bindparam("anchor"))
+    .order_by(conversation_items.c.seq.asc()).limit(sa.bindparam("rows")),
+    "desc": sa.select(conversation_items.c.item)
+    .where(conversation_items.c.conversation_id == sa.bindparam("cid"), conversation_items.c.seq < sa.bindparam("anchor"))
+    .order_by(conversation_items.c.seq.desc()).limit(sa.bindparam("rows")),
+}
+_BEFORE_ALL, _AFTER_ALL = -1, 2**62
+
+
 def _not_found(conversation_id: str) -> NotFoundError:
     return NotFoundError(f"Conversation with id '{conversation_id}' not found.", param="conversation_id", code="conversation_not_found")
 
@@ -65,7 +93,7 @@ class ConversationStore:
         return _public({"id": conversation_id, "created_at": created_at, "metadata": metadata or {}})
 
     async def get(self, conversation_id: str) -> dict[str, Any]:
-        row = await self.db.fetch_one(sa.select(conversations).where(conversations.c.id == conversation_id))
+        row = await self.db.fetch_one(_GET, {"cid": conversation_id})
         if row is None:
             raise _not_found(conversation_id)
         return _public(dict(row))
@@ -91,15 +119,8 @@ class ConversationStore:
         if not items:
             await self.get(conversation_id)
             return
-        reserve = (
-            conversations.update()
-            .where(conversations.c.id == conversation_id)
-            .values(next_seq=conversations.c.next_seq + len(items))
-            .returning(conversations.c.next_seq)
-        )
-
         def work(connection: sa.Connection) -> bool:
-            end = connection.execute(reserve).scalar_one_or_none()
+            end = connection.execute(_RESERVE, {"cid": conversation_id, "count": len(items)}).scalar_one_or_none()
             if end is None:
                 return False
             connection.execute(conversation_items.insert(), _rows(conversation_id, int(end) - len(items), items))
@@ -110,29 +131,44 @@ class ConversationStore:
 
     async def items(self, conversation_id: str) -> list[dict[str, Any]]:
         """Every item, oldest first: the context of a response in this conversation."""
-        await self.get(conversation_id)
-        rows = await self.db.fetch_all(
-            sa.select(conversation_items.c.item).where(conversation_items.c.conversation_id == conversation_id).order_by(conversation_items.c.seq)
-        )
-        return [row["item"] for row in rows]
+
+        def work(connection: sa.Connection) -> list[dict[str, Any]] | None:
+            if connection.execute(_EXISTS, {"cid": conversation_id}).first() is None:
+                return None
+            return [row.item for row in connection.execute(_ALL_ITEMS, {"cid": conversation_id})]
+
+        found = await self.db.read_with(work)
+        if found is None:
+            raise _not_found(conversation_id)
+        return found
 
     async def page(self, conversation_id: str, *, after: str | None, limit: int, order: str) -> tuple[list[dict[str, Any]], bool]:
-        await self.get(conversation_id)
-        query = sa.select(conversation_items.c.item).where(conversation_items.c.conversation_id == conversation_id)
-        if after is not None:
-            anchor = await self._seq_of(conversation_id, after)
-            query = query.where(conversation_items.c.seq > anchor if order == "asc" else conversation_items.c.seq < anchor)
-        column = conversation_items.c.seq
-        query = query.order_by(column.asc() if order == "asc" else column.desc()).limit(limit + 1)
-        rows = await self.db.fetch_all(query)
-        return [row["item"] for row in rows[:limit]], len(rows) > limit
+        """One page of items, read in one go (one connection, one thread hop on SQLite)."""
+
+        def work(connection: sa.Connection) -> list[dict[str, Any]] | str:
+            if connection.execute(_EXISTS, {"cid": conversation_id}).first() is None:
+                return "conversation"
+            anchor = _BEFORE_ALL if order == "asc" else _AFTER_ALL
+            if after is not None:
+                seq = connection.execute(_SEQ_OF, {"cid": conversation_id, "item_id": after}).scalar()
+                if seq is None:
+                    return "after"
+                anchor = int(seq)
+            return [row.item for row in connection.execute(_PAGE[order], {"cid": conversation_id, "anchor": anchor, "rows": limit + 1})]
+
+        found = await self.db.read_with(work)
+        if found == "conversation":
+            raise _not_found(conversation_id)
+        if isinstance(found, str):
+            raise _item_not_found(conversation_id, str(after), param="after")
+        return found[:limit], len(found) > limit
 
     async def get_item(self, conversation_id: str, item_id: str) -> dict[str, Any]:
         await self.get(conversation_id)
         row = await self.db.fetch_one(sa.select(conversation_items.c.item).where(
             conversation_items.c.conversation_id == conversation_id, conversation_items.c.item_id == item_id))
         if row is None:
-            raise NotFoundError(f"Item with id '{item_id}' not found in conversation '{conversation_id}'.", param="item_id", code="item_not_found")
+            raise _item_not_found(conversation_id, item_id, param="item_id")
         return dict(row["item"])
 
     async def delete_item(self, conversation_id: str, item_id: str) -> None:
@@ -140,12 +176,9 @@ class ConversationStore:
         await self.db.execute(conversation_items.delete().where(
             conversation_items.c.conversation_id == conversation_id, conversation_items.c.item_id == item_id))
 
-    async def _seq_of(self, conversation_id: str, item_id: str) -> int:
-        row = await self.db.fetch_one(sa.select(conversation_items.c.seq).where(
-            conversation_items.c.conversation_id == conversation_id, conversation_items.c.item_id == item_id))
-        if row is None:
-            raise NotFoundError(f"Item with id '{item_id}' not found in conversation '{conversation_id}'.", param="after", code="item_not_found")
-        return int(row["seq"])
+
+def _item_not_found(conversation_id: str, item_id: str, *, param: str) -> NotFoundError:
+    return NotFoundError(f"Item with id '{item_id}' not found in conversation '{conversation_id}'.", param=param, code="item_not_found")
 
 
 def _rows(conversation_id: str, first_seq: int, items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

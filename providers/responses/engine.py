@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections import OrderedDict
-import json
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
@@ -22,6 +21,7 @@ from runtime.apis.items import new_id, normalize_input
 from providers.responses.request import CreateResponse, chat_request, response_object
 from providers.responses.store import ResponseStore
 from providers.responses.translate import Event, StreamTranslator, output_from_completion, usage_from_chat
+from runtime import fastjson
 from runtime.errors import APIError, InvalidRequestError, NotFoundError
 
 __all__ = ["Inference", "ResponsesEngine", "Turn"]
@@ -190,7 +190,7 @@ class ResponsesEngine:
     async def run(self, turn: Turn) -> dict[str, Any]:
         """Produce the whole response, store it (one transaction), return it."""
         raw = await self._with_truncation(turn, self.inference.chat_completion, stream=False)
-        translator = output_from_completion(json.loads(raw), with_logprobs=turn.request.wants_logprobs())
+        translator = output_from_completion(fastjson.loads(raw), with_logprobs=turn.request.wants_logprobs())
         status = _status(translator.finish_reason)
         translator.finish("incomplete" if status == "incomplete" else "completed")
         _finalize(turn.response, status, translator)
@@ -215,7 +215,7 @@ class ResponsesEngine:
         try:
             chunks = await self._with_truncation(turn, self.inference.stream_chat_completion, stream=True)
             async for chunk in chunks:
-                for event in translator.feed(json.loads(chunk)):
+                for event in translator.feed(fastjson.loads(chunk)):
                     yield self._numbered(turn, event)
             status = _status(translator.finish_reason)
             for event in translator.finish("incomplete" if status == "incomplete" else "completed"):
@@ -246,7 +246,9 @@ class ResponsesEngine:
         return {"type": kind, "sequence_number": turn.sequence(), "response": _snapshot(turn.response)}
 
     def _numbered(self, turn: Turn, event: Event) -> Event:
-        return {**event, "sequence_number": turn.sequence()}
+        # The translator's events are fresh dicts: numbered in place.
+        event["sequence_number"] = turn.sequence()
+        return event
 
     async def _persist_end(self, turn: Turn) -> None:
         if not turn.stored:

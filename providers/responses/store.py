@@ -53,6 +53,18 @@ events = sa.Table(
 )
 
 
+# The hot statements, built once: SQLAlchemy caches a statement's compiled form by a key it
+# computes by walking the statement, and a statement built per call is walked per call (about
+# 60 us for an UPDATE ... WHERE here, five times the cost of executing it).
+_GET = sa.select(responses).where(responses.c.id == sa.bindparam("rid"))
+_FINISH = responses.update().where(responses.c.id == sa.bindparam("rid")).values(
+    status=sa.bindparam("new_status"), response=sa.bindparam("new_response"))
+_FINISH_IF = _FINISH.where(responses.c.status.in_(sa.bindparam("statuses", expanding=True)))
+_DROP_OUTPUT = items.delete().where(items.c.response_id == sa.bindparam("rid"), items.c.kind == "output")
+_CHAIN_ITEMS = sa.select(items.c.response_id, items.c.kind, items.c.position, items.c.item).where(
+    items.c.response_id.in_(sa.bindparam("chain", expanding=True)))
+
+
 class StoredResponse:
     """A response row: the public object plus what the engine needs to continue from it."""
 
@@ -101,16 +113,16 @@ class ResponseStore:
     async def finish(self, response: dict[str, Any], output_items: Sequence[dict[str, Any]], *, only_if_status: Sequence[str] = ()) -> bool:
         """Record the final state and output of a response; with `only_if_status`, only if the
         stored status is one of those (so a cancel that won the race is not overwritten)."""
-        update = responses.update().where(responses.c.id == response["id"])
+        params = {"rid": response["id"], "new_status": response["status"], "new_response": response}
+        update = _FINISH
         if only_if_status:
-            update = update.where(responses.c.status.in_(list(only_if_status)))
-        update = update.values(status=response["status"], response=response)
+            update, params["statuses"] = _FINISH_IF, list(only_if_status)
         rows = _item_rows(response["id"], "output", output_items)
 
         def work(connection: sa.Connection) -> bool:
-            if not connection.execute(update).rowcount:
+            if not connection.execute(update, params).rowcount:
                 return False
-            connection.execute(items.delete().where(items.c.response_id == response["id"], items.c.kind == "output"))
+            connection.execute(_DROP_OUTPUT, {"rid": response["id"]})
             if rows:
                 connection.execute(items.insert(), rows)
             return True
@@ -118,7 +130,7 @@ class ResponseStore:
         return await self.db.write(work)
 
     async def get(self, response_id: str) -> StoredResponse:
-        row = await self.db.fetch_one(sa.select(responses).where(responses.c.id == response_id))
+        row = await self.db.fetch_one(_GET, {"rid": response_id})
         if row is None:
             raise NotFoundError(f"Response with id '{response_id}' not found.", param="response_id", code="not_found")
         return StoredResponse(row)
@@ -127,9 +139,7 @@ class ResponseStore:
         """The response and every item of its chain (its ancestors' and its own), in order."""
         previous = await self.get(response_id)
         chain = [*previous.ancestors, previous.id]
-        rows = await self.db.fetch_all(
-            sa.select(items.c.response_id, items.c.kind, items.c.position, items.c.item).where(items.c.response_id.in_(chain))
-        )
+        rows = await self.db.fetch_all(_CHAIN_ITEMS, {"chain": chain})
         order = {rid: index for index, rid in enumerate(chain)}
         rows.sort(key=lambda row: (order[row["response_id"]], row["kind"] != "input", row["position"]))
         return previous, [row["item"] for row in rows]

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from starlette.responses import Response
 
+from runtime import fastjson
 from runtime.errors import InvalidRequestError
 
 __all__ = ["JSONBytes", "cursor_page", "parse_json_object", "validate_limit", "validate_metadata", "validate_order"]
@@ -20,8 +20,8 @@ MAX_METADATA_VALUE = 512
 def parse_json_object(raw: bytes) -> dict[str, Any]:
     """The request body as a JSON object, or a 400 saying what is wrong with it."""
     try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
+        body = fastjson.loads(raw)
+    except ValueError:
         raise InvalidRequestError(
             "We could not parse the JSON body of your request: it is not valid JSON.", code="invalid_json"
         ) from None
@@ -84,4 +84,4 @@ class JSONBytes(Response):
     media_type = "application/json"
 
     def render(self, content: Any) -> bytes:
-        return json.dumps(content, separators=(",", ":"), ensure_ascii=False).encode()
+        return fastjson.dumps(content)

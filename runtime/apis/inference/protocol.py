@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+from runtime import fastjson
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -21,7 +21,7 @@ class UpstreamRequest:
     def payload(self) -> bytes:
         if self.raw is not None:
             return self.raw
-        return json.dumps(self.body, separators=(",", ":"), ensure_ascii=False).encode()
+        return fastjson.dumps(self.body)
 
 
 @dataclass(frozen=True)

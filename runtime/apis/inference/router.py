@@ -21,6 +21,7 @@ from builder.config import ModelConfig
 from runtime.apis.inference.chunks import ChunkAccumulator
 from runtime.apis.inference.protocol import InferenceProvider, UpstreamModel, UpstreamRequest
 from runtime.apis.inference.store import ChatCompletionStore
+from runtime import fastjson
 from runtime.errors import APIError, InvalidRequestError, NotFoundError
 
 if TYPE_CHECKING:
@@ -164,7 +165,7 @@ class InferenceRouter:
     async def _stored_stream(self, chunks: AsyncIterator[bytes], body: Mapping[str, Any]) -> AsyncIterator[bytes]:
         folded = ChunkAccumulator()
         async for chunk in chunks:
-            folded.add(json.loads(chunk))
+            folded.add(fastjson.loads(chunk))
             yield chunk
         await self.store.save(folded.completion(), list(body.get("messages") or ()), body.get("metadata"))
 

@@ -13,11 +13,11 @@ from collections.abc import AsyncIterator, Awaitable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from fastapi import APIRouter, Request
-from fastapi.responses import Response, StreamingResponse
+from fastapi.responses import Response
 
 from runtime.apis.common import JSONBytes, cursor_page, parse_json_object, validate_limit, validate_metadata, validate_order
 from runtime.errors import APIError, InvalidRequestError
-from runtime.sse import DONE, sse_frame
+from runtime.sse import DONE, EventStreamResponse, sse_frame
 
 if TYPE_CHECKING:
     from runtime.apis.inference.router import InferenceRouter
@@ -138,7 +138,7 @@ async def _sse_response(chunks: AsyncIterator[bytes]) -> Response:
         first = await anext(iterator)
     except StopAsyncIteration:
         first = None
-    return StreamingResponse(_frames(first, iterator), media_type="text/event-stream", headers={"cache-control": "no-cache"})
+    return EventStreamResponse(_frames(first, iterator))
 
 
 async def _frames(first: bytes | None, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:

@@ -7,13 +7,14 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter
-from fastapi.responses import Response, StreamingResponse
+from fastapi.responses import Response
 
 from providers.responses.request import CreateResponse
 from runtime.apis.common import JSONBytes, validate_limit, validate_order
 from runtime.apis.responses.protocol import ResponsesProvider
 from runtime.errors import APIError
-from runtime.sse import sse_frame
+from runtime import fastjson
+from runtime.sse import EventStreamResponse, sse_frame
 
 __all__ = ["router"]
 
@@ -56,8 +57,8 @@ def router(impl: ResponsesProvider) -> APIRouter:
     return routes
 
 
-def _sse(events: AsyncIterator[dict[str, Any]]) -> StreamingResponse:
-    return StreamingResponse(_frames(events), media_type="text/event-stream", headers={"cache-control": "no-cache"})
+def _sse(events: AsyncIterator[dict[str, Any]]) -> EventStreamResponse:
+    return EventStreamResponse(_frames(events))
 
 
 async def _frames(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
@@ -65,7 +66,7 @@ async def _frames(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]
     try:
         async for event in events:
             sequence = event["sequence_number"]
-            yield sse_frame(json.dumps(event, separators=(",", ":")).encode(), event["type"])
+            yield sse_frame(fastjson.dumps(event), event["type"])
     except APIError as error:
         # Only reached for a failure the provider could not turn into `response.failed`.
         body = {"type": "error", "code": error.code, "message": error.message, "param": error.param, "sequence_number": sequence + 1}

@@ -333,3 +333,58 @@ async def test_storage_declared_default_and_unknown_backend(tmp_path: Path) -> N
             storage.database("files")
     finally:
         await storage.close()
+
+
+async def test_a_failing_write_among_concurrent_ones_fails_alone(database: Database, ready: sa.Table) -> None:
+    # On SQLite these are committed as a group; the duplicate key must still fail on its own
+    # and leave the other writes of its group committed.
+    await database.execute(ready.insert().values(id="taken"))
+
+    def insert(key: str) -> Any:
+        return lambda conn: conn.execute(ready.insert().values(id=key)).rowcount
+
+    results = await asyncio.gather(
+        *(database.write(insert(key)) for key in ["a", "b", "taken", "c", "d"]), return_exceptions=True
+    )
+    assert [r if not isinstance(r, Exception) else "error" for r in results] == [1, 1, "error", 1, 1]
+    assert isinstance(results[2], sa.exc.IntegrityError)
+    assert await _ids(database, ready) == ["a", "b", "c", "d", "taken"]
+
+
+async def test_sqlite_concurrent_writes_share_commits(tmp_path: Path) -> None:
+    db = open_database(SqliteBackend(type="sqlite", path=tmp_path / "s.db"))
+    table = sa.Table("t", sa.MetaData(), sa.Column("k", sa.Integer, primary_key=True))
+    commits = 0
+
+    def count(_conn: Any) -> None:
+        nonlocal commits
+        commits += 1
+
+    try:
+        await db.create_tables(table.metadata)
+        assert db._sync is not None
+        sa.event.listen(db._sync, "commit", count)
+        await asyncio.gather(*(db.execute(table.insert().values(k=k)) for k in range(64)))
+        rows = await db.fetch_all(sa.select(table.c.k).order_by(table.c.k))
+        assert [row["k"] for row in rows] == list(range(64))
+        # The first write runs alone; the rest queue behind it and go in as few groups.
+        assert commits <= 4, commits
+    finally:
+        await db.close()
+
+
+async def test_sqlite_a_write_cancelled_while_queued_is_not_made(tmp_path: Path) -> None:
+    db = open_database(SqliteBackend(type="sqlite", path=tmp_path / "s.db"))
+    table = sa.Table("t", sa.MetaData(), sa.Column("k", sa.Integer, primary_key=True))
+    try:
+        await db.create_tables(table.metadata)
+        async with db.transaction():  # holds the write lock: the writes below queue
+            queued = [asyncio.create_task(db.execute(table.insert().values(k=k))) for k in range(3)]
+            await asyncio.sleep(0.05)
+            queued[1].cancel()
+        assert [await queued[0], await queued[2]] == [1, 1]
+        assert queued[1].cancelled()
+        rows = await db.fetch_all(sa.select(table.c.k).order_by(table.c.k))
+        assert [row["k"] for row in rows] == [0, 2]
+    finally:
+        await db.close()
