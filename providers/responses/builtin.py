@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -20,13 +21,17 @@ from runtime.apis.common import cursor_page
 
 __all__ = ["BUILTIN", "BuiltinResponses"]
 
+log = logging.getLogger("stack")
+
 TERMINAL = ("completed", "incomplete", "failed", "cancelled")
 
 
 class BuiltinResponsesConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    background_lease_s: float = Field(default=30.0, gt=1, description="A background response whose worker has not renewed its lease for this long is taken over")
+    lease_s: float = Field(default=30.0, gt=1, description=(
+        "A response being produced (in the background, or streamed) whose process has not renewed its lease for this long "
+        "is taken over: a queued one is run, a running one marked failed. Leases are renewed every lease_s / 3 seconds."))
     stream_poll_s: float = Field(default=0.1, gt=0, description="How often a resumed stream looks for new events of a running background response")
 
 
@@ -103,10 +108,10 @@ async def _iterate(events: list[Event]) -> AsyncIterator[Event]:
 async def create(context: ProviderContext[BuiltinResponsesConfig]) -> AsyncIterator[BuiltinResponses]:
     store = ResponseStore(context.databases("responses"))
     await store.create_tables()
-    engine = ResponsesEngine(context.deps[Api.inference], store, context.deps.get(Api.conversations))
+    engine = ResponsesEngine(context.deps[Api.inference], store, context.deps.get(Api.conversations), lease_s=context.config.lease_s)
     service = BuiltinResponses(engine, context.config)
-    await engine.recover(lease_s=context.config.background_lease_s)
-    sweeper = asyncio.get_running_loop().create_task(_sweep(engine, context.config.background_lease_s))
+    await engine.recover()
+    sweeper = asyncio.get_running_loop().create_task(_sweep(engine))
     try:
         yield service
     finally:
@@ -114,11 +119,14 @@ async def create(context: ProviderContext[BuiltinResponsesConfig]) -> AsyncItera
         await engine.close()
 
 
-async def _sweep(engine: ResponsesEngine, lease_s: float) -> None:
-    """Take over background responses of processes that died, once their lease lapses."""
+async def _sweep(engine: ResponsesEngine) -> None:
+    """Take over the responses of processes that died, once their lease lapses."""
     while True:
-        await asyncio.sleep(lease_s / 3)
-        await engine.recover(lease_s)
+        await asyncio.sleep(engine.lease_s / 3)
+        try:
+            await engine.recover()
+        except Exception:
+            log.exception("the sweep for orphaned responses failed; it runs again in %.0f s", engine.lease_s / 3)
 
 
 BUILTIN = ProviderSpec(

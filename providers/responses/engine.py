@@ -76,12 +76,18 @@ class Turn:
 
 
 class ResponsesEngine:
-    def __init__(self, inference: Inference, store: ResponseStore, conversations: Conversations | None = None) -> None:
+    def __init__(self, inference: Inference, store: ResponseStore, conversations: Conversations | None = None,
+                 lease_s: float = 30.0) -> None:
         self.inference = inference
         self.store = store
         self.conversations = conversations
+        self.lease_s = lease_s
         self._tasks: set[asyncio.Task[Any]] = set()
         self._background: dict[str, asyncio.Task[Any]] = {}
+        # Stored responses this process is streaming to a client; their leases are renewed
+        # together, so that if the process dies the sweep marks them failed.
+        self._streaming: set[str] = set()
+        self._renewer: asyncio.Task[None] | None = None
         self._contexts: OrderedDict[str, tuple[list[str], list[dict[str, Any]]]] = OrderedDict()
         self.shutting_down = False
 
@@ -205,8 +211,10 @@ class ResponsesEngine:
     async def stream(self, turn: Turn) -> AsyncIterator[Event]:
         """The response's events in order; the stored copy follows along."""
         response = turn.response
-        if turn.stored and not response["background"]:
+        leased = turn.stored and not response["background"]
+        if leased:
             await self.store.insert(dict(response), ancestors=turn.ancestors, input_items=turn.input_items)
+            self._lease(response["id"])
         response["status"] = "in_progress"
         yield self._event(turn, "response.created")
         yield self._event(turn, "response.in_progress")
@@ -241,6 +249,8 @@ class ResponsesEngine:
                 else:
                     _finalize(response, "cancelled", translator)
                 self._detach(self._persist_end(turn))
+            if leased:
+                self._streaming.discard(response["id"])
 
     def _event(self, turn: Turn, kind: str) -> Event:
         return {"type": kind, "sequence_number": turn.sequence(), "response": _snapshot(turn.response)}
@@ -264,6 +274,20 @@ class ResponsesEngine:
         await self.store.finish(turn.response, turn.response["output"])
         self._remember(turn)
         await self._extend_conversation(turn)
+
+    def _lease(self, response_id: str) -> None:
+        self._streaming.add(response_id)
+        if self._renewer is None:
+            self._renewer = asyncio.get_running_loop().create_task(self._renew_leases())
+
+    async def _renew_leases(self) -> None:
+        while True:
+            await asyncio.sleep(self.lease_s / 3)
+            if self._streaming:
+                try:
+                    await self.store.renew_leases(list(self._streaming))
+                except Exception:
+                    log.exception("could not renew the leases of %d streamed responses", len(self._streaming))
 
     def _detach(self, work: Coroutine[Any, Any, Any]) -> None:
         """Run `work` outside the current (possibly cancelled) task, and keep it until it ends."""
@@ -309,7 +333,7 @@ class ResponsesEngine:
 
         async def beat() -> None:
             while True:
-                await asyncio.sleep(HEARTBEAT_S)
+                await asyncio.sleep(self.lease_s / 3)
                 if await self.store.heartbeat(response_id) == "cancelled" and current is not None:
                     current.cancel()  # cancelled by another process
                     return
@@ -330,11 +354,11 @@ class ResponsesEngine:
             await asyncio.wait([task], timeout=5)
         return (await self.store.get(response_id)).response
 
-    async def recover(self, lease_s: float) -> None:
-        """Resume queued background responses nobody is running; fail those that were running
-        when their process died (their lease lapsed)."""
-        for stored in await self.store.orphaned(time.time() - lease_s):
-            if stored.id in self._background:
+    async def recover(self) -> None:
+        """Resume queued background responses nobody is running; fail those (background or
+        streamed) that were being produced when their process died (their lease lapsed)."""
+        for stored in await self.store.orphaned(time.time() - self.lease_s):
+            if stored.id in self._background or stored.id in self._streaming:
                 continue
             if stored.status == "queued" and stored.request is not None:
                 request = CreateResponse.model_validate(stored.request)
@@ -343,14 +367,17 @@ class ResponsesEngine:
                 log.info("resuming queued background response %s", stored.id)
                 self.spawn_background(turn)
             else:
+                what = "background response was running" if stored.background else "response was being streamed"
                 failed = {**stored.response, "status": "failed", "error": {
-                    "code": "server_error", "message": "The server stopped while this background response was running."}}
+                    "code": "server_error", "message": f"The server stopped while this {what}."}}
                 await self.store.set_status(stored.id, "failed", failed, only_if_status=["queued", "in_progress"])
                 log.warning("background response %s was interrupted: marked failed", stored.id)
 
     async def close(self) -> None:
         """Stop background work (each marks itself failed) and wait for pending writes."""
         self.shutting_down = True
+        if self._renewer is not None:
+            self._renewer.cancel()
         running = list(self._background.values())
         for task in running:
             task.cancel()
@@ -360,7 +387,6 @@ class ResponsesEngine:
             await asyncio.wait(list(self._tasks), timeout=10)
 
 
-HEARTBEAT_S = 10.0
 CONTEXT_CACHE_SIZE = 1024
 SHUTDOWN_ERROR = {"code": "server_error", "message": "The server shut down before this response finished."}
 

@@ -18,6 +18,8 @@ from runtime.storage import Database, json_type
 
 __all__ = ["ResponseStore", "StoredResponse"]
 
+_OPEN_SQL = "status IN ('queued', 'in_progress')"  # literal, so the planner matches it to the partial index
+
 _metadata = sa.MetaData()
 responses = sa.Table(
     "responses",
@@ -32,6 +34,8 @@ responses = sa.Table(
     sa.Column("response", json_type(), nullable=False),
     sa.Column("request", json_type(), nullable=True),
     sa.Column("heartbeat_at", sa.Float, nullable=True),
+    # Only the responses still being produced: the sweep for orphans reads this, never the table.
+    sa.Index("ix_responses_open", "heartbeat_at", sqlite_where=sa.text(_OPEN_SQL), postgresql_where=sa.text(_OPEN_SQL)),
 )
 items = sa.Table(
     "response_items",
@@ -61,6 +65,8 @@ _FINISH = responses.update().where(responses.c.id == sa.bindparam("rid")).values
     status=sa.bindparam("new_status"), response=sa.bindparam("new_response"))
 _FINISH_IF = _FINISH.where(responses.c.status.in_(sa.bindparam("statuses", expanding=True)))
 _DROP_OUTPUT = items.delete().where(items.c.response_id == sa.bindparam("rid"), items.c.kind == "output")
+_RENEW = responses.update().where(responses.c.id.in_(sa.bindparam("ids", expanding=True)), sa.text(_OPEN_SQL)).values(
+    heartbeat_at=sa.bindparam("now"))
 _CHAIN_ITEMS = sa.select(items.c.response_id, items.c.kind, items.c.position, items.c.item).where(
     items.c.response_id.in_(sa.bindparam("chain", expanding=True)))
 
@@ -99,7 +105,7 @@ class ResponseStore:
             "id": response["id"], "created_at": response["created_at"], "status": response["status"],
             "background": bool(response.get("background")), "ancestors": list(ancestors),
             "conversation_id": (response.get("conversation") or {}).get("id"), "response": response, "request": request,
-            "heartbeat_at": time.time() if response.get("background") else None,
+            "heartbeat_at": time.time(),
         }
         item_rows = _item_rows(response["id"], "input", input_items) + _item_rows(response["id"], "output", output_items)
 
@@ -203,12 +209,15 @@ class ResponseStore:
         row = await self.db.fetch_one(sa.select(responses.c.status).where(responses.c.id == response_id))
         return None if row is None else str(row["status"])
 
+    async def renew_leases(self, response_ids: Sequence[str]) -> None:
+        """Refresh the lease of responses this process is streaming."""
+        await self.db.execute(_RENEW, {"now": time.time(), "ids": list(response_ids)})
+
     async def orphaned(self, older_than: float) -> list[StoredResponse]:
-        """Background responses still queued or running whose lease nobody renewed."""
+        """Responses still queued or being produced whose lease nobody renewed."""
         rows = await self.db.fetch_all(
             sa.select(responses).where(
-                responses.c.background.is_(True),
-                responses.c.status.in_(["queued", "in_progress"]),
+                sa.text(_OPEN_SQL),
                 sa.or_(responses.c.heartbeat_at.is_(None), responses.c.heartbeat_at < older_than),
             )
         )

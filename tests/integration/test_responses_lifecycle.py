@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -134,6 +135,40 @@ def test_queued_and_interrupted_background_responses_are_recovered_after_a_crash
         wait_for(lambda: httpx2.get(f"{base}/responses/{running['id']}").json()["status"] == "failed", timeout=20)
         failed = httpx2.get(f"{base}/responses/{running['id']}").json()
         assert "server stopped" in failed["error"]["message"]
+    finally:
+        second.send_signal(signal.SIGTERM)
+        second.wait(timeout=20)
+
+
+def test_a_streamed_response_cut_by_a_crash_is_marked_failed_by_the_next_server(upstream: FakeUpstream, tmp_path: Path) -> None:
+    """kill -9 the server in the middle of a stored stream: the response its client saw created
+    does not stay `in_progress`; once the dead process's lease lapses it is `failed`."""
+    env = live_env(upstream, tmp_path, STACK_TEST_LEASE_S="2")
+    port = free_port()
+    base = f"http://127.0.0.1:{port}/v1"
+    command = [sys.executable, "-m", "runtime.cli", "run", CONFIG, "--port", str(port)]
+    first = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: _healthy(base))
+        body = {"model": "fake-model", "input": "[tokens:200] [slow:100]", "stream": True}
+        with httpx2.stream("POST", f"{base}/responses", json=body, timeout=10) as stream:
+            lines = stream.iter_lines()
+            created = next(line for line in lines if line.startswith("data: ") and '"response.created"' in line)
+            response_id = json.loads(created[6:])["response"]["id"]
+            next(line for line in lines if '"response.output_text.delta"' in line)
+            assert httpx2.get(f"{base}/responses/{response_id}").json()["status"] == "in_progress"
+            first.send_signal(signal.SIGKILL)
+            first.wait()
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    second = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: _healthy(base))
+        wait_for(lambda: httpx2.get(f"{base}/responses/{response_id}").json()["status"] == "failed", timeout=20)
+        failed = httpx2.get(f"{base}/responses/{response_id}").json()
+        assert failed["error"] == {"code": "server_error", "message": "The server stopped while this response was being streamed."}
     finally:
         second.send_signal(signal.SIGTERM)
         second.wait(timeout=20)

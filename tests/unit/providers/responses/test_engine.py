@@ -1,0 +1,104 @@
+"""The engine's bookkeeping around a stream: leases, and what a peer process's sweep sees."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from builder.config import PostgresBackend, SqliteBackend
+from providers.responses.engine import ResponsesEngine
+from providers.responses.request import CreateResponse
+from providers.responses.store import ResponseStore, responses
+from runtime.storage import open_database
+from support.postgres import fresh_database
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqliteBackend | PostgresBackend]:
+    if request.param == "sqlite":
+        yield SqliteBackend(type="sqlite", path=tmp_path / "stack.db")
+        return
+    with fresh_database() as dsn:
+        yield PostgresBackend(type="postgres", dsn=dsn, pool_size=5)
+
+
+class SlowModel:
+    """The inference API at its boundary: a model that streams `tokens` chunks, `delay_s` apart."""
+
+    def __init__(self, tokens: int, delay_s: float) -> None:
+        self.tokens, self.delay_s = tokens, delay_s
+
+    async def resolve(self, model_id: Any) -> Any:
+        return model_id
+
+    async def chat_completion(self, body: dict[str, Any], raw: bytes | None = None) -> bytes:
+        raise AssertionError("not used")
+
+    async def stream_chat_completion(self, body: dict[str, Any], raw: bytes | None = None) -> AsyncIterator[bytes]:
+        async def chunks() -> AsyncIterator[bytes]:
+            for index in range(self.tokens):
+                await asyncio.sleep(self.delay_s)
+                finish = "stop" if index == self.tokens - 1 else None
+                yield json.dumps({"choices": [{"index": 0, "delta": {"content": f"t{index} "}, "finish_reason": finish}]}).encode()
+
+        return chunks()
+
+
+async def test_a_stream_longer_than_the_lease_keeps_it_and_no_peer_sweeps_it(backend: SqliteBackend | PostgresBackend) -> None:
+    db = open_database(backend)
+    store = ResponseStore(db)
+    await store.create_tables()
+    model = SlowModel(tokens=10, delay_s=0.2)  # 2 s, against a 0.9 s lease renewed every 0.3 s
+    engine = ResponsesEngine(model, store, lease_s=0.9)
+    peer = ResponsesEngine(model, store, lease_s=0.9)  # another process on the same database
+    try:
+        turn = await engine.prepare(CreateResponse(model="m", input="hello", stream=True))
+        response_id = turn.response["id"]
+        seen: list[str] = []
+        leases: set[float] = set()
+        async for event in engine.stream(turn):
+            if event["type"] == "response.output_text.delta":
+                await peer.recover()
+                seen.append((await store.get(response_id)).status)
+                row = await db.fetch_one(sa.select(responses.c.heartbeat_at).where(responses.c.id == response_id))
+                assert row is not None
+                leases.add(row["heartbeat_at"])
+        assert event["type"] == "response.completed"
+        assert seen == ["in_progress"] * 10
+        assert len(leases) >= 3  # renewed while it ran
+        assert (await store.get(response_id)).status == "completed"
+    finally:
+        await engine.close()
+        await peer.close()
+        await db.close()
+
+
+async def test_a_stream_whose_process_stopped_renewing_is_failed_by_a_peer(backend: SqliteBackend | PostgresBackend) -> None:
+    db = open_database(backend)
+    store = ResponseStore(db)
+    await store.create_tables()
+    engine = ResponsesEngine(SlowModel(tokens=50, delay_s=0.05), store, lease_s=0.6)
+    peer = ResponsesEngine(SlowModel(tokens=1, delay_s=0), store, lease_s=0.6)
+    try:
+        turn = await engine.prepare(CreateResponse(model="m", input="hello", stream=True))
+        stream = engine.stream(turn)
+        assert (await anext(stream))["type"] == "response.created"
+        # The process "dies": nothing of it runs any more, its lease is not renewed.
+        assert engine._renewer is not None
+        engine._renewer.cancel()
+        await asyncio.sleep(0.8)
+        await peer.recover()
+        failed = await store.get(turn.response["id"])
+        assert failed.status == "failed"
+        assert failed.response["error"]["message"] == "The server stopped while this response was being streamed."
+        await stream.aclose()
+    finally:
+        await engine.close()
+        await peer.close()
+        await db.close()
