@@ -1,6 +1,10 @@
+import asyncio
 from collections.abc import AsyncIterator
+from typing import Any
 
-from runtime.sse import iter_sse_data, sse_frame
+import pytest
+
+from runtime.sse import HIGH_WATER_BYTES, EventStreamResponse, iter_sse_data, sse_frame
 
 
 async def chunks(*parts: bytes) -> AsyncIterator[bytes]:
@@ -33,3 +37,120 @@ async def test_a_final_event_without_blank_line_is_kept() -> None:
 def test_frames_carry_an_optional_event_name() -> None:
     assert sse_frame(b'{"x":1}') == b'data: {"x":1}\n\n'
     assert sse_frame(b"{}", "response.created") == b"event: response.created\ndata: {}\n\n"
+
+
+# --- EventStreamResponse, driven as an ASGI app ------------------------------------------------
+
+
+class Client:
+    """The server side of one request: records what the response sends, and can go away."""
+
+    def __init__(self, send_delay_s: float = 0.0) -> None:
+        self.sent: list[dict[str, Any]] = []
+        self.gone = asyncio.Event()
+        self.send_delay_s = send_delay_s
+
+    async def receive(self) -> dict[str, Any]:
+        await self.gone.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(self, message: dict[str, Any]) -> None:
+        if self.send_delay_s:
+            await asyncio.sleep(self.send_delay_s)
+        self.sent.append(message)
+
+    @property
+    def bodies(self) -> list[bytes]:
+        return [m["body"] for m in self.sent if m["type"] == "http.response.body" and m["body"]]
+
+    async def run(self, response: EventStreamResponse) -> None:
+        await response({"type": "http", "method": "POST"}, self.receive, self.send)
+
+
+async def test_frames_ready_together_go_out_in_one_write_and_the_stream_ends() -> None:
+    async def frames() -> AsyncIterator[bytes]:
+        for burst in range(3):
+            await asyncio.sleep(0.01)  # an upstream read
+            for index in range(4):
+                yield sse_frame(f"{burst}.{index}".encode())
+
+    client = Client()
+    await client.run(EventStreamResponse(frames()))
+    start = client.sent[0]
+    assert start["type"] == "http.response.start" and start["status"] == 200
+    assert (b"content-type", b"text/event-stream; charset=utf-8") in start["headers"]
+    assert (b"cache-control", b"no-cache") in start["headers"]
+    assert client.bodies == [b"".join(sse_frame(f"{burst}.{i}".encode()) for i in range(4)) for burst in range(3)]
+    assert client.sent[-1] == {"type": "http.response.body", "body": b"", "more_body": False}
+
+
+async def test_a_client_that_goes_away_cancels_the_producer_where_it_waits() -> None:
+    cancelled = asyncio.Event()
+
+    async def frames() -> AsyncIterator[bytes]:
+        yield sse_frame(b"first")
+        try:
+            await asyncio.sleep(60)  # a slow upstream
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        yield sse_frame(b"never")
+
+    client = Client()
+    running = asyncio.create_task(client.run(EventStreamResponse(frames())))
+    await asyncio.sleep(0.02)
+    client.gone.set()
+    await asyncio.wait_for(running, 2)
+    assert cancelled.is_set()
+    assert client.bodies == [sse_frame(b"first")]
+    assert not any(m.get("more_body") is False for m in client.sent)  # no end: the client is gone
+
+
+async def test_cancelling_the_response_cancels_the_producer() -> None:
+    # The library client cancels the app's task when its reader closes the stream.
+    cancelled = asyncio.Event()
+
+    async def frames() -> AsyncIterator[bytes]:
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        yield b""
+
+    running = asyncio.create_task(Client().run(EventStreamResponse(frames())))
+    await asyncio.sleep(0.02)
+    running.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await running
+    await asyncio.sleep(0)
+    assert cancelled.is_set()
+
+
+async def test_a_producer_error_reaches_the_app_after_the_frames_before_it() -> None:
+    async def frames() -> AsyncIterator[bytes]:
+        yield sse_frame(b"ok")
+        raise RuntimeError("bug")
+
+    client = Client()
+    with pytest.raises(RuntimeError, match="bug"):
+        await client.run(EventStreamResponse(frames()))
+    assert client.bodies == [sse_frame(b"ok")]
+
+
+async def test_a_slow_client_holds_the_producer_back_at_the_high_water_mark() -> None:
+    frame = b"x" * 1024
+    produced = 0
+
+    async def frames() -> AsyncIterator[bytes]:
+        nonlocal produced
+        for _ in range(4 * HIGH_WATER_BYTES // len(frame)):
+            produced += 1
+            yield frame
+
+    client = Client(send_delay_s=0.05)
+    running = asyncio.create_task(client.run(EventStreamResponse(frames())))
+    await asyncio.sleep(0.02)  # the first send is under way; the producer ran until it was held
+    assert produced * len(frame) <= HIGH_WATER_BYTES + len(frame)
+    await asyncio.wait_for(running, 5)
+    assert b"".join(client.bodies) == frame * (4 * HIGH_WATER_BYTES // len(frame))
