@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Seque
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from providers.responses.items import chat_messages
+from providers.responses.items import ChatContext, chat_messages
 from runtime.apis.items import new_id, normalize_input
 from providers.responses.request import CreateResponse, chat_request, response_object
 from providers.responses.store import ResponseStore
@@ -60,7 +60,11 @@ class Turn:
     history: list[dict[str, Any]]
     """Items before this turn's input: the previous_response_id chain or the conversation."""
     ancestors: list[str]
+    history_chat: ChatContext | None = None
+    """`history` already folded into chat messages, when the context cache had it."""
     sequence: Callable[[], int] = field(default_factory=lambda: itertools.count().__next__)
+    chat: ChatContext | None = None
+    """History and input folded into chat messages, once `messages()` has been asked for."""
 
     @property
     def stored(self) -> bool:
@@ -72,7 +76,23 @@ class Turn:
         return max(0, len(self.history) + len(self.input_items) - 1)
 
     def messages(self, dropped: int = 0) -> list[dict[str, Any]]:
-        return chat_messages([*self.history, *self.input_items][dropped:], self.request.instructions)
+        """The chat messages of the model context, without its `dropped` oldest items."""
+        if dropped:
+            return chat_messages([*self.history, *self.input_items][dropped:], self.request.instructions)
+        if self.chat is None:
+            history = self.history_chat if self.history_chat is not None else ChatContext().extend(self.history)
+            self.chat = history.extend(self.input_items)
+        return self.chat.messages_with(self.request.instructions)
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a turn continues from: the previous responses' ids (root first) and their items,
+    and, when known, those items already folded into chat messages."""
+
+    ancestors: list[str]
+    items: list[dict[str, Any]]
+    chat: ChatContext | None = None
 
 
 class ResponsesEngine:
@@ -88,7 +108,7 @@ class ResponsesEngine:
         # together, so that if the process dies the sweep marks them failed.
         self._streaming: set[str] = set()
         self._renewer: asyncio.Task[None] | None = None
-        self._contexts: OrderedDict[str, tuple[list[str], list[dict[str, Any]]]] = OrderedDict()
+        self._contexts: OrderedDict[str, Context] = OrderedDict()
         self.shutting_down = False
 
     # --- preparing a turn ------------------------------------------------------------------
@@ -99,18 +119,17 @@ class ResponsesEngine:
         request.check()
         await self.inference.resolve(request.model)
         input_items = normalize_input(request.input)
-        history: list[dict[str, Any]] = []
-        ancestors: list[str] = []
+        context = Context([], [])
         if request.previous_response_id:
-            ancestors, history = await self._chain(request.previous_response_id)
+            context = await self._chain(request.previous_response_id)
         elif request.conversation_id:
-            history = await self._conversation(request.conversation_id)
+            context = Context([], await self._conversation(request.conversation_id))
         input_items = await self._resolve_references(input_items)
         status = "queued" if request.background else "in_progress"
         response = response_object(request, new_id("resp"), status, conversation_id=request.conversation_id)
-        return Turn(request, response, input_items, history, ancestors)
+        return Turn(request, response, input_items, context.items, context.ancestors, context.chat)
 
-    async def _chain(self, previous_id: str) -> tuple[list[str], list[dict[str, Any]]]:
+    async def _chain(self, previous_id: str) -> Context:
         """The ancestors a response continuing `previous_id` has, and its context items."""
         cached = self._contexts.get(previous_id)
         if cached is not None:
@@ -123,7 +142,7 @@ class ResponsesEngine:
                 f"Previous response with id '{previous_id}' not found. Only stored responses (store=true) can be continued.",
                 param="previous_response_id", code="previous_response_not_found",
             ) from None
-        return [*previous.ancestors, previous.id], history
+        return Context([*previous.ancestors, previous.id], history)
 
     def _remember(self, turn: Turn) -> None:
         """Keep a finished stored response's context in memory, so the next turn of its chain
@@ -131,7 +150,9 @@ class ResponsesEngine:
         if not turn.stored or turn.response["status"] not in ("completed", "incomplete"):
             return
         response_id = turn.response["id"]
-        self._contexts[response_id] = ([*turn.ancestors, response_id], [*turn.history, *turn.input_items, *turn.response["output"]])
+        output = turn.response["output"]
+        chat = turn.chat.extend(output) if turn.chat is not None else None
+        self._contexts[response_id] = Context([*turn.ancestors, response_id], [*turn.history, *turn.input_items, *output], chat)
         while len(self._contexts) > CONTEXT_CACHE_SIZE:
             self._contexts.popitem(last=False)
 
@@ -140,7 +161,7 @@ class ResponsesEngine:
 
     async def _history(self, request: CreateResponse) -> list[dict[str, Any]]:
         if request.previous_response_id:
-            return (await self._chain(request.previous_response_id))[1]
+            return (await self._chain(request.previous_response_id)).items
         if request.conversation_id:
             return await self._conversation(request.conversation_id)
         return []

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["chat_messages"]
+__all__ = ["ChatContext", "chat_messages"]
 
 
 # --- to chat messages ----------------------------------------------------------------------
@@ -18,28 +19,56 @@ def chat_messages(items: Iterable[Mapping[str, Any]], instructions: str | None) 
     Consecutive function calls become one assistant message with several tool calls (how chat
     models emit parallel calls); reasoning items travel as `reasoning_content` on the assistant
     message they precede, which reasoning-aware servers read and others ignore."""
-    messages: list[dict[str, Any]] = [{"role": "system", "content": instructions}] if instructions else []
-    pending_reasoning: list[str] = []
-    for item in items:
-        kind = item.get("type")
-        if kind == "message":
-            message = _chat_message(item)
-            if message["role"] == "assistant" and pending_reasoning:
-                message["reasoning_content"] = "".join(pending_reasoning)
-                pending_reasoning = []
-            messages.append(message)
-        elif kind == "function_call":
-            _append_tool_call(messages, item)
-        elif kind == "function_call_output":
-            messages.append({"role": "tool", "tool_call_id": item["call_id"], "content": _output_text(item["output"])})
-        elif kind == "reasoning":
-            pending_reasoning.extend(_reasoning_text(item))
-    return messages
+    return ChatContext().extend(items).messages_with(instructions)
+
+
+@dataclass(frozen=True)
+class ChatContext:
+    """The chat messages folded from a sequence of items, which a longer sequence can continue
+    from: the next turn of a chain converts only its own items, not the whole history again.
+
+    Immutable: `extend` returns a new context and never changes a message of this one (a call
+    merged into the last assistant message replaces that message with a copy)."""
+
+    messages: tuple[dict[str, Any], ...] = ()
+    pending_reasoning: tuple[str, ...] = ()
+
+    def extend(self, items: Iterable[Mapping[str, Any]]) -> ChatContext:
+        messages = list(self.messages)
+        pending_reasoning = list(self.pending_reasoning)
+        for item in items:
+            kind = item.get("type")
+            if kind == "message":
+                message = _chat_message(item)
+                if pending_reasoning and message["role"] == "assistant":
+                    message["reasoning_content"] = "".join(pending_reasoning)
+                    pending_reasoning = []
+                messages.append(message)
+            elif kind == "function_call":
+                _append_tool_call(messages, item)
+            elif kind == "function_call_output":
+                messages.append({"role": "tool", "tool_call_id": item["call_id"], "content": _output_text(item["output"])})
+            elif kind == "reasoning":
+                pending_reasoning.extend(_reasoning_text(item))
+        return ChatContext(tuple(messages), tuple(pending_reasoning))
+
+    def messages_with(self, instructions: str | None) -> list[dict[str, Any]]:
+        """The messages to send: `instructions` (this turn's only) as the system message first."""
+        if instructions:
+            return [{"role": "system", "content": instructions}, *self.messages]
+        return list(self.messages)
 
 
 def _chat_message(item: Mapping[str, Any]) -> dict[str, Any]:
     role = item["role"]
     parts = item["content"]
+    if len(parts) == 1:  # the usual case, without the general case's passes over the parts
+        part = parts[0]
+        kind = part["type"]
+        if role == "assistant" and kind == "output_text":
+            return {"role": "assistant", "content": part.get("text", "") or None}
+        if role != "assistant" and kind == "input_text":
+            return {"role": role, "content": part["text"]}
     if role == "assistant":
         text = "".join(part.get("text", "") for part in parts if part["type"] == "output_text")
         refusal = "".join(part.get("refusal", "") for part in parts if part["type"] == "refusal")
@@ -71,10 +100,11 @@ def _append_tool_call(messages: list[dict[str, Any]], item: Mapping[str, Any]) -
     arguments = item["arguments"] if isinstance(item["arguments"], str) else json.dumps(item["arguments"])
     call = {"id": item["call_id"], "type": "function", "function": {"name": item["name"], "arguments": arguments}}
     last = messages[-1] if messages else None
+    # The last message may be shared with an earlier ChatContext: merged into a copy.
     if last is not None and last["role"] == "assistant" and "tool_calls" in last:
-        last["tool_calls"].append(call)
+        messages[-1] = {**last, "tool_calls": [*last["tool_calls"], call]}
     elif last is not None and last["role"] == "assistant" and last.get("content") is not None:
-        last["tool_calls"] = [call]
+        messages[-1] = {**last, "tool_calls": [call]}
     else:
         messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
 

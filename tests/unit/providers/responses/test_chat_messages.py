@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from providers.responses.items import chat_messages
+import copy
+
+from providers.responses.items import ChatContext, chat_messages
 from runtime.apis.items import normalize_input
 
 
@@ -39,3 +41,21 @@ def test_images_and_files_become_chat_parts() -> None:
         {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAA", "detail": "low"}},
         {"type": "file", "file": {"file_data": "data:application/pdf;base64,BBB", "filename": "a.pdf"}},
     ]}]
+
+
+def test_a_context_continued_item_by_item_equals_the_whole_conversion_and_is_never_changed() -> None:
+    items = normalize_input([
+        {"role": "user", "content": "weather?"},
+        {"type": "reasoning", "content": [{"type": "reasoning_text", "text": "call it"}]},
+        {"role": "assistant", "content": "Checking."},
+        {"type": "function_call", "call_id": "a", "name": "w", "arguments": "{}"},
+        {"type": "function_call", "call_id": "b", "name": "w", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "a", "output": "sun"},
+        {"role": "assistant", "content": [{"type": "output_text", "text": "Sunny."}, {"type": "refusal", "refusal": "no"}]},
+    ])
+    for cut in range(len(items) + 1):
+        head = ChatContext().extend(items[:cut])
+        before = copy.deepcopy(head)
+        assert head.extend(items[cut:]).messages_with("sys") == chat_messages(items, "sys")
+        # A call merged into the head's last assistant message went into a copy of it.
+        assert head == before
