@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 from collections.abc import Coroutine, Iterator
@@ -24,8 +25,10 @@ async def serve(plan: StackPlan, host: str | None = None, port: int | None = Non
     """Serve `plan` until the process is asked to stop; in-flight requests are let finish."""
     server_config = plan.config.server
     async with open_stack(plan) as stack:
+        app = create_app(stack)
+        _freeze_startup_objects()
         config = uvicorn.Config(
-            create_app(stack),
+            app,
             host=host or server_config.host,
             port=server_config.port if port is None else port,
             ssl_certfile=str(server_config.tls_certfile) if server_config.tls_certfile else None,
@@ -43,6 +46,16 @@ async def serve(plan: StackPlan, host: str | None = None, port: int | None = Non
         log.info("serving %s on %s://%s:%d", plan.config.name, "https" if server_config.tls_certfile else "http", config.host, config.port)
         await server.serve()
     log.info("stopped")
+
+
+def _freeze_startup_objects() -> None:
+    """Move everything alive after start-up (modules, the app, the providers: it all lives as long
+    as the process) out of the garbage collector's sight. A full collection then walks only what
+    requests made; before, it walked the start-up heap too, about 30 ms that one request in a few
+    dozen paid (measured with a 1,000-item conversation). The library client leaves this to the
+    application whose process it runs in."""
+    gc.collect()
+    gc.freeze()
 
 
 class _Server(uvicorn.Server):
