@@ -5,11 +5,17 @@ Appending reserves a block of sequence numbers with one atomic increment of the 
 one transaction: two writers never interleave within each other's block, and the order never
 depends on timestamps. Listing walks the (conversation_id, seq) primary key, so a page costs the
 same at any conversation size.
+
+`next_seq` is also the conversation's version: every change to its items moves it (deleting an
+item burns a number). A response's context, the whole item list, is kept in memory by conversation
+and reused while the version read with it is unchanged: one row read instead of every item, in
+this process or after another one wrote (it then reads the list again).
 """
 
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -44,6 +50,8 @@ conversation_items = sa.Table(
 # their cached compiled form (see providers/responses/store.py).
 _GET = sa.select(conversations).where(conversations.c.id == sa.bindparam("cid"))
 _EXISTS = sa.select(conversations.c.id).where(conversations.c.id == sa.bindparam("cid"))
+_VERSION = sa.select(conversations.c.next_seq).where(conversations.c.id == sa.bindparam("cid"))
+_BURN_ONE = conversations.update().where(conversations.c.id == sa.bindparam("cid")).values(next_seq=conversations.c.next_seq + 1)
 _RESERVE = (
     conversations.update()
     .where(conversations.c.id == sa.bindparam("cid"))
@@ -72,9 +80,15 @@ def _not_found(conversation_id: str) -> NotFoundError:
     return NotFoundError(f"Conversation with id '{conversation_id}' not found.", param="conversation_id", code="conversation_not_found")
 
 
+CACHED_ITEMS = 100_000  # items kept in memory across all cached conversations
+
+
 class ConversationStore:
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, cached_items: int = CACHED_ITEMS) -> None:
         self.db = db
+        self._contexts: OrderedDict[str, tuple[int, list[dict[str, Any]]]] = OrderedDict()
+        self._cached = 0
+        self._cache_limit = cached_items
 
     async def create_tables(self) -> None:
         await self.db.create_tables(_metadata)
@@ -111,6 +125,7 @@ class ConversationStore:
             connection.execute(conversation_items.delete().where(conversation_items.c.conversation_id == conversation_id))
             return True
 
+        self._forget(conversation_id)
         if not await self.db.write(work):
             raise _not_found(conversation_id)
 
@@ -119,28 +134,66 @@ class ConversationStore:
         if not items:
             await self.get(conversation_id)
             return
-        def work(connection: sa.Connection) -> bool:
+        def work(connection: sa.Connection) -> int | None:
             end = connection.execute(_RESERVE, {"cid": conversation_id, "count": len(items)}).scalar_one_or_none()
             if end is None:
-                return False
+                return None
             connection.execute(conversation_items.insert(), _rows(conversation_id, int(end) - len(items), items))
-            return True
+            return int(end)
 
-        if not await self.db.write(work):
+        end = await self.db.write(work)
+        if end is None:
+            self._forget(conversation_id)
             raise _not_found(conversation_id)
+        cached = self._contexts.get(conversation_id)
+        if cached is not None and cached[0] == end - len(items):
+            # Nothing else changed the conversation between the cached list and this block.
+            self._keep(conversation_id, end, [*cached[1], *items])
+        else:
+            self._forget(conversation_id)
 
     async def items(self, conversation_id: str) -> list[dict[str, Any]]:
-        """Every item, oldest first: the context of a response in this conversation."""
+        """Every item, oldest first: the context of a response in this conversation. The list
+        may be the cached one: the caller must not change it."""
+        cached = self._contexts.get(conversation_id)
+        known = cached[0] if cached is not None else None
 
-        def work(connection: sa.Connection) -> list[dict[str, Any]] | None:
-            if connection.execute(_EXISTS, {"cid": conversation_id}).first() is None:
+        def work(connection: sa.Connection) -> tuple[int, list[dict[str, Any]] | None] | None:
+            # The version first: items read after it are at least as new, so a list is never
+            # cached under a version newer than itself.
+            version = connection.execute(_VERSION, {"cid": conversation_id}).scalar()
+            if version is None:
                 return None
-            return [row.item for row in connection.execute(_ALL_ITEMS, {"cid": conversation_id})]
+            if version == known:
+                return version, None
+            return version, [row.item for row in connection.execute(_ALL_ITEMS, {"cid": conversation_id})]
 
         found = await self.db.read_with(work)
         if found is None:
+            self._forget(conversation_id)
             raise _not_found(conversation_id)
-        return found
+        version, items = found
+        if items is None and cached is not None:
+            self._contexts.move_to_end(conversation_id)
+            return cached[1]
+        assert items is not None
+        self._keep(conversation_id, version, items)
+        return items
+
+    def _keep(self, conversation_id: str, version: int, items: list[dict[str, Any]]) -> None:
+        self._forget(conversation_id)
+        if len(items) > self._cache_limit:
+            return
+        self._contexts[conversation_id] = (version, items)
+        self._cached += len(items)
+        while self._cached > self._cache_limit:
+            _, (_, evicted) = self._contexts.popitem(last=False)
+            self._cached -= len(evicted)
+
+    def _forget(self, conversation_id: str) -> None:
+        dropped = self._contexts.pop(conversation_id, None)
+        if dropped is not None:
+            self._cached -= len(dropped[1])
 
     async def page(self, conversation_id: str, *, after: str | None, limit: int, order: str) -> tuple[list[dict[str, Any]], bool]:
         """One page of items, read in one go (one connection, one thread hop on SQLite)."""
@@ -173,8 +226,15 @@ class ConversationStore:
 
     async def delete_item(self, conversation_id: str, item_id: str) -> None:
         await self.get_item(conversation_id, item_id)
-        await self.db.execute(conversation_items.delete().where(
-            conversation_items.c.conversation_id == conversation_id, conversation_items.c.item_id == item_id))
+        delete = conversation_items.delete().where(
+            conversation_items.c.conversation_id == conversation_id, conversation_items.c.item_id == item_id)
+
+        def work(connection: sa.Connection) -> None:
+            if connection.execute(delete).rowcount:
+                connection.execute(_BURN_ONE, {"cid": conversation_id})  # a new version
+
+        self._forget(conversation_id)
+        await self.db.write(work)
 
 
 def _item_not_found(conversation_id: str, item_id: str, *, param: str) -> NotFoundError:

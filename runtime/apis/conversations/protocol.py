@@ -30,7 +30,8 @@ class ConversationsProvider(Protocol):
     async def delete_item(self, conversation_id: str, item_id: str) -> dict[str, Any]: ...
 
     async def conversation_items(self, conversation_id: str) -> list[dict[str, Any]]:
-        """Every item, oldest first (a response's context)."""
+        """Every item, oldest first (a response's context). The caller does not change the
+        list or its items, so a provider may hand out a cached list."""
         ...
 
     async def append_items(self, conversation_id: str, items: Sequence[dict[str, Any]]) -> None:

@@ -10,6 +10,7 @@ import pytest
 
 from builder.config import PostgresBackend, SqliteBackend
 from providers.conversations.store import ConversationStore
+from runtime.errors import NotFoundError
 from runtime.storage import open_database
 from support.postgres import fresh_database
 
@@ -68,3 +69,64 @@ async def test_deleting_a_conversation_removes_its_items(store: ConversationStor
     await store.delete("conv_3")
     await store.create("conv_3", None, [])
     assert await store.items("conv_3") == []
+
+
+async def test_the_context_is_reused_until_something_changes_it_here_or_in_another_process(
+    backend: SqliteBackend | PostgresBackend, store: ConversationStore
+) -> None:
+    other_db = open_database(backend)  # another process on the same database
+    other = ConversationStore(other_db)
+    try:
+        await store.create("conv_c", None, items("a", 3))
+        first = await store.items("conv_c")
+        assert [item["id"] for item in first] == ["a-0", "a-1", "a-2"]
+        assert await store.items("conv_c") is first  # unchanged: reused, no item read
+
+        await store.append("conv_c", items("b", 2))  # here: the cached list is continued
+        assert [item["id"] for item in await store.items("conv_c")] == ["a-0", "a-1", "a-2", "b-0", "b-1"]
+
+        await other.append("conv_c", items("c", 1))  # there: seen by its version
+        assert [item["id"] for item in await store.items("conv_c")][-2:] == ["b-1", "c-0"]
+
+        await other.delete_item("conv_c", "a-1")  # a delete moves the version too
+        assert [item["id"] for item in await store.items("conv_c")] == ["a-0", "a-2", "b-0", "b-1", "c-0"]
+
+        await other.delete("conv_c")
+        with pytest.raises(NotFoundError):
+            await store.items("conv_c")
+    finally:
+        await other_db.close()
+
+
+async def test_concurrent_appends_and_reads_never_leave_a_stale_context(store: ConversationStore) -> None:
+    await store.create("conv_r", None, [])
+
+    async def writer(w: int) -> None:
+        for round_ in range(5):
+            await store.append("conv_r", items(f"w{w}.{round_}", 3))
+            await store.items("conv_r")
+
+    await asyncio.gather(*(writer(w) for w in range(8)))
+    cached = [item["id"] for item in await store.items("conv_r")]
+    fresh = ConversationStore(store.db)
+    assert cached == [item["id"] for item in await fresh.items("conv_r")]
+    assert len(cached) == 8 * 5 * 3
+
+
+def test_the_cache_is_bounded_by_items(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        db = open_database(SqliteBackend(type="sqlite", path=tmp_path / "b.db"))
+        store = ConversationStore(db, cached_items=10)
+        await store.create_tables()
+        try:
+            for name in ("x", "y", "z"):
+                await store.create(name, None, items(name, 4))
+                await store.items(name)
+            assert list(store._contexts) == ["y", "z"] and store._cached == 8
+            await store.create("big", None, items("big", 11))
+            await store.items("big")  # larger than the whole cache: not kept
+            assert "big" not in store._contexts and store._cached == 8
+        finally:
+            await db.close()
+
+    asyncio.run(scenario())
