@@ -256,7 +256,7 @@ class ResponsesEngine:
         except APIError as error:
             for event in translator.finish("incomplete"):
                 yield self._numbered(turn, event)
-            _finalize(response, "failed", translator, error={"code": error.code or error.error_type, "message": error.message})
+            _finalize(response, "failed", translator, error=response_error(error))
             await self._persist_end(turn)
             finished = True
             yield self._event(turn, "response.failed")
@@ -410,6 +410,19 @@ class ResponsesEngine:
 
 CONTEXT_CACHE_SIZE = 1024
 SHUTDOWN_ERROR = {"code": "server_error", "message": "The server shut down before this response finished."}
+
+
+def response_error(error: APIError) -> dict[str, Any]:
+    """A failed response's `error`. Its `code` is one of the Responses API's (clients match on
+    that closed set); the upstream's own code, when it had one, is kept in the message."""
+    if error.status == 429:
+        code = "rate_limit_exceeded"
+    elif 400 <= error.status < 500:
+        code = "invalid_prompt"
+    else:
+        code = "server_error"
+    detail = f" ({error.code})" if error.code and error.code != code else ""
+    return {"code": code, "message": f"{error.message}{detail}"}
 
 
 def _status(finish_reason: str | None) -> str:

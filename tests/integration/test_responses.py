@@ -186,14 +186,23 @@ def test_upstream_failure_fails_the_response(openai_client: openai.OpenAI, text_
     assert events[-1].type == "response.failed"
     failed = events[-1].response
     assert failed.status == "failed" and failed.error is not None and "fake upstream error 503" in failed.error.message
+    assert failed.error.code == "server_error"  # a code of the Responses API's closed set
     assert openai_client.responses.retrieve(failed.id).status == "failed"
+
+
+@pytest.mark.parametrize(("status", "code"), [(429, "rate_limit_exceeded"), (400, "invalid_prompt"), (502, "server_error")])
+def test_a_failed_response_carries_a_responses_api_error_code(openai_client: openai.OpenAI, text_model: str, status: int, code: str) -> None:
+    events = list(openai_client.responses.create(model=text_model, input=f"[error:{status}]", stream=True))
+    assert [event.type for event in events] == ["response.created", "response.in_progress", "response.failed"]
+    error = events[-1].response.error
+    assert error is not None and error.code == code and f"fake upstream error {status}" in error.message
 
 
 def test_a_stream_cut_by_the_upstream_keeps_the_partial_output(openai_client: openai.OpenAI, text_model: str) -> None:
     events = list(openai_client.responses.create(model=text_model, input="[tokens:10] [cut:4]", stream=True))
     assert events[-1].type == "response.failed"
     stored = openai_client.responses.retrieve(events[-1].response.id)
-    assert stored.status == "failed"
+    assert stored.status == "failed" and stored.error is not None and stored.error.code == "server_error"
     assert stored.output and stored.output[0].status == "incomplete"
     assert stored.output_text.startswith("tok1")
 
