@@ -173,10 +173,12 @@ class ConversationStore:
             self._forget(conversation_id)
             raise _not_found(conversation_id)
         version, items = found
-        if items is None and cached is not None:
-            self._contexts.move_to_end(conversation_id)
+        if items is None:
+            assert cached is not None
+            # The list read before is that version's, whatever became of its cache entry meanwhile.
+            if self._contexts.get(conversation_id) is cached:
+                self._contexts.move_to_end(conversation_id)
             return cached[1]
-        assert items is not None
         self._keep(conversation_id, version, items)
         return items
 

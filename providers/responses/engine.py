@@ -279,6 +279,8 @@ class ResponsesEngine:
     def _numbered(self, turn: Turn, event: Event) -> Event:
         # The translator's events are fresh dicts: numbered in place.
         event["sequence_number"] = turn.sequence()
+        if event["type"] in PART_EVENTS:
+            event["response_id"] = turn.response["id"]
         return event
 
     async def _persist_end(self, turn: Turn) -> None:
@@ -364,7 +366,10 @@ class ResponsesEngine:
     async def cancel(self, response_id: str) -> dict[str, Any]:
         stored = await self.store.get(response_id)
         if not stored.background:
-            raise InvalidRequestError("Only responses created with background=true can be cancelled.", param="response_id", code="not_cancellable")
+            raise InvalidRequestError(
+                "Cannot cancel a synchronous response: it was not created with background=true, so it cannot be cancelled.",
+                param="response_id", code="not_cancellable",
+            )
         if stored.status in TERMINAL:
             return stored.response
         cancelled = {**stored.response, "status": "cancelled"}
@@ -414,8 +419,11 @@ SHUTDOWN_ERROR = {"code": "server_error", "message": "The server shut down befor
 
 def response_error(error: APIError) -> dict[str, Any]:
     """A failed response's `error`. Its `code` is one of the Responses API's (clients match on
-    that closed set); the upstream's own code, when it had one, is kept in the message."""
-    if error.status == 429:
+    that closed set): the upstream's own when it is one of them (an image error, say), else one
+    chosen by status, with the upstream's code kept in the message."""
+    if error.code in RESPONSE_ERROR_CODES:
+        code = error.code
+    elif error.status == 429:
         code = "rate_limit_exceeded"
     elif 400 <= error.status < 500:
         code = "invalid_prompt"
@@ -423,6 +431,20 @@ def response_error(error: APIError) -> dict[str, Any]:
         code = "server_error"
     detail = f" ({error.code})" if error.code and error.code != code else ""
     return {"code": code, "message": f"{error.message}{detail}"}
+
+
+# Content-part events also name their response: OGX's clients and conformance suite read
+# `response_id` there. OpenAI's events do not carry it; other clients ignore the extra field.
+PART_EVENTS = frozenset({"response.content_part.added", "response.content_part.done"})
+
+# The `code` values of a Response's `error` (openai.types.responses.ResponseError).
+RESPONSE_ERROR_CODES = frozenset({
+    "server_error", "rate_limit_exceeded", "invalid_prompt", "data_residency_mismatch", "bio_policy",
+    "misalignment_policy_violation", "vector_store_timeout", "invalid_image", "invalid_image_format",
+    "invalid_base64_image", "invalid_image_url", "image_too_large", "image_too_small", "image_parse_error",
+    "image_content_policy_violation", "invalid_image_mode", "image_file_too_large", "unsupported_image_media_type",
+    "empty_image_file", "failed_to_download_image", "image_file_not_found",
+})
 
 
 def _status(finish_reason: str | None) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from providers.responses.engine import PART_EVENTS
 from providers.responses.translate import Event
 
 __all__ = ["replay_events"]
@@ -21,7 +22,11 @@ def replay_events(response: dict[str, Any]) -> list[Event]:
     terminal = _TERMINAL_EVENT.get(response.get("status", ""))
     if terminal:
         events.append({"type": terminal, "response": response})
-    return [{**event, "sequence_number": number} for number, event in enumerate(events)]
+    numbered = [{**event, "sequence_number": number} for number, event in enumerate(events)]
+    for event in numbered:
+        if event["type"] in PART_EVENTS:
+            event["response_id"] = response["id"]
+    return numbered
 
 
 def _item_events(index: int, item: dict[str, Any]) -> list[Event]:

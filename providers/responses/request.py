@@ -40,7 +40,7 @@ class CreateResponse(BaseModel):
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
     max_tool_calls: int | None = Field(default=None, ge=0)
-    max_output_tokens: int | None = Field(default=None, ge=1)
+    max_output_tokens: int | None = Field(default=None, ge=16)  # OpenAI's minimum
     temperature: float | None = Field(default=None, ge=0, le=2)
     top_p: float | None = Field(default=None, ge=0, le=1)
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
@@ -67,8 +67,11 @@ class CreateResponse(BaseModel):
             raise InvalidRequestError("Missing required parameter: 'model'.", param="model", code="missing_required_parameter")
         if self.conversation is not None and self.previous_response_id is not None:
             raise InvalidRequestError(
-                "Parameters 'conversation' and 'previous_response_id' cannot be used together.", param="conversation", code="invalid_value"
+                "Mutually exclusive parameters: Ensure you are only providing one of: 'previous_response_id' or 'conversation'.",
+                param="conversation", code="invalid_value",
             )
+        _check_id_prefix(self.previous_response_id, "previous_response_id", "resp")
+        _check_id_prefix(self.conversation_id, "conversation", "conv")
         if self.background and self.stream:
             raise InvalidRequestError(
                 "Streaming a background response is not supported: create it with background=true, then stream it with "
@@ -77,11 +80,53 @@ class CreateResponse(BaseModel):
         if self.background and self.store is False:
             raise InvalidRequestError("Background responses must be stored: remove store=false.", param="background", code="invalid_value")
         validate_metadata(self.metadata)
+        _check_tool_choice(self.tool_choice, self.tools or [])
         _check_tools(self.tools or [])
         _check_text_format(self.text)
 
     def wants_logprobs(self) -> bool:
         return bool(self.top_logprobs) or "message.output_text.logprobs" in (self.include or [])
+
+
+def _check_id_prefix(value: str | None, param: str, prefix: str) -> None:
+    # As OpenAI does: an id of the wrong kind is a malformed request (400), not a missing object (404).
+    if value is not None and not value.startswith(prefix):
+        raise InvalidRequestError(f"Invalid '{param}': '{value[:80]}'. Expected an ID that begins with '{prefix}'.", param=param, code="invalid_value")
+
+
+_TOOL_CHOICE_MODES = ("none", "auto", "required")
+# Every tool_choice object type of the Responses API; only function tools run here, and a choice
+# naming another type selects nothing among them.
+_TOOL_CHOICE_TYPES = frozenset({
+    "function", "allowed_tools", "mcp", "custom", "file_search", "web_search", "web_search_preview",
+    "web_search_preview_2025_03_11", "computer", "computer_use", "computer_use_preview", "image_generation",
+    "code_interpreter", "apply_patch", "shell", "programmatic_tool_calling",
+})
+
+
+def _check_tool_choice(choice: str | dict[str, Any] | None, tools: list[dict[str, Any]]) -> None:
+    if choice is None:
+        return
+    if isinstance(choice, str):
+        if choice not in _TOOL_CHOICE_MODES:
+            raise InvalidRequestError(
+                f"Invalid value for 'tool_choice': {choice[:80]!r}. Supported values are: 'none', 'auto', 'required', or a tool choice object.",
+                param="tool_choice", code="invalid_value",
+            )
+        return
+    kind = choice.get("type")
+    if kind not in _TOOL_CHOICE_TYPES:
+        raise InvalidRequestError(f"Invalid value for 'tool_choice.type': {str(kind)[:80]!r} is not a tool choice type.",
+                                  param="tool_choice.type", code="invalid_value")
+    if kind == "function":
+        name = choice.get("name")
+        if not isinstance(name, str) or not name:
+            raise InvalidRequestError("Missing required parameter: 'tool_choice.name'.", param="tool_choice.name", code="missing_required_parameter")
+        if not any(tool.get("type") == "function" and tool.get("name") == name for tool in tools):
+            raise InvalidRequestError(f"Invalid value for 'tool_choice': tool choice 'function' with name {name[:80]!r} is not in 'tools'.",
+                                      param="tool_choice", code="invalid_value")
+    if kind == "allowed_tools" and choice.get("mode", "auto") not in ("auto", "required"):
+        raise InvalidRequestError("Invalid value for 'tool_choice.mode': expected 'auto' or 'required'.", param="tool_choice.mode", code="invalid_value")
 
 
 def _check_tools(tools: list[dict[str, Any]]) -> None:

@@ -49,6 +49,9 @@ def test_a_stream_emits_the_openai_events_in_order(openai_client: openai.OpenAI,
     created, completed = events[0], events[-1]
     assert created.response.status == "in_progress" and created.response.output == []
     assert completed.response.id == created.response.id and completed.response.output_text == "tok1 tok2 tok3"
+    # An extra OGX's clients read (OpenAI's SDK keeps unknown fields as attributes).
+    parts = [event for event in events if event.type.startswith("response.content_part.")]
+    assert [getattr(event, "response_id", None) for event in parts] == [created.response.id] * 2
 
 
 def test_the_sdk_stream_helper_final_response_equals_the_stored_one(openai_client: openai.OpenAI, text_model: str) -> None:
@@ -262,6 +265,13 @@ def test_input_tokens_are_counted_by_the_model(openai_client: openai.OpenAI, tex
     ({"input": "x", "metadata": {f"k{i}": "v" for i in range(17)}}, openai.BadRequestError, "metadata"),
     ({"input": "x", "temperature": 3}, openai.BadRequestError, "temperature"),
     ({"input": "x", "tools": [{"type": "function"}]}, openai.BadRequestError, "tools[0].name"),
+    ({"input": "x", "max_output_tokens": 15}, openai.BadRequestError, "max_output_tokens"),  # OpenAI's minimum is 16
+    ({"input": "x", "previous_response_id": "not-a-response-id"}, openai.BadRequestError, "previous_response_id"),
+    ({"input": "x", "conversation": "invalid-format-no-conv-prefix"}, openai.BadRequestError, "conversation"),
+    ({"input": "x", "tool_choice": "invalid_choice"}, openai.BadRequestError, "tool_choice"),
+    ({"input": "x", "tool_choice": {"type": "bogus"}}, openai.BadRequestError, "tool_choice.type"),
+    ({"input": "x", "tool_choice": {"type": "function", "name": "absent"},
+      "tools": [{"type": "function", "name": "present", "parameters": {"type": "object"}}]}, openai.BadRequestError, "tool_choice"),
 ])
 def test_client_mistakes_are_4xx_naming_the_field(
     openai_client: openai.OpenAI, text_model: str, kwargs: dict[str, Any], error_class: type[openai.APIStatusError], param: str
@@ -300,3 +310,16 @@ async def test_fifty_parallel_streams_are_all_stored_complete(async_openai_clien
     for response_id, text in results:
         stored = await async_openai_client.responses.retrieve(response_id)
         assert stored.status == "completed" and stored.output_text == text == "tok1 tok2 tok3 tok4 tok5 tok6 tok7 tok8"
+
+
+def test_error_messages_say_what_openai_says(openai_client: openai.OpenAI, text_model: str) -> None:
+    """Clients and conformance suites match on these words."""
+    with pytest.raises(openai.BadRequestError) as both:
+        openai_client.responses.create(model=text_model, input="x", previous_response_id="resp_x", conversation="conv_x")
+    assert "Mutually exclusive parameters" in both.value.message
+    with pytest.raises(openai.BadRequestError) as prefix:
+        openai_client.responses.create(model=text_model, input="x", conversation="nope")
+    assert "Expected an ID that begins with 'conv'" in prefix.value.message
+    with pytest.raises(openai.BadRequestError) as choice:
+        openai_client.responses.create(model=text_model, input="x", tool_choice="invalid_choice")  # type: ignore[arg-type]
+    assert "tool_choice" in str(choice.value)

@@ -91,6 +91,7 @@ def test_only_background_responses_can_be_cancelled(client: openai.OpenAI) -> No
     with pytest.raises(openai.BadRequestError) as error:
         client.responses.cancel(response.id)
     assert error.value.code == "not_cancellable"
+    assert "Cannot cancel a synchronous response" in error.value.message and "cannot be cancelled" in error.value.message
 
 
 def test_a_client_that_disconnects_mid_stream_leaves_a_cancelled_response_with_its_output(client: openai.OpenAI) -> None:
