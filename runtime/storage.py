@@ -134,6 +134,7 @@ class Database:
         """Run the queued writes, a group per transaction, until none is left."""
         assert self._write_lock is not None and self._sync is not None
         loop = asyncio.get_running_loop()
+        group: list[tuple[Callable[[sa.Connection], Any], asyncio.Future[Any]]] = []
         try:
             while self._queued:
                 async with self._write_lock:
@@ -147,11 +148,14 @@ class Database:
                         done.set_result(value)
                     else:
                         done.set_exception(value)
+                group = []
         except BaseException as error:
-            # The committer itself failed (cancelled at shutdown, most likely): so do the writes it held.
-            for _, done in self._queued:
+            # The committer itself failed (cancelled at shutdown, most likely): so do the writes it
+            # held, the group under way included (whether it committed is not known here).
+            failure = error if isinstance(error, Exception) else RuntimeError("the SQLite writer stopped before confirming this write")
+            for _, done in [*group, *self._queued]:
                 if not done.done():
-                    done.set_exception(error if isinstance(error, Exception) else RuntimeError("the SQLite writer stopped"))
+                    done.set_exception(failure)
             self._queued = []
             raise
         finally:

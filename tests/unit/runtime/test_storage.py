@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -386,5 +387,31 @@ async def test_sqlite_a_write_cancelled_while_queued_is_not_made(tmp_path: Path)
         assert queued[1].cancelled()
         rows = await db.fetch_all(sa.select(table.c.k).order_by(table.c.k))
         assert [row["k"] for row in rows] == [0, 2]
+    finally:
+        await db.close()
+
+
+async def test_sqlite_writes_held_by_a_stopped_committer_fail_rather_than_hang(tmp_path: Path) -> None:
+    db = open_database(SqliteBackend(type="sqlite", path=tmp_path / "s.db"))
+    table = sa.Table("t", sa.MetaData(), sa.Column("k", sa.Integer, primary_key=True))
+
+    def slow_insert(k: int) -> Any:
+        def work(conn: sa.Connection) -> int:
+            time.sleep(0.2)
+            return conn.execute(table.insert().values(k=k)).rowcount
+        return work
+
+    try:
+        await db.create_tables(table.metadata)
+        first = asyncio.create_task(db.write(slow_insert(1)))  # runs at once, alone
+        await asyncio.sleep(0.05)
+        grouped = [asyncio.create_task(db.write(slow_insert(k))) for k in (2, 3)]  # queue behind it
+        await asyncio.sleep(0.3)  # the committer has taken them and is running the group
+        assert db._committer is not None
+        db._committer.cancel()  # as at a shutdown
+        assert await first == 1
+        for task in grouped:
+            with pytest.raises(RuntimeError, match="stopped"):
+                await asyncio.wait_for(task, 2)
     finally:
         await db.close()
