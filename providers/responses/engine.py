@@ -9,19 +9,19 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections import OrderedDict
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from providers.responses.items import ChatContext, chat_messages
-from runtime.apis.items import new_id, normalize_input
 from providers.responses.request import CreateResponse, chat_request, response_object
 from providers.responses.store import ResponseStore
 from providers.responses.translate import Event, StreamTranslator, output_from_completion, usage_from_chat
 from runtime import fastjson
+from runtime.apis.items import new_id, normalize_input
 from runtime.errors import APIError, InvalidRequestError, NotFoundError
 
 __all__ = ["Inference", "ResponsesEngine", "Turn"]

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from builder.config import ModelConfig
+from runtime import fastjson
 from runtime.apis.inference.chunks import ChunkAccumulator
 from runtime.apis.inference.protocol import InferenceProvider, UpstreamModel, UpstreamRequest
 from runtime.apis.inference.store import ChatCompletionStore
-from runtime import fastjson
 from runtime.errors import APIError, InvalidRequestError, NotFoundError
 
 if TYPE_CHECKING:

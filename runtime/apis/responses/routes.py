@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -12,8 +11,8 @@ from fastapi.responses import Response
 from providers.responses.request import CreateResponse
 from runtime.apis.common import JSONBytes, validate_limit, validate_order
 from runtime.apis.responses.protocol import ResponsesProvider
-from runtime.errors import APIError
 from runtime import fastjson
+from runtime.errors import APIError
 from runtime.sse import EventStreamResponse, sse_frame
 
 __all__ = ["router"]
@@ -70,4 +69,4 @@ async def _frames(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]
     except APIError as error:
         # Only reached for a failure the provider could not turn into `response.failed`.
         body = {"type": "error", "code": error.code, "message": error.message, "param": error.param, "sequence_number": sequence + 1}
-        yield sse_frame(json.dumps(body).encode(), "error")
+        yield sse_frame(fastjson.dumps(body), "error")
