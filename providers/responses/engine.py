@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from providers.responses.items import ChatContext, chat_messages
 from providers.responses.request import CreateResponse, chat_request, response_object
-from providers.responses.store import ResponseStore
+from providers.responses.store import ResponseStore, StoredResponse
 from providers.responses.translate import Event, StreamTranslator, output_from_completion, usage_from_chat
 from runtime import fastjson
 from runtime.apis.items import new_id, normalize_input
@@ -387,17 +387,26 @@ class ResponsesEngine:
             if stored.id in self._background or stored.id in self._streaming:
                 continue
             if stored.status == "queued" and stored.request is not None:
-                request = CreateResponse.model_validate(stored.request)
-                history = await self._history(request)
+                try:
+                    request = CreateResponse.model_validate(stored.request)
+                    history = await self._history(request)
+                except (APIError, ValueError) as error:
+                    # Its request no longer passes (a newer rule) or its context is gone (the
+                    # previous response was deleted): failed, rather than stopping the sweep.
+                    reason = error.message if isinstance(error, APIError) else "its stored request is no longer valid"
+                    await self._fail_orphan(stored, f"This background response could not be resumed: {reason}")
+                    continue
                 turn = Turn(request, stored.response, await self.store.items_of(stored.id, "input"), history, stored.ancestors)
                 log.info("resuming queued background response %s", stored.id)
                 self.spawn_background(turn)
             else:
                 what = "background response was running" if stored.background else "response was being streamed"
-                failed = {**stored.response, "status": "failed", "error": {
-                    "code": "server_error", "message": f"The server stopped while this {what}."}}
-                await self.store.set_status(stored.id, "failed", failed, only_if_status=["queued", "in_progress"])
-                log.warning("background response %s was interrupted: marked failed", stored.id)
+                await self._fail_orphan(stored, f"The server stopped while this {what}.")
+
+    async def _fail_orphan(self, stored: StoredResponse, message: str) -> None:
+        failed = {**stored.response, "status": "failed", "error": {"code": "server_error", "message": message}}
+        await self.store.set_status(stored.id, "failed", failed, only_if_status=["queued", "in_progress"])
+        log.warning("response %s marked failed: %s", stored.id, message)
 
     async def close(self) -> None:
         """Stop background work (each marks itself failed) and wait for pending writes."""

@@ -102,3 +102,37 @@ async def test_a_stream_whose_process_stopped_renewing_is_failed_by_a_peer(backe
         await engine.close()
         await peer.close()
         await db.close()
+
+
+async def test_a_queued_response_that_cannot_be_resumed_is_failed_and_the_sweep_goes_on(backend: SqliteBackend | PostgresBackend) -> None:
+    from providers.responses.request import response_object
+    from runtime.apis.items import normalize_input
+
+    db = open_database(backend)
+    store = ResponseStore(db)
+    await store.create_tables()
+    engine = ResponsesEngine(SlowModel(tokens=1, delay_s=0), store, lease_s=1.0)
+    requests = {
+        "resp_context_gone": {"model": "m", "input": "hi", "background": True, "previous_response_id": "resp_deleted"},
+        "resp_no_longer_valid": {"model": "m", "input": "hi", "background": True, "max_output_tokens": 5},
+        "resp_fine": {"model": "m", "input": "hi", "background": True},
+    }
+    try:
+        for response_id, body in requests.items():
+            queued = response_object(CreateResponse.model_construct(**body), response_id, "queued")
+            await store.insert(queued, ancestors=[], input_items=normalize_input("hi"), request=body)
+        await db.execute(responses.update().values(heartbeat_at=0.0))  # their process died long ago
+        await engine.recover()
+        gone = await store.get("resp_context_gone")
+        assert gone.status == "failed" and "could not be resumed" in gone.response["error"]["message"]
+        assert "resp_deleted" in gone.response["error"]["message"]
+        invalid = await store.get("resp_no_longer_valid")
+        assert invalid.status == "failed" and "no longer valid" in invalid.response["error"]["message"]
+        for _ in range(100):  # the valid one was resumed and runs to its end
+            if (await store.get("resp_fine")).status == "completed":
+                break
+            await asyncio.sleep(0.02)
+        assert (await store.get("resp_fine")).status == "completed"
+    finally:
+        await engine.close()
+        await db.close()
