@@ -14,6 +14,7 @@ import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Protocol
 
 from providers.responses.items import ChatContext, chat_messages
@@ -37,9 +38,11 @@ class Inference(Protocol):
 
     async def resolve(self, model_id: Any) -> Any: ...
 
-    async def chat_completion(self, body: dict[str, Any], raw: bytes | None = None) -> bytes: ...
+    async def chat_completion(self, body: dict[str, Any], raw: bytes | None = None, *, echo_model: bool = True) -> bytes: ...
 
-    async def stream_chat_completion(self, body: dict[str, Any], raw: bytes | None = None) -> AsyncIterator[bytes]: ...
+    async def stream_chat_completion(
+        self, body: dict[str, Any], raw: bytes | None = None, *, echo_model: bool = True
+    ) -> AsyncIterator[bytes]: ...
 
 
 class Conversations(Protocol):
@@ -216,7 +219,8 @@ class ResponsesEngine:
 
     async def run(self, turn: Turn) -> dict[str, Any]:
         """Produce the whole response, store it (one transaction), return it."""
-        raw = await self._with_truncation(turn, self.inference.chat_completion, stream=False)
+        # The engine reads only the output: the upstream's model name need not be swapped back.
+        raw = await self._with_truncation(turn, partial(self.inference.chat_completion, echo_model=False), stream=False)
         translator = output_from_completion(fastjson.loads(raw), with_logprobs=turn.request.wants_logprobs())
         status = _status(translator.finish_reason)
         translator.finish("incomplete" if status == "incomplete" else "completed")
@@ -242,7 +246,7 @@ class ResponsesEngine:
         translator = StreamTranslator(with_logprobs=turn.request.wants_logprobs())
         finished = False
         try:
-            chunks = await self._with_truncation(turn, self.inference.stream_chat_completion, stream=True)
+            chunks = await self._with_truncation(turn, partial(self.inference.stream_chat_completion, echo_model=False), stream=True)
             async for chunk in chunks:
                 for event in translator.feed(fastjson.loads(chunk)):
                     yield self._numbered(turn, event)

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from runtime.apis.common import validate_metadata
+from runtime.apis.common import validate_id, validate_metadata
 from runtime.errors import InvalidRequestError
 
 __all__ = ["CreateResponse", "chat_request", "response_object"]
@@ -70,8 +70,8 @@ class CreateResponse(BaseModel):
                 "Mutually exclusive parameters: Ensure you are only providing one of: 'previous_response_id' or 'conversation'.",
                 param="conversation", code="invalid_value",
             )
-        _check_id_prefix(self.previous_response_id, "previous_response_id", "resp")
-        _check_id_prefix(self.conversation_id, "conversation", "conv")
+        validate_id(self.previous_response_id, "previous_response_id", "resp")
+        validate_id(self.conversation_id, "conversation", "conv")
         if self.background and self.stream:
             raise InvalidRequestError(
                 "Streaming a background response is not supported: create it with background=true, then stream it with "
@@ -86,12 +86,6 @@ class CreateResponse(BaseModel):
 
     def wants_logprobs(self) -> bool:
         return bool(self.top_logprobs) or "message.output_text.logprobs" in (self.include or [])
-
-
-def _check_id_prefix(value: str | None, param: str, prefix: str) -> None:
-    # As OpenAI does: an id of the wrong kind is a malformed request (400), not a missing object (404).
-    if value is not None and not value.startswith(prefix):
-        raise InvalidRequestError(f"Invalid '{param}': '{value[:80]}'. Expected an ID that begins with '{prefix}'.", param=param, code="invalid_value")
 
 
 _TOOL_CHOICE_MODES = ("none", "auto", "required")

@@ -10,7 +10,7 @@ from starlette.responses import Response
 from runtime import fastjson
 from runtime.errors import InvalidRequestError
 
-__all__ = ["JSONBytes", "cursor_page", "parse_json_object", "validate_limit", "validate_metadata", "validate_order"]
+__all__ = ["JSONBytes", "cursor_page", "parse_json_object", "validate_id", "validate_limit", "validate_metadata", "validate_order"]
 
 MAX_METADATA_PAIRS = 16
 MAX_METADATA_KEY = 64
@@ -52,6 +52,13 @@ def validate_metadata(metadata: Any, param: str = "metadata") -> dict[str, str] 
                 param=f"{param}.{key}", code="invalid_value",
             )
     return dict(metadata)
+
+
+def validate_id(value: str | None, param: str, prefix: str) -> None:
+    """As OpenAI does: an id of the wrong kind (`resp_...` for a response, `conv_...` for a
+    conversation) is a malformed request, a 400, not a missing object."""
+    if value is not None and not value.startswith(prefix):
+        raise InvalidRequestError(f"Invalid '{param}': '{value[:80]}'. Expected an ID that begins with '{prefix}'.", param=param, code="invalid_value")
 
 
 def validate_limit(limit: int, maximum: int = 100) -> int:

@@ -121,6 +121,23 @@ def test_an_unknown_conversation_is_a_404_everywhere(openai_client: openai.OpenA
         assert not_found.value.code == "conversation_not_found"
 
 
+def test_an_id_that_is_not_a_conversation_id_is_a_400_everywhere(openai_client: openai.OpenAI) -> None:
+    calls = [
+        lambda: openai_client.conversations.retrieve("invalid-no-conv-prefix"),
+        lambda: openai_client.conversations.update("invalid-no-conv-prefix", metadata={}),
+        lambda: openai_client.conversations.delete("invalid-no-conv-prefix"),
+        lambda: openai_client.conversations.items.list("invalid-no-conv-prefix"),
+        lambda: openai_client.conversations.items.create("invalid-no-conv-prefix", items=[{"role": "user", "content": "x"}]),
+        lambda: openai_client.conversations.items.retrieve("msg_1", conversation_id="invalid-no-conv-prefix"),
+        lambda: openai_client.conversations.items.delete("msg_1", conversation_id="invalid-no-conv-prefix"),
+    ]
+    for call in calls:
+        with pytest.raises(openai.BadRequestError) as error:
+            call()
+        assert error.value.param == "conversation_id"
+        assert error.value.message.endswith("Invalid 'conversation_id': 'invalid-no-conv-prefix'. Expected an ID that begins with 'conv'.")
+
+
 @pytest.mark.parametrize(("items", "param"), [
     ([{"role": "user", "content": str(i)} for i in range(21)], "items"),
     ([{"type": "telepathy"}], "items[0].type"),

@@ -40,3 +40,19 @@ def test_embedding_dimensions_pass_through(openai_client: openai.OpenAI, embeddi
 def test_health_reports_the_inference_provider(openai_client: openai.OpenAI) -> None:
     health = openai_client.get("/health", cast_to=object)
     assert health == {"status": "ok", "providers": {"inference/fake": {"status": "ok", "detail": None, "models": 3}}}
+
+
+def test_answers_carry_the_model_id_the_client_asked_for(openai_client: openai.OpenAI) -> None:
+    """`fake/fake-model` reaches the upstream as `fake-model`; the client sees the id it used
+    (the one /v1/models lists), in plain, streamed and stored answers and in embeddings."""
+    plain = openai_client.chat.completions.create(model="fake/fake-model", messages=[{"role": "user", "content": "which model"}], store=True)
+    assert plain.model == "fake/fake-model"
+    stored = openai_client.chat.completions.list(model="fake/fake-model")
+    assert plain.id in [completion.id for completion in stored]
+    chunks = list(openai_client.chat.completions.create(model="fake/fake-model", messages=[{"role": "user", "content": "which model"}], stream=True))
+    assert chunks and {chunk.model for chunk in chunks} == {"fake/fake-model"}
+    for encoding in ("float", "base64"):
+        embedded = openai_client.embeddings.create(model="fake/fake-embed", input="alpha", encoding_format=encoding)  # type: ignore[arg-type]
+        assert embedded.model == "fake/fake-embed"
+    bare = openai_client.chat.completions.create(model="fake-model", messages=[{"role": "user", "content": "which model"}])
+    assert bare.model == "fake-model"  # not renamed: the upstream's answer, byte for byte

@@ -323,3 +323,11 @@ def test_error_messages_say_what_openai_says(openai_client: openai.OpenAI, text_
     with pytest.raises(openai.BadRequestError) as choice:
         openai_client.responses.create(model=text_model, input="x", tool_choice="invalid_choice")  # type: ignore[arg-type]
     assert "tool_choice" in str(choice.value)
+
+
+def test_an_id_that_is_not_a_response_id_is_a_400(openai_client: openai.OpenAI) -> None:
+    for call in (lambda: openai_client.responses.retrieve("bad-id"), lambda: openai_client.responses.delete("bad-id"),
+                 lambda: openai_client.responses.cancel("bad-id"), lambda: openai_client.responses.input_items.list("bad-id")):
+        with pytest.raises(openai.BadRequestError) as error:
+            call()
+        assert error.value.param == "response_id" and "Expected an ID that begins with 'resp'" in error.value.message

@@ -58,6 +58,10 @@ def test_the_paginator_walks_every_stored_completion_in_order(openai_client: ope
     assert [item.id for item in newest_first] == ids[::-1]
     first_page = openai_client.chat.completions.list(metadata={"test": "paging"}, limit=2)
     assert first_page.has_more and len(first_page.data) == 2
+    # No documented maximum: clients ask for 1,000 at once (beyond that, a 400).
+    assert [item.id for item in openai_client.chat.completions.list(metadata={"test": "paging"}, limit=1000).data] == ids
+    with pytest.raises(openai.BadRequestError):
+        openai_client.chat.completions.list(limit=1001)
 
 
 def test_listing_filters_by_model(openai_client: openai.OpenAI, text_model: str) -> None:

@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from runtime.apis.common import JSONBytes, parse_json_object, validate_limit, validate_order
+from runtime.apis.common import JSONBytes, parse_json_object, validate_id, validate_limit, validate_order
 from runtime.apis.conversations.protocol import ConversationsProvider
 from runtime.errors import InvalidRequestError
 
@@ -24,10 +24,12 @@ def router(impl: ConversationsProvider) -> APIRouter:
 
     @routes.get("/conversations/{conversation_id}", summary="Get a conversation")
     async def get_conversation(conversation_id: str) -> Response:
+        validate_id(conversation_id, "conversation_id", "conv")
         return JSONBytes(await impl.get_conversation(conversation_id))
 
     @routes.post("/conversations/{conversation_id}", summary="Update a conversation's metadata")
     async def update_conversation(conversation_id: str, request: Request) -> Response:
+        validate_id(conversation_id, "conversation_id", "conv")
         body = await _body(request)
         if "metadata" not in body:
             raise InvalidRequestError("Missing required parameter: 'metadata'.", param="metadata", code="missing_required_parameter")
@@ -35,10 +37,12 @@ def router(impl: ConversationsProvider) -> APIRouter:
 
     @routes.delete("/conversations/{conversation_id}", summary="Delete a conversation and its items")
     async def delete_conversation(conversation_id: str) -> Response:
+        validate_id(conversation_id, "conversation_id", "conv")
         return JSONBytes(await impl.delete_conversation(conversation_id))
 
     @routes.post("/conversations/{conversation_id}/items", summary="Add up to 20 items to a conversation")
     async def add_items(conversation_id: str, request: Request) -> Response:
+        validate_id(conversation_id, "conversation_id", "conv")
         body = await _body(request)
         if "items" not in body:
             raise InvalidRequestError("Missing required parameter: 'items'.", param="items", code="missing_required_parameter")
@@ -46,14 +50,17 @@ def router(impl: ConversationsProvider) -> APIRouter:
 
     @routes.get("/conversations/{conversation_id}/items", summary="List a conversation's items")
     async def list_items(conversation_id: str, after: str | None = None, limit: int = 20, order: str = "desc") -> Response:
+        validate_id(conversation_id, "conversation_id", "conv")
         return JSONBytes(await impl.list_items(conversation_id, after, validate_limit(limit), validate_order(order)))
 
     @routes.get("/conversations/{conversation_id}/items/{item_id}", summary="Get an item of a conversation")
     async def get_item(conversation_id: str, item_id: str) -> Response:
+        validate_id(conversation_id, "conversation_id", "conv")
         return JSONBytes(await impl.get_item(conversation_id, item_id))
 
     @routes.delete("/conversations/{conversation_id}/items/{item_id}", summary="Delete an item; returns the conversation")
     async def delete_item(conversation_id: str, item_id: str) -> Response:
+        validate_id(conversation_id, "conversation_id", "conv")
         return JSONBytes(await impl.delete_item(conversation_id, item_id))
 
     return routes

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 import logging
 import struct
 import time
@@ -137,27 +136,38 @@ class InferenceRouter:
                 entry = ModelEntry(model_id, provider_id, name, "llm", 0, provider_id)
         return entry
 
-    async def _route(self, body: Mapping[str, Any], raw: bytes | None) -> tuple[str, UpstreamRequest]:
+    async def _route(self, body: Mapping[str, Any], raw: bytes | None) -> tuple[str, UpstreamRequest, str | None]:
+        """The provider, the request for it, and the client's model id when the upstream knows
+        the model by another name (`provider_id/model`, an alias): answers carry the client's id."""
         entry = await self.resolve(body.get("model"))
         if entry.provider_model_id == body["model"]:
-            return entry.provider_id, UpstreamRequest(body, raw)
-        return entry.provider_id, UpstreamRequest({**body, "model": entry.provider_model_id})
+            return entry.provider_id, UpstreamRequest(body, raw), None
+        return entry.provider_id, UpstreamRequest({**body, "model": entry.provider_model_id}), body["model"]
 
     # --- chat completions -----------------------------------------------------------------
 
-    async def chat_completion(self, body: Mapping[str, Any], raw: bytes | None = None) -> bytes:
-        """The upstream's ChatCompletion JSON; stored first when the request says `store: true`."""
-        provider_id, request = await self._route(body, raw)
+    async def chat_completion(self, body: Mapping[str, Any], raw: bytes | None = None, *, echo_model: bool = True) -> bytes:
+        """The upstream's ChatCompletion JSON, stored first when the request says `store: true`.
+        Its `model` is the client's id (with `echo_model=False`, the upstream's: for callers that
+        only read the output, which saves a re-encoding)."""
+        provider_id, request, requested = await self._route(body, raw)
         result = await self._call(provider_id, self.providers[provider_id].chat_completion(request))
+        if requested is not None and (echo_model or body.get("store") is True):
+            result = _with_model(result, requested)
         if body.get("store") is True:
-            await self.store.save(json.loads(result), list(body.get("messages") or ()), body.get("metadata"))
+            await self.store.save(fastjson.loads(result), list(body.get("messages") or ()), body.get("metadata"))
         return result
 
-    async def stream_chat_completion(self, body: Mapping[str, Any], raw: bytes | None = None) -> AsyncIterator[bytes]:
-        """Chunk payloads as the upstream sends them; with `store: true` the folded completion is
-        stored after the last chunk, before the caller sends `[DONE]`."""
-        provider_id, request = await self._route(body, raw)
+    async def stream_chat_completion(
+        self, body: Mapping[str, Any], raw: bytes | None = None, *, echo_model: bool = True
+    ) -> AsyncIterator[bytes]:
+        """Chunk payloads as the upstream sends them (with the client's model id, as above); with
+        `store: true` the folded completion is stored after the last chunk, before the caller
+        sends `[DONE]`."""
+        provider_id, request, requested = await self._route(body, raw)
         chunks = self.providers[provider_id].stream_chat_completion(request)
+        if requested is not None and (echo_model or body.get("store") is True):
+            chunks = _chunks_with_model(chunks, requested)
         if body.get("store") is not True:
             return chunks
         return self._stored_stream(chunks, body)
@@ -175,9 +185,11 @@ class InferenceRouter:
         wants_base64 = body.get("encoding_format") == "base64"
         if wants_base64:
             body, raw = {**body, "encoding_format": "float"}, None
-        provider_id, request = await self._route(body, raw)
+        provider_id, request, requested = await self._route(body, raw)
         result = await self._call(provider_id, self.providers[provider_id].embeddings(request))
-        return _to_base64(result) if wants_base64 else result
+        if wants_base64 or requested is not None:
+            return _reshaped_embeddings(result, base64_vectors=wants_base64, model=requested)
+        return result
 
     async def _call(self, provider_id: str, call: Awaitable[bytes]) -> bytes:
         try:
@@ -191,13 +203,29 @@ class InferenceRouter:
         return {pid: {"status": state.status, "detail": state.detail, "models": state.models} for pid, state in self.states.items()}
 
 
-def _to_base64(result: bytes) -> bytes:
-    document = json.loads(result)
-    for item in document.get("data") or ():
-        vector = item.get("embedding")
-        if isinstance(vector, list):
-            item["embedding"] = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
-    return json.dumps(document, separators=(",", ":")).encode()
+def _reshaped_embeddings(result: bytes, *, base64_vectors: bool, model: str | None) -> bytes:
+    document = fastjson.loads(result)
+    if base64_vectors:
+        for item in document.get("data") or ():
+            vector = item.get("embedding")
+            if isinstance(vector, list):
+                item["embedding"] = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
+    if model is not None and isinstance(document, dict):
+        document["model"] = model
+    return fastjson.dumps(document)
+
+
+def _with_model(result: bytes, model: str) -> bytes:
+    document = fastjson.loads(result)
+    if not isinstance(document, dict):
+        return result
+    document["model"] = model
+    return fastjson.dumps(document)
+
+
+async def _chunks_with_model(chunks: AsyncIterator[bytes], model: str) -> AsyncIterator[bytes]:
+    async for chunk in chunks:
+        yield _with_model(chunk, model)
 
 
 def _describe(error: BaseException) -> str:

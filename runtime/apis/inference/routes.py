@@ -26,6 +26,8 @@ __all__ = ["router"]
 
 T = TypeVar("T")
 JSON = "application/json"
+# OpenAI documents no maximum `limit` for stored chat completions (clients ask for 1,000).
+CHAT_LIST_MAX = 1000
 
 
 def _body_schema(required: list[str], properties: dict[str, Any]) -> dict[str, Any]:
@@ -70,7 +72,7 @@ def router(impl: InferenceRouter) -> APIRouter:
     ) -> dict[str, Any]:
         metadata = _metadata_filter(request)
         data, has_more = await impl.store.page(
-            after=after, limit=validate_limit(limit), order=validate_order(order), model=model, metadata=metadata
+            after=after, limit=validate_limit(limit, CHAT_LIST_MAX), order=validate_order(order), model=model, metadata=metadata
         )
         return cursor_page(data, has_more)
 
@@ -95,7 +97,7 @@ def router(impl: InferenceRouter) -> APIRouter:
         completion_id: str, after: str | None = None, limit: int = 20, order: str = "asc"
     ) -> dict[str, Any]:
         messages = _store_messages(completion_id, await impl.store.messages(completion_id))
-        return _page_in_memory(messages, after, validate_limit(limit), validate_order(order))
+        return _page_in_memory(messages, after, validate_limit(limit, CHAT_LIST_MAX), validate_order(order))
 
     @routes.post("/embeddings", summary="Create embeddings", openapi_extra=EMBEDDINGS_BODY)
     async def create_embeddings(request: Request) -> Response:

@@ -9,7 +9,7 @@ from fastapi import APIRouter
 from fastapi.responses import Response
 
 from providers.responses.request import CreateResponse
-from runtime.apis.common import JSONBytes, validate_limit, validate_order
+from runtime.apis.common import JSONBytes, validate_id, validate_limit, validate_order
 from runtime.apis.responses.protocol import ResponsesProvider
 from runtime import fastjson
 from runtime.errors import APIError
@@ -37,20 +37,24 @@ def router(impl: ResponsesProvider) -> APIRouter:
 
     @routes.get("/responses/{response_id}", summary="Get a response, or replay its events with `stream=true`")
     async def get_response(response_id: str, stream: bool = False, starting_after: int | None = None) -> Response:
+        validate_id(response_id, "response_id", "resp")
         if stream:
             return _sse(await impl.stream_stored_response(response_id, starting_after))
         return JSONBytes(await impl.get_response(response_id))
 
     @routes.delete("/responses/{response_id}", summary="Delete a stored response")
     async def delete_response(response_id: str) -> Response:
+        validate_id(response_id, "response_id", "resp")
         return JSONBytes(await impl.delete_response(response_id))
 
     @routes.post("/responses/{response_id}/cancel", summary="Cancel a background response")
     async def cancel_response(response_id: str) -> Response:
+        validate_id(response_id, "response_id", "resp")
         return JSONBytes(await impl.cancel_response(response_id))
 
     @routes.get("/responses/{response_id}/input_items", summary="List a response's input items")
     async def list_input_items(response_id: str, after: str | None = None, limit: int = 20, order: str = "desc") -> Response:
+        validate_id(response_id, "response_id", "resp")
         return JSONBytes(await impl.list_input_items(response_id, after, validate_limit(limit), validate_order(order)))
 
     return routes

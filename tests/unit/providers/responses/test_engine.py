@@ -37,10 +37,10 @@ class SlowModel:
     async def resolve(self, model_id: Any) -> Any:
         return model_id
 
-    async def chat_completion(self, body: dict[str, Any], raw: bytes | None = None) -> bytes:
+    async def chat_completion(self, body: dict[str, Any], raw: bytes | None = None, *, echo_model: bool = True) -> bytes:
         raise AssertionError("not used")
 
-    async def stream_chat_completion(self, body: dict[str, Any], raw: bytes | None = None) -> AsyncIterator[bytes]:
+    async def stream_chat_completion(self, body: dict[str, Any], raw: bytes | None = None, *, echo_model: bool = True) -> AsyncIterator[bytes]:
         async def chunks() -> AsyncIterator[bytes]:
             for index in range(self.tokens):
                 await asyncio.sleep(self.delay_s)
