@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -12,16 +12,7 @@ from builder.config import PostgresBackend, SqliteBackend
 from providers.conversations.store import ConversationStore
 from runtime.errors import NotFoundError
 from runtime.storage import open_database
-from support.postgres import fresh_database
 
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqliteBackend | PostgresBackend]:
-    if request.param == "sqlite":
-        yield SqliteBackend(type="sqlite", path=tmp_path / "c.db")
-        return
-    with fresh_database() as dsn:
-        yield PostgresBackend(type="postgres", dsn=dsn, pool_size=20)
 
 
 @pytest.fixture

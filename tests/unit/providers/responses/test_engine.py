@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
 from typing import Any
 
-import pytest
 import sqlalchemy as sa
 
 from builder.config import PostgresBackend, SqliteBackend
@@ -16,16 +14,7 @@ from providers.responses.engine import ResponsesEngine
 from providers.responses.request import CreateResponse
 from providers.responses.store import ResponseStore, responses
 from runtime.storage import open_database
-from support.postgres import fresh_database
 
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqliteBackend | PostgresBackend]:
-    if request.param == "sqlite":
-        yield SqliteBackend(type="sqlite", path=tmp_path / "stack.db")
-        return
-    with fresh_database() as dsn:
-        yield PostgresBackend(type="postgres", dsn=dsn, pool_size=5)
 
 
 class SlowModel:
