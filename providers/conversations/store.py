@@ -49,7 +49,6 @@ conversation_items = sa.Table(
 # The statements of the hot paths, built once so SQLAlchemy does not walk them per call to find
 # their cached compiled form (see providers/responses/store.py).
 _GET = sa.select(conversations).where(conversations.c.id == sa.bindparam("cid"))
-_EXISTS = sa.select(conversations.c.id).where(conversations.c.id == sa.bindparam("cid"))
 _VERSION = sa.select(conversations.c.next_seq).where(conversations.c.id == sa.bindparam("cid"))
 _BURN_ONE = conversations.update().where(conversations.c.id == sa.bindparam("cid")).values(next_seq=conversations.c.next_seq + 1)
 _RESERVE = (
@@ -201,7 +200,7 @@ class ConversationStore:
         """One page of items, read in one go (one connection, one thread hop on SQLite)."""
 
         def work(connection: sa.Connection) -> list[dict[str, Any]] | str:
-            if connection.execute(_EXISTS, {"cid": conversation_id}).first() is None:
+            if connection.execute(_VERSION, {"cid": conversation_id}).first() is None:
                 return "conversation"
             anchor = _BEFORE_ALL if order == "asc" else _AFTER_ALL
             if after is not None:

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 from providers.responses.items import ChatContext, chat_messages
 from providers.responses.request import CreateResponse, chat_request, response_object
 from providers.responses.store import ResponseStore, StoredResponse
-from providers.responses.translate import Event, StreamTranslator, output_from_completion, usage_from_chat
+from providers.responses.translate import PART_EVENTS, Event, StreamTranslator, output_from_completion, usage_from_chat
 from runtime import fastjson
 from runtime.apis.items import new_id, normalize_input
 from runtime.errors import APIError, InvalidRequestError, NotFoundError
@@ -445,10 +445,6 @@ def response_error(error: APIError) -> dict[str, Any]:
     detail = f" ({error.code})" if error.code and error.code != code else ""
     return {"code": code, "message": f"{error.message}{detail}"}
 
-
-# Content-part events also name their response: OGX's clients and conformance suite read
-# `response_id` there. OpenAI's events do not carry it; other clients ignore the extra field.
-PART_EVENTS = frozenset({"response.content_part.added", "response.content_part.done"})
 
 # The `code` values of a Response's `error` (openai.types.responses.ResponseError).
 RESPONSE_ERROR_CODES = frozenset({

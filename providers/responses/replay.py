@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from providers.responses.engine import PART_EVENTS
-from providers.responses.translate import Event
+from providers.responses.translate import PART_EVENTS, Event
 
 __all__ = ["replay_events"]
 

@@ -18,9 +18,14 @@ from typing import Any
 
 from runtime.apis.items import new_id
 
-__all__ = ["Event", "StreamTranslator", "output_from_completion", "usage_from_chat"]
+__all__ = ["PART_EVENTS", "Event", "StreamTranslator", "output_from_completion", "usage_from_chat"]
 
 Event = dict[str, Any]
+
+# Content-part events also name their response (whoever numbers the events adds it): OGX's
+# clients and conformance suite read `response_id` there. OpenAI's events do not carry it; other
+# clients ignore the extra field.
+PART_EVENTS = frozenset({"response.content_part.added", "response.content_part.done"})
 
 
 @dataclass
