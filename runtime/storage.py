@@ -107,8 +107,9 @@ class Database:
         return self._engine
 
     async def create_tables(self, metadata: sa.MetaData) -> None:
-        """Create the tables of `metadata` that do not exist yet."""
-        await self.write(lambda conn: metadata.create_all(conn, checkfirst=True))
+        """Create the tables of `metadata` that do not exist yet, and add to tables that do the
+        columns (nullable ones only) and indexes declared since they were made."""
+        await self.write(lambda conn: _create_or_extend(conn, metadata))
 
     async def write(self, work: Callable[[sa.Connection], T]) -> T:
         """Run `work(connection)` in a write transaction, committed if it returns, rolled back
@@ -252,6 +253,28 @@ class Database:
             await self._engine.dispose()
         if self._sync is not None:
             self._sync.dispose()
+
+
+def _create_or_extend(conn: sa.Connection, metadata: sa.MetaData) -> None:
+    """`create_all`, plus the additive migrations a newer release declares: a column added to
+    a table is added to a database made by an older release (it must be nullable, so the rows
+    already there stay valid), and its indexes are made. Nothing is ever dropped or rewritten."""
+    inspector = sa.inspect(conn)
+    existing = {table.name for table in metadata.sorted_tables if inspector.has_table(table.name, schema=table.schema)}
+    metadata.create_all(conn, checkfirst=True)
+    for table in metadata.sorted_tables:
+        if table.name not in existing:
+            continue
+        present = {column["name"] for column in inspector.get_columns(table.name, schema=table.schema)}
+        added = [column for column in table.columns if column.name not in present]
+        for column in added:
+            if not column.nullable:
+                raise RuntimeError(f"table {table.name}: cannot add the NOT NULL column {column.name} to existing rows")
+            kind = column.type.compile(dialect=conn.dialect)
+            name = conn.dialect.identifier_preparer.format_column(column)
+            conn.exec_driver_sql(f"ALTER TABLE {conn.dialect.identifier_preparer.format_table(table)} ADD COLUMN {name} {kind}")
+        for index in table.indexes:
+            index.create(conn, checkfirst=True)
 
 
 def _rowcount(result: sa.CursorResult[Any]) -> int:

@@ -34,6 +34,28 @@ def test_the_full_walk(openai_client: openai.OpenAI, text_model: str) -> None:
         openai_client.chat.completions.retrieve(completion_id)
 
 
+def test_identical_requests_are_stored_apart(openai_client: openai.OpenAI, text_model: str) -> None:
+    # The upstream answers both with the same id (the fake derives it from the request, as some
+    # servers reuse theirs): each stored completion still has an id of its own, and neither
+    # replaces the other.
+    ask = {"model": text_model, "messages": [{"role": "user", "content": "same question"}], "store": True, "metadata": {"test": "twins"}}
+    first = openai_client.chat.completions.create(**ask)
+    second = openai_client.chat.completions.create(**ask)
+    assert first.id != second.id
+    openai_client.chat.completions.update(first.id, metadata={"test": "twins", "who": "first"})
+    assert openai_client.chat.completions.retrieve(second.id).metadata == {"test": "twins"}
+    assert openai_client.chat.completions.retrieve(first.id).metadata == {"test": "twins", "who": "first"}
+    assert [item.id for item in openai_client.chat.completions.list(metadata={"test": "twins"})] == [first.id, second.id]
+    streamed = [
+        {chunk.id for chunk in openai_client.chat.completions.create(
+            model=text_model, messages=[{"role": "user", "content": "[tokens:2]"}], stream=True, store=True, metadata={"test": "twin-streams"})}
+        for _ in range(2)
+    ]
+    assert all(len(ids) == 1 for ids in streamed) and streamed[0] != streamed[1]
+    for ids in streamed:
+        assert openai_client.chat.completions.retrieve(ids.pop()).choices[0].message.content == "tok1 tok2"
+
+
 def test_nothing_is_stored_without_store(openai_client: openai.OpenAI, text_model: str) -> None:
     completion_id = create(openai_client, text_model, "do not store me", "none", store=False)
     with pytest.raises(openai.NotFoundError) as error:

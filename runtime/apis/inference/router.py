@@ -20,7 +20,7 @@ from builder.config import ModelConfig
 from runtime import fastjson
 from runtime.apis.inference.chunks import ChunkAccumulator
 from runtime.apis.inference.protocol import InferenceProvider, UpstreamModel, UpstreamRequest
-from runtime.apis.inference.store import ChatCompletionStore
+from runtime.apis.inference.store import ChatCompletionStore, new_completion_id
 from runtime.errors import APIError, InvalidRequestError, NotFoundError
 
 if TYPE_CHECKING:
@@ -147,37 +147,58 @@ class InferenceRouter:
     # --- chat completions -----------------------------------------------------------------
 
     async def chat_completion(self, body: Mapping[str, Any], raw: bytes | None = None, *, echo_model: bool = True) -> bytes:
-        """The upstream's ChatCompletion JSON, stored first when the request says `store: true`.
-        Its `model` is the client's id (with `echo_model=False`, the upstream's: for callers that
-        only read the output, which saves a re-encoding)."""
+        """The upstream's ChatCompletion JSON; with `store: true`, stored first under an id of
+        ours, which the answer carries. Its `model` is the client's id (with `echo_model=False`,
+        the upstream's: for callers that only read the output, which saves a re-encoding)."""
         provider_id, request, requested = await self._route(body, raw)
         result = await self._call(provider_id, self.providers[provider_id].chat_completion(request))
-        if requested is not None and (echo_model or body.get("store") is True):
-            result = _with_model(result, requested)
         if body.get("store") is True:
-            await self.store.save(fastjson.loads(result), list(body.get("messages") or ()), body.get("metadata"))
+            return await self._store_completion(result, body, requested)
+        if requested is not None and echo_model:
+            result = _with_model(result, requested)
         return result
+
+    async def _store_completion(self, result: bytes, body: Mapping[str, Any], model: str | None) -> bytes:
+        completion = fastjson.loads(result)
+        if not isinstance(completion, dict):
+            return result  # not a completion: nothing to store, the caller reports it
+        upstream_id = completion.get("id")
+        completion["id"] = new_completion_id()
+        if model is not None:
+            completion["model"] = model
+        await self.store.save(completion, list(body.get("messages") or ()), body.get("metadata"), _text_or_none(upstream_id))
+        return fastjson.dumps(completion)
 
     async def stream_chat_completion(
         self, body: Mapping[str, Any], raw: bytes | None = None, *, echo_model: bool = True
     ) -> AsyncIterator[bytes]:
         """Chunk payloads as the upstream sends them (with the client's model id, as above); with
-        `store: true` the folded completion is stored after the last chunk, before the caller
-        sends `[DONE]`."""
+        `store: true` every chunk carries the id of ours the completion is stored under, and the
+        folded completion is stored after the last chunk, before the caller sends `[DONE]`."""
         provider_id, request, requested = await self._route(body, raw)
         chunks = self.providers[provider_id].stream_chat_completion(request)
-        if requested is not None and (echo_model or body.get("store") is True):
+        if body.get("store") is True:
+            return self._stored_stream(chunks, body, requested)
+        if requested is not None and echo_model:
             chunks = _chunks_with_model(chunks, requested)
-        if body.get("store") is not True:
-            return chunks
-        return self._stored_stream(chunks, body)
+        return chunks
 
-    async def _stored_stream(self, chunks: AsyncIterator[bytes], body: Mapping[str, Any]) -> AsyncIterator[bytes]:
-        folded = ChunkAccumulator()
-        async for chunk in chunks:
-            folded.add(fastjson.loads(chunk))
-            yield chunk
-        await self.store.save(folded.completion(), list(body.get("messages") or ()), body.get("metadata"))
+    async def _stored_stream(self, chunks: AsyncIterator[bytes], body: Mapping[str, Any], model: str | None) -> AsyncIterator[bytes]:
+        completion_id = new_completion_id()
+        folded = ChunkAccumulator(id=completion_id)
+        upstream_id: Any = None
+        async for raw in chunks:
+            chunk = fastjson.loads(raw)
+            if not isinstance(chunk, dict):
+                yield raw
+                continue
+            upstream_id = upstream_id or chunk.get("id")
+            chunk["id"] = completion_id
+            if model is not None:
+                chunk["model"] = model
+            folded.add(chunk)
+            yield fastjson.dumps(chunk)
+        await self.store.save(folded.completion(), list(body.get("messages") or ()), body.get("metadata"), _text_or_none(upstream_id))
 
     async def embeddings(self, body: Mapping[str, Any], raw: bytes | None = None) -> bytes:
         """Embeddings JSON. base64 (the SDK's default) is encoded here from floats, since not
@@ -226,6 +247,10 @@ def _with_model(result: bytes, model: str) -> bytes:
 async def _chunks_with_model(chunks: AsyncIterator[bytes], model: str) -> AsyncIterator[bytes]:
     async for chunk in chunks:
         yield _with_model(chunk, model)
+
+
+def _text_or_none(value: Any) -> str | None:
+    return None if value is None else str(value)
 
 
 def _describe(error: BaseException) -> str:

@@ -1,4 +1,9 @@
-"""Stored chat completions (`store: true`), listed in the order they were stored."""
+"""Stored chat completions (`store: true`), listed in the order they were stored.
+
+A stored completion is known by an id of ours (`new_completion_id`), never by the upstream's:
+upstreams reuse ids (Ollama draws them from 999 values, some servers always answer the same
+one), and a store keyed by them overwrote one completion with another. The upstream's id is
+kept beside ours."""
 
 from __future__ import annotations
 
@@ -7,9 +12,10 @@ from typing import Any
 import sqlalchemy as sa
 
 from runtime.errors import NotFoundError
+from runtime.ids import random_hex
 from runtime.storage import Database, json_type
 
-__all__ = ["ChatCompletionStore"]
+__all__ = ["ChatCompletionStore", "new_completion_id"]
 
 _metadata = sa.MetaData()
 completions = sa.Table(
@@ -23,7 +29,13 @@ completions = sa.Table(
     sa.Column("metadata", json_type(), nullable=True),
     sa.Column("completion", json_type(), nullable=False),
     sa.Column("input_messages", json_type(), nullable=False),
+    sa.Column("upstream_id", sa.Text, nullable=True),
 )
+
+
+def new_completion_id() -> str:
+    """An id of ours for a stored completion, in OpenAI's form (`chatcmpl-...`)."""
+    return f"chatcmpl-{random_hex(16)}"
 
 
 class ChatCompletionStore:
@@ -33,15 +45,19 @@ class ChatCompletionStore:
     async def create_tables(self) -> None:
         await self.db.create_tables(_metadata)
 
-    async def save(self, completion: dict[str, Any], input_messages: list[Any], metadata: dict[str, str] | None) -> None:
-        await self.db.upsert(completions, {
-            "id": completion["id"],
-            "created": int(completion.get("created") or 0),
-            "model": completion.get("model") or "",
-            "metadata": metadata,
-            "completion": completion,
-            "input_messages": input_messages,
-        }, key=["id"])
+    async def save(self, completion: dict[str, Any], input_messages: list[Any], metadata: dict[str, str] | None,
+                   upstream_id: str | None = None) -> None:
+        """Insert a completion whose `id` is ours (`new_completion_id`): an insert, never an
+        overwrite, so a reused id is an error rather than a lost completion."""
+        await self.db.execute(completions.insert().values(
+            id=completion["id"],
+            created=int(completion.get("created") or 0),
+            model=completion.get("model") or "",
+            metadata=metadata,
+            completion=completion,
+            input_messages=input_messages,
+            upstream_id=upstream_id,
+        ))
 
     async def get(self, completion_id: str) -> dict[str, Any]:
         row = await self.db.fetch_one(sa.select(completions).where(completions.c.id == completion_id))

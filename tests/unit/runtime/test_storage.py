@@ -89,6 +89,35 @@ async def test_create_tables_is_idempotent(database: Database, items: sa.Table) 
     assert await _ids(database, items) == ["a"]
 
 
+async def test_create_tables_adds_the_columns_and_indexes_a_newer_release_declares(database: Database, backend: Backend) -> None:
+    older = sa.Table("grown", sa.MetaData(schema=backend.schema), sa.Column("id", sa.String(64), primary_key=True))
+    await database.create_tables(older.metadata)
+    await database.execute(older.insert().values(id="kept"))
+    newer = sa.Table(
+        "grown", sa.MetaData(schema=backend.schema),
+        sa.Column("id", sa.String(64), primary_key=True),
+        sa.Column("owner", sa.String(64), nullable=True),
+        sa.Column("extra", json_type(), nullable=True),
+        sa.Index("ix_grown_owner", "owner"),
+    )
+    await database.create_tables(newer.metadata)
+    await database.create_tables(newer.metadata)  # and again, as at every start
+    await database.execute(newer.insert().values(id="new", owner="ada", extra={"k": 1}))
+    rows = await database.fetch_all(sa.select(newer).order_by(newer.c.id))
+    assert [dict(row) for row in rows] == [{"id": "kept", "owner": None, "extra": None}, {"id": "new", "owner": "ada", "extra": {"k": 1}}]
+    indexes = await database.read_with(lambda conn: sa.inspect(conn).get_indexes("grown", schema=backend.schema))
+    assert "ix_grown_owner" in {index["name"] for index in indexes}
+
+
+async def test_create_tables_refuses_to_add_a_required_column_to_existing_rows(database: Database, backend: Backend) -> None:
+    older = sa.Table("strict", sa.MetaData(schema=backend.schema), sa.Column("id", sa.String(64), primary_key=True))
+    await database.create_tables(older.metadata)
+    newer = sa.Table("strict", sa.MetaData(schema=backend.schema), sa.Column("id", sa.String(64), primary_key=True),
+                     sa.Column("must", sa.Integer, nullable=False))
+    with pytest.raises(RuntimeError, match="NOT NULL column must"):
+        await database.create_tables(newer.metadata)
+
+
 async def test_insert_fetch_one_fetch_all(database: Database, ready: sa.Table) -> None:
     assert await database.execute(ready.insert().values(id="a", n=1)) == 1
     await database.execute(ready.insert().values(id="b", n=2))

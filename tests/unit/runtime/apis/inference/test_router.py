@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
 from builder.config import ModelConfig, SqliteBackend
 from runtime.apis.inference.protocol import UpstreamModel, UpstreamRequest
@@ -131,20 +132,58 @@ async def test_an_unknown_model_refreshes_the_list_once_before_failing(store: Ch
 
 async def test_store_true_saves_the_completion_and_store_false_does_not(store: ChatCompletionStore) -> None:
     router = await make_router(store, FakeProvider("vllm", ["llama"]))
-    await router.chat_completion({"model": "llama", "messages": [{"role": "user", "content": "x"}], "store": True, "metadata": {"k": "v"}})
+    answer = json.loads(await router.chat_completion(
+        {"model": "llama", "messages": [{"role": "user", "content": "x"}], "store": True, "metadata": {"k": "v"}}))
     await router.chat_completion({"model": "llama", "messages": [{"role": "user", "content": "y"}]})
     stored, has_more = await store.page(after=None, limit=10, order="asc", model=None, metadata={})
-    assert [item["id"] for item in stored] == ["chatcmpl-1"] and not has_more
+    assert [item["id"] for item in stored] == [answer["id"]] and not has_more
     assert stored[0]["metadata"] == {"k": "v"}
-    assert await store.messages("chatcmpl-1") == [{"role": "user", "content": "x"}]
+    assert await store.messages(answer["id"]) == [{"role": "user", "content": "x"}]
+
+
+async def test_a_stored_completion_is_known_by_an_id_of_ours_not_the_upstreams(store: ChatCompletionStore) -> None:
+    # Upstreams reuse ids (Ollama's come from 999 values): two completions the upstream gave the
+    # same id are two stored completions, neither overwriting the other.
+    class SameId(FakeProvider):
+        async def chat_completion(self, request: UpstreamRequest) -> bytes:
+            text = request.body["messages"][0]["content"]
+            return json.dumps({"id": "chatcmpl-123", "created": 1, "model": "llama",
+                               "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}]}).encode()
+
+    router = await make_router(store, SameId("ollama", ["llama"]))
+    answers = [json.loads(await router.chat_completion(
+        {"model": "llama", "messages": [{"role": "user", "content": text}], "store": True, "metadata": {"who": text}}))
+        for text in ("alice", "bob")]
+    assert answers[0]["id"] != answers[1]["id"] and all(a["id"].startswith("chatcmpl-") and a["id"] != "chatcmpl-123" for a in answers)
+    for answer, text in zip(answers, ("alice", "bob")):
+        stored = await store.get(answer["id"])
+        assert stored["choices"][0]["message"]["content"] == text and stored["metadata"] == {"who": text}
+    row = await store.db.fetch_one(sa.select(sa.text("upstream_id")).select_from(sa.table("chat_completions")).limit(1))
+    assert row is not None and row["upstream_id"] == "chatcmpl-123"
 
 
 async def test_a_stored_stream_is_saved_folded_when_it_ends(store: ChatCompletionStore) -> None:
     router = await make_router(store, FakeProvider("vllm", ["llama"]))
-    chunks = await router.stream_chat_completion({"model": "llama", "messages": [{"role": "user", "content": "x"}], "store": True})
-    assert len([chunk async for chunk in chunks]) == 2
-    saved = await store.get("chatcmpl-s")
-    assert saved["choices"][0]["message"]["content"] == "ab"
+    ids = []
+    for _ in range(2):  # the fake upstream names every stream chatcmpl-s
+        chunks = await router.stream_chat_completion({"model": "llama", "messages": [{"role": "user", "content": "x"}], "store": True})
+        received = [json.loads(chunk) async for chunk in chunks]
+        assert len(received) == 2 and len({chunk["id"] for chunk in received}) == 1
+        ids.append(received[0]["id"])
+    assert ids[0] != ids[1] and "chatcmpl-s" not in ids
+    for completion_id in ids:
+        saved = await store.get(completion_id)
+        assert saved["id"] == completion_id and saved["choices"][0]["message"]["content"] == "ab"
+
+
+async def test_a_stored_completion_names_the_model_as_the_client_did(store: ChatCompletionStore) -> None:
+    router = await make_router(store, FakeProvider("vllm", ["llama"]))
+    answer = json.loads(await router.chat_completion({"model": "vllm/llama", "messages": [{"role": "user", "content": "x"}], "store": True}))
+    assert answer["model"] == "vllm/llama" and (await store.get(answer["id"]))["model"] == "vllm/llama"
+    chunks = await router.stream_chat_completion({"model": "vllm/llama", "messages": [{"role": "user", "content": "x"}], "store": True})
+    received = [json.loads(chunk) async for chunk in chunks]
+    assert {chunk["model"] for chunk in received} == {"vllm/llama"}
+    assert (await store.get(received[0]["id"]))["model"] == "vllm/llama"
 
 
 async def test_base64_embeddings_are_encoded_from_the_upstream_floats(store: ChatCompletionStore) -> None:
