@@ -13,7 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from providers.responses.engine import ResponsesEngine
 from providers.responses.replay import replay_events
-from providers.responses.request import CreateResponse, chat_request
+from providers.responses.request import chat_request
+from runtime.apis.responses.models import CreateResponse
 from providers.responses.store import ResponseStore
 from providers.responses.translate import Event
 from providers.spec import Api, ProviderContext, ProviderSpec

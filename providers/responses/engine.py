@@ -18,7 +18,8 @@ from functools import partial
 from typing import Any, Protocol
 
 from providers.responses.items import ChatContext, chat_messages
-from providers.responses.request import CreateResponse, chat_request, response_object
+from providers.responses.request import chat_request
+from runtime.apis.responses.models import CreateResponse, response_object
 from providers.responses.store import ResponseStore, StoredResponse
 from providers.responses.translate import PART_EVENTS, Event, StreamTranslator, output_from_completion, usage_from_chat
 from runtime import fastjson

@@ -189,7 +189,7 @@ def test_a_queued_background_response_left_by_a_dead_process_is_run_at_start(ups
 
     from builder.config import SqliteBackend
     from runtime.apis.items import normalize_input
-    from providers.responses.request import CreateResponse, response_object
+    from runtime.apis.responses.models import CreateResponse, response_object
     from providers.responses.store import ResponseStore, responses
     from runtime.library_client import LibraryClient
     from runtime.storage import open_database

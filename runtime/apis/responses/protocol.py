@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any, Protocol, runtime_checkable
 
-from providers.responses.request import CreateResponse
+from runtime.apis.responses.models import CreateResponse
 
 __all__ = ["ResponsesProvider"]
 

@@ -8,7 +8,7 @@ from typing import Any
 from fastapi import APIRouter
 from fastapi.responses import Response
 
-from providers.responses.request import CreateResponse
+from runtime.apis.responses.models import CreateResponse
 from runtime.apis.common import JSONBytes, validate_id, validate_limit, validate_order
 from runtime.apis.responses.protocol import ResponsesProvider
 from runtime import fastjson

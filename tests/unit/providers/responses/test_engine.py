@@ -11,7 +11,7 @@ import sqlalchemy as sa
 
 from builder.config import PostgresBackend, SqliteBackend
 from providers.responses.engine import ResponsesEngine
-from providers.responses.request import CreateResponse
+from runtime.apis.responses.models import CreateResponse
 from providers.responses.store import ResponseStore, responses
 from runtime.storage import open_database
 
@@ -94,7 +94,7 @@ async def test_a_stream_whose_process_stopped_renewing_is_failed_by_a_peer(backe
 
 
 async def test_a_queued_response_that_cannot_be_resumed_is_failed_and_the_sweep_goes_on(backend: SqliteBackend | PostgresBackend) -> None:
-    from providers.responses.request import response_object
+    from runtime.apis.responses.models import response_object
     from runtime.apis.items import normalize_input
 
     db = open_database(backend)

@@ -1,0 +1,197 @@
+"""The Responses API's wire models: the create-response request (its schema and checks) and
+the Response object it starts.
+
+Unknown fields are accepted and ignored (the SDK may send newer ones); known fields are checked
+with their OpenAI limits, each failure a 400 naming the field. Tools of types other than
+`function` are checked by the tool runtime that serves their type, which the request alone
+cannot know.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from runtime.apis.common import validate_id, validate_metadata
+from runtime.errors import InvalidRequestError
+
+__all__ = ["CreateResponse", "ConversationRef", "response_object"]
+
+_SCHEMA_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+class ConversationRef(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    id: str
+
+
+class CreateResponse(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    model: str | None = None
+    input: str | list[Any] = Field(default_factory=list)
+    instructions: str | None = None
+    previous_response_id: str | None = None
+    conversation: str | ConversationRef | None = None
+    store: bool | None = True
+    stream: bool | None = False
+    background: bool | None = False
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    max_tool_calls: int | None = Field(default=None, ge=0)
+    max_output_tokens: int | None = Field(default=None, ge=16)  # OpenAI's minimum
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, ge=0, le=1)
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    text: dict[str, Any] | None = None
+    reasoning: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = None
+    truncation: Literal["auto", "disabled"] | None = None
+    include: list[str] | None = None
+    user: str | None = None
+    safety_identifier: str | None = None
+    prompt_cache_key: str | None = None
+    service_tier: str | None = None
+    stream_options: dict[str, Any] | None = None
+
+    @property
+    def conversation_id(self) -> str | None:
+        if isinstance(self.conversation, ConversationRef):
+            return self.conversation.id
+        return self.conversation
+
+    def check(self) -> None:
+        """The checks pydantic's types cannot express; each a 400 naming its field."""
+        if not self.model:
+            raise InvalidRequestError("Missing required parameter: 'model'.", param="model", code="missing_required_parameter")
+        if self.conversation is not None and self.previous_response_id is not None:
+            raise InvalidRequestError(
+                "Mutually exclusive parameters: Ensure you are only providing one of: 'previous_response_id' or 'conversation'.",
+                param="conversation", code="invalid_value",
+            )
+        validate_id(self.previous_response_id, "previous_response_id", "resp")
+        validate_id(self.conversation_id, "conversation", "conv")
+        if self.background and self.stream:
+            raise InvalidRequestError(
+                "Streaming a background response is not supported: create it with background=true, then stream it with "
+                "GET /v1/responses/{id}?stream=true.", param="stream", code="invalid_value",
+            )
+        if self.background and self.store is False:
+            raise InvalidRequestError("Background responses must be stored: remove store=false.", param="background", code="invalid_value")
+        validate_metadata(self.metadata)
+        _check_tool_choice(self.tool_choice, self.tools or [])
+        _check_tools(self.tools or [])
+        _check_text_format(self.text)
+
+    def wants_logprobs(self) -> bool:
+        return bool(self.top_logprobs) or "message.output_text.logprobs" in (self.include or [])
+
+
+_TOOL_CHOICE_MODES = ("none", "auto", "required")
+# Every tool_choice object type of the Responses API; only function tools run here, and a choice
+# naming another type selects nothing among them.
+_TOOL_CHOICE_TYPES = frozenset({
+    "function", "allowed_tools", "mcp", "custom", "file_search", "web_search", "web_search_preview",
+    "web_search_preview_2025_03_11", "computer", "computer_use", "computer_use_preview", "image_generation",
+    "code_interpreter", "apply_patch", "shell", "programmatic_tool_calling",
+})
+
+
+def _check_tool_choice(choice: str | dict[str, Any] | None, tools: list[dict[str, Any]]) -> None:
+    if choice is None:
+        return
+    if isinstance(choice, str):
+        if choice not in _TOOL_CHOICE_MODES:
+            raise InvalidRequestError(
+                f"Invalid value for 'tool_choice': {choice[:80]!r}. Supported values are: 'none', 'auto', 'required', or a tool choice object.",
+                param="tool_choice", code="invalid_value",
+            )
+        return
+    kind = choice.get("type")
+    if kind not in _TOOL_CHOICE_TYPES:
+        raise InvalidRequestError(f"Invalid value for 'tool_choice.type': {str(kind)[:80]!r} is not a tool choice type.",
+                                  param="tool_choice.type", code="invalid_value")
+    if kind == "function":
+        name = choice.get("name")
+        if not isinstance(name, str) or not name:
+            raise InvalidRequestError("Missing required parameter: 'tool_choice.name'.", param="tool_choice.name", code="missing_required_parameter")
+        if not any(tool.get("type") == "function" and tool.get("name") == name for tool in tools):
+            raise InvalidRequestError(f"Invalid value for 'tool_choice': tool choice 'function' with name {name[:80]!r} is not in 'tools'.",
+                                      param="tool_choice", code="invalid_value")
+    if kind == "allowed_tools" and choice.get("mode", "auto") not in ("auto", "required"):
+        raise InvalidRequestError("Invalid value for 'tool_choice.mode': expected 'auto' or 'required'.", param="tool_choice.mode", code="invalid_value")
+
+
+def _check_tools(tools: list[dict[str, Any]]) -> None:
+    for index, tool in enumerate(tools):
+        kind = tool.get("type")
+        if kind != "function":
+            raise InvalidRequestError(
+                f"Invalid value for 'tools[{index}].type': tool type {kind!r} is not supported by this server (supported: function).",
+                param=f"tools[{index}].type", code="unsupported_tool_type",
+            )
+        if not isinstance(tool.get("name"), str) or not tool["name"]:
+            raise InvalidRequestError(f"Missing required parameter: 'tools[{index}].name'.", param=f"tools[{index}].name", code="missing_required_parameter")
+        if tool.get("parameters") is not None and not isinstance(tool["parameters"], dict):
+            raise InvalidRequestError(f"Invalid type for 'tools[{index}].parameters': expected a JSON schema object.", param=f"tools[{index}].parameters", code="invalid_type")
+
+
+def _check_text_format(text: dict[str, Any] | None) -> None:
+    fmt = (text or {}).get("format")
+    if fmt is None:
+        return
+    if not isinstance(fmt, dict) or fmt.get("type") not in ("text", "json_object", "json_schema"):
+        raise InvalidRequestError("Invalid value for 'text.format.type': expected 'text', 'json_object' or 'json_schema'.", param="text.format.type", code="invalid_value")
+    if fmt["type"] != "json_schema":
+        return
+    if not isinstance(fmt.get("name"), str) or not _SCHEMA_NAME.match(fmt["name"]):
+        raise InvalidRequestError(
+            "Invalid value for 'text.format.name': expected 1-64 letters, digits, underscores or dashes.", param="text.format.name", code="invalid_value"
+        )
+    if not isinstance(fmt.get("schema"), dict):
+        raise InvalidRequestError("Invalid value for 'text.format.schema': expected a JSON schema object.", param="text.format.schema", code="invalid_value")
+
+
+# --- the response object ----------------------------------------------------------------
+
+
+def response_object(request: CreateResponse, response_id: str, status: str, *, conversation_id: str | None = None) -> dict[str, Any]:
+    """A Response echoing the request's settings, with no output yet."""
+    reasoning = request.reasoning or {}
+    return {
+        "id": response_id,
+        "object": "response",
+        "created_at": time.time(),
+        "status": status,
+        "background": bool(request.background),
+        "completed_at": None,
+        "conversation": {"id": conversation_id} if conversation_id else None,
+        "error": None,
+        "incomplete_details": None,
+        "instructions": request.instructions,
+        "max_output_tokens": request.max_output_tokens,
+        "max_tool_calls": request.max_tool_calls,
+        "metadata": request.metadata or {},
+        "model": request.model,
+        "output": [],
+        "parallel_tool_calls": True if request.parallel_tool_calls is None else request.parallel_tool_calls,
+        "previous_response_id": request.previous_response_id,
+        "prompt_cache_key": request.prompt_cache_key,
+        "reasoning": {"effort": reasoning.get("effort"), "summary": reasoning.get("summary")},
+        "safety_identifier": request.safety_identifier,
+        "service_tier": request.service_tier or "default",
+        "store": request.store is not False,
+        "temperature": 1.0 if request.temperature is None else request.temperature,
+        "text": {"format": (request.text or {}).get("format") or {"type": "text"}, "verbosity": (request.text or {}).get("verbosity") or "medium"},
+        "tool_choice": request.tool_choice or "auto",
+        "tools": request.tools or [],
+        "top_logprobs": request.top_logprobs or 0,
+        "top_p": 1.0 if request.top_p is None else request.top_p,
+        "truncation": request.truncation or "disabled",
+        "usage": None,
+        "user": request.user,
+    }
