@@ -69,8 +69,9 @@ class Api(str, enum.Enum):
     safety = "safety"
 
 
-MULTI_PROVIDER_APIS = frozenset({Api.inference})
-"""APIs that route each request to one of several providers by model; every other API takes one."""
+MULTI_PROVIDER_APIS = frozenset({Api.inference, Api.tool_runtime})
+"""APIs with several providers: inference routes each request by model, tool_runtime each tool by
+its type. Every other API takes one provider."""
 
 ENTRY_POINT_GROUP_PREFIX = "stack.providers."
 

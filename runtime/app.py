@@ -34,7 +34,7 @@ def create_app(stack: Stack) -> FastAPI:
     app.include_router(system_router(stack, app))
     for api in stack.plan.served_apis:
         surface = SURFACES.get(api)
-        if surface is not None:
+        if surface is not None and surface.router is not None:
             app.include_router(surface.router(stack.impls[api]), prefix="/v1", tags=[api.value])
     install_error_handlers(app)
     server = stack.plan.config.server

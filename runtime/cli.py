@@ -71,11 +71,11 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def _list_apis(_args: argparse.Namespace) -> int:
-    from providers.spec import MULTI_PROVIDER_APIS, Api
+    from providers.spec import Api
 
+    notes = {Api.inference: "  (several providers, routed by model)", Api.tool_runtime: "  (several providers, one per tool type)"}
     for api in Api:
-        note = "  (several providers, routed by model)" if api in MULTI_PROVIDER_APIS else ""
-        print(f"{api.value}{note}")
+        print(f"{api.value}{notes.get(api, '')}")
     return 0
 
 

@@ -11,7 +11,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from providers.responses.background import TERMINAL
 from providers.responses.engine import ResponsesEngine
+from providers.responses.loop import LoopLimits
 from providers.responses.replay import replay_events
 from providers.responses.request import chat_request
 from runtime.apis.responses.models import CreateResponse
@@ -24,7 +26,6 @@ __all__ = ["BUILTIN", "BuiltinResponses"]
 
 log = logging.getLogger("stack")
 
-TERMINAL = ("completed", "incomplete", "failed", "cancelled")
 
 
 class BuiltinResponsesConfig(BaseModel):
@@ -34,6 +35,10 @@ class BuiltinResponsesConfig(BaseModel):
         "A response being produced (in the background, or streamed) whose process has not renewed its lease for this long "
         "is taken over: a queued one is run, a running one marked failed. Leases are renewed every lease_s / 3 seconds."))
     stream_poll_s: float = Field(default=0.1, gt=0, description="How often a resumed stream looks for new events of a running background response")
+    max_tool_iterations: int = Field(default=20, ge=1, description=(
+        "Model turns per response in the server-side tool loop; a response still calling tools after that many ends "
+        "incomplete (incomplete_details.reason: max_messages)"))
+    max_parallel_tool_calls: int = Field(default=8, ge=1, description="Server-side calls of one model turn that run at once")
 
 
 class BuiltinResponses:
@@ -47,7 +52,7 @@ class BuiltinResponses:
     async def create_response(self, request: CreateResponse) -> dict[str, Any]:
         turn = await self.engine.prepare(request)
         if request.background:
-            return await self.engine.start_background(turn)
+            return await self.engine.background.start(turn)
         return await self.engine.run(turn)
 
     async def stream_response(self, request: CreateResponse) -> AsyncIterator[Event]:
@@ -90,12 +95,17 @@ class BuiltinResponses:
         return cursor_page(data, has_more)
 
     async def cancel_response(self, response_id: str) -> dict[str, Any]:
-        return await self.engine.cancel(response_id)
+        return await self.engine.background.cancel(response_id)
 
     async def count_input_tokens(self, request: CreateResponse) -> dict[str, Any]:
         """Exact for the model: the upstream counts the prompt of a one-token completion."""
         turn = await self.engine.prepare(request.model_copy(update={"background": False, "stream": False}))
-        body = {**chat_request(request, turn.messages(), stream=False), "max_completion_tokens": 1}
+        try:
+            offered = turn.tools.chat_tools(first_turn=True, server_calls_left=True) if turn.tools is not None else None
+        finally:
+            if turn.tools is not None:
+                await turn.tools.aclose()
+        body = {**chat_request(request, turn.messages(), stream=False, offered=offered), "max_completion_tokens": 1}
         completion = json.loads(await self.engine.inference.chat_completion(body))
         return {"object": "response.input_tokens", "input_tokens": int((completion.get("usage") or {}).get("prompt_tokens") or 0)}
 
@@ -109,9 +119,11 @@ async def _iterate(events: list[Event]) -> AsyncIterator[Event]:
 async def create(context: ProviderContext[BuiltinResponsesConfig]) -> AsyncIterator[BuiltinResponses]:
     store = ResponseStore(context.databases("responses"))
     await store.create_tables()
-    engine = ResponsesEngine(context.deps[Api.inference], store, context.deps.get(Api.conversations), lease_s=context.config.lease_s)
+    limits = LoopLimits(max_iterations=context.config.max_tool_iterations, parallel=context.config.max_parallel_tool_calls)
+    engine = ResponsesEngine(context.deps[Api.inference], store, context.deps.get(Api.conversations), lease_s=context.config.lease_s,
+                             tools=context.deps.get(Api.tool_runtime), limits=limits)
     service = BuiltinResponses(engine, context.config)
-    await engine.recover()
+    await engine.background.recover()
     sweeper = asyncio.get_running_loop().create_task(_sweep(engine))
     try:
         yield service
@@ -125,7 +137,7 @@ async def _sweep(engine: ResponsesEngine) -> None:
     while True:
         await asyncio.sleep(engine.lease_s / 3)
         try:
-            await engine.recover()
+            await engine.background.recover()
         except Exception:
             log.exception("the sweep for orphaned responses failed; it runs again in %.0f s", engine.lease_s / 3)
 
@@ -136,6 +148,6 @@ BUILTIN = ProviderSpec(
     config_model=BuiltinResponsesConfig,
     factory=create,
     requires=(Api.inference,),
-    optional=(Api.conversations,),
+    optional=(Api.conversations, Api.tool_runtime),
     description="The Responses API over any chat-completions model: stored, chained, streamed, background",
 )

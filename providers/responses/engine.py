@@ -12,18 +12,23 @@ import itertools
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Protocol
 
-from providers.responses.items import ChatContext, chat_messages
+from providers.responses.background import Background
+from providers.responses.items import ChatContext, Renderer, chat_messages
+from providers.responses.loop import LoopLimits, ModelTurn, ToolLoop
 from providers.responses.request import chat_request
-from runtime.apis.responses.models import CreateResponse, response_object
-from providers.responses.store import ResponseStore, StoredResponse
-from providers.responses.translate import PART_EVENTS, Event, StreamTranslator, output_from_completion, usage_from_chat
+from providers.responses.store import ResponseStore
+from providers.responses.tools import RequestTools, check_server_tools, public_tools
+from providers.responses.translate import PART_EVENTS, Event, StreamTranslator, usage_from_chat
 from runtime import fastjson
 from runtime.apis.items import new_id, normalize_input
+from runtime.apis.responses.models import CreateResponse, response_object
+from runtime.apis.tool_runtime.protocol import ToolContext
+from runtime.apis.tool_runtime.router import ToolRouter
 from runtime.errors import APIError, InvalidRequestError, NotFoundError
 
 __all__ = ["Inference", "ResponsesEngine", "Turn"]
@@ -31,7 +36,6 @@ __all__ = ["Inference", "ResponsesEngine", "Turn"]
 log = logging.getLogger("stack")
 
 TRUNCATION_ATTEMPTS = 8
-TERMINAL = frozenset({"completed", "incomplete", "failed", "cancelled"})
 
 
 class Inference(Protocol):
@@ -66,6 +70,11 @@ class Turn:
     ancestors: list[str]
     history_chat: ChatContext | None = None
     """`history` already folded into chat messages, when the context cache had it."""
+    renderers: Mapping[str, Renderer] = field(default_factory=dict)
+    tools: RequestTools | None = None
+    """The request's tools, when it has server-side ones."""
+    prepared: list[Event] | None = None
+    """The events of the tools' preparation, when it ran before the response started."""
     sequence: Callable[[], int] = field(default_factory=lambda: itertools.count().__next__)
     chat: ChatContext | None = None
     """History and input folded into chat messages, once `messages()` has been asked for."""
@@ -76,17 +85,19 @@ class Turn:
 
     @property
     def droppable(self) -> int:
-        """How many of the oldest context items truncation may drop: all but the newest."""
+        """How many of the oldest context items truncation may drop: all but the newest input."""
         return max(0, len(self.history) + len(self.input_items) - 1)
 
     def messages(self, dropped: int = 0) -> list[dict[str, Any]]:
-        """The chat messages of the model context, without its `dropped` oldest items."""
+        """The chat messages of the model context (and of the output so far, in a tool loop),
+        without its `dropped` oldest items."""
+        output = self.response["output"]
         if dropped:
-            return chat_messages([*self.history, *self.input_items][dropped:], self.request.instructions)
+            return chat_messages([*self.history, *self.input_items, *output][dropped:], self.request.instructions, self.renderers)
         if self.chat is None:
-            history = self.history_chat if self.history_chat is not None else ChatContext().extend(self.history)
+            history = self.history_chat if self.history_chat is not None else ChatContext(renderers=self.renderers).extend(self.history)
             self.chat = history.extend(self.input_items)
-        return self.chat.messages_with(self.request.instructions)
+        return (self.chat.extend(output) if output else self.chat).messages_with(self.request.instructions)
 
 
 @dataclass(frozen=True)
@@ -101,13 +112,16 @@ class Context:
 
 class ResponsesEngine:
     def __init__(self, inference: Inference, store: ResponseStore, conversations: Conversations | None = None,
-                 lease_s: float = 30.0) -> None:
+                 lease_s: float = 30.0, tools: ToolRouter | None = None, limits: LoopLimits | None = None) -> None:
         self.inference = inference
         self.store = store
         self.conversations = conversations
         self.lease_s = lease_s
+        self.tools = tools
+        self.limits = limits or LoopLimits()
+        self.renderers: Mapping[str, Renderer] = tools.renderers if tools is not None else {}
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._background: dict[str, asyncio.Task[Any]] = {}
+        self.background = Background(self)
         # Stored responses this process is streaming to a client; their leases are renewed
         # together, so that if the process dies the sweep marks them failed.
         self._streaming: set[str] = set()
@@ -119,8 +133,11 @@ class ResponsesEngine:
 
     async def prepare(self, request: CreateResponse) -> Turn:
         """Check the request and gather its context; every client mistake is raised here, before
-        anything is streamed or stored."""
+        anything is streamed or stored. Server-side tools are opened and prepared here too (an
+        MCP server that cannot list its tools is a 424), except for a background response, which
+        prepares them when it runs."""
         request.check()
+        check_server_tools(request, self.tools)
         await self.inference.resolve(request.model)
         input_items = normalize_input(request.input)
         context = Context([], [])
@@ -131,7 +148,29 @@ class ResponsesEngine:
         input_items = await self._resolve_references(input_items)
         status = "queued" if request.background else "in_progress"
         response = response_object(request, new_id("resp"), status, conversation_id=request.conversation_id)
-        return Turn(request, response, input_items, context.items, context.ancestors, context.chat)
+        response["tools"] = public_tools(request, self.tools)[0]
+        turn = Turn(request, response, input_items, context.items, context.ancestors, context.chat, self.renderers)
+        if not request.background:
+            await self.open_tools(turn)
+            if turn.tools is not None:
+                try:
+                    turn.prepared = await self._loop(turn, stream=False).prepare()
+                except BaseException:
+                    await turn.tools.aclose()
+                    raise
+        return turn
+
+    async def open_tools(self, turn: Turn) -> None:
+        if any(tool.get("type") != "function" for tool in turn.request.tools or ()):
+            context = ToolContext(turn.response["id"], turn.history, turn.input_items)
+            turn.tools = await RequestTools.open(turn.request, self.tools, context)
+
+    def _loop(self, turn: Turn, *, stream: bool) -> ToolLoop:
+        def translator(first_index: int, is_server: Callable[[str], bool]) -> StreamTranslator:
+            return StreamTranslator(first_output_index=first_index, with_logprobs=turn.request.wants_logprobs(), is_server=is_server)
+
+        return ToolLoop(turn.response["output"], self._model_turn(turn, stream), turn.tools, translator, self.limits,
+                        max_tool_calls=turn.request.max_tool_calls, max_output_tokens=turn.request.max_output_tokens)
 
     async def _chain(self, previous_id: str) -> Context:
         """The ancestors a response continuing `previous_id` has, and its context items."""
@@ -163,7 +202,11 @@ class ResponsesEngine:
     def forget(self, response_id: str) -> None:
         self._contexts.pop(response_id, None)
 
-    async def _history(self, request: CreateResponse) -> list[dict[str, Any]]:
+    def is_producing(self, response_id: str) -> bool:
+        """Whether this process is producing the response (streaming it, or in the background)."""
+        return response_id in self._streaming or self.background.is_running(response_id)
+
+    async def history(self, request: CreateResponse) -> list[dict[str, Any]]:
         if request.previous_response_id:
             return (await self._chain(request.previous_response_id)).items
         if request.conversation_id:
@@ -201,12 +244,13 @@ class ResponsesEngine:
 
     # --- calling the model -----------------------------------------------------------------
 
-    async def _with_truncation(self, turn: Turn, call: Callable[[dict[str, Any]], Awaitable[Any]], stream: bool) -> Any:
+    async def _with_truncation(self, turn: Turn, call: Callable[[dict[str, Any]], Awaitable[Any]], stream: bool,
+                               offered: tuple[list[dict[str, Any]], Any] | None = None, max_tokens: int | None = None) -> Any:
         """Call the model; with truncation=auto, drop the oldest history items while the
         upstream says the context is too long."""
         dropped = 0
         for _ in range(TRUNCATION_ATTEMPTS):
-            body = chat_request(turn.request, turn.messages(dropped), stream=stream)
+            body = chat_request(turn.request, turn.messages(dropped), stream=stream, offered=offered, max_tokens=max_tokens)
             try:
                 return await call(body)
             except APIError as error:
@@ -216,16 +260,35 @@ class ResponsesEngine:
                 log.info("response %s: context too long, dropping the %d oldest items", turn.response["id"], dropped)
         raise InvalidRequestError("The input is too long for the model's context, even after truncation.", code="context_length_exceeded")
 
+    def _model_turn(self, turn: Turn, stream: bool) -> ModelTurn:
+        """One model call of `turn`'s tool loop, streamed or not (the engine reads only the output,
+        so the upstream's model name need not be swapped back)."""
+        async def call(translator: StreamTranslator, offered: tuple[list[dict[str, Any]], Any] | None,
+                       max_tokens: int | None) -> AsyncIterator[Event]:
+            if not stream:
+                raw = await self._with_truncation(turn, partial(self.inference.chat_completion, echo_model=False), False, offered, max_tokens)
+                for event in translator.feed_completion(fastjson.loads(raw)):
+                    yield event
+                return
+            chunks = await self._with_truncation(turn, partial(self.inference.stream_chat_completion, echo_model=False), True, offered, max_tokens)
+            async for chunk in chunks:
+                for event in translator.feed(fastjson.loads(chunk)):
+                    yield event
+
+        return call
+
     # --- non-streamed ----------------------------------------------------------------------
 
     async def run(self, turn: Turn) -> dict[str, Any]:
         """Produce the whole response, store it (one transaction), return it."""
-        # The engine reads only the output: the upstream's model name need not be swapped back.
-        raw = await self._with_truncation(turn, partial(self.inference.chat_completion, echo_model=False), stream=False)
-        translator = output_from_completion(fastjson.loads(raw), with_logprobs=turn.request.wants_logprobs())
-        status = _status(translator.finish_reason)
-        translator.finish("incomplete" if status == "incomplete" else "completed")
-        _finalize(turn.response, status, translator)
+        loop = self._loop(turn, stream=False)
+        try:
+            async for _ in loop.events(turn.prepared or ()):
+                pass
+        finally:
+            if turn.tools is not None:
+                await turn.tools.aclose()
+        _finalize(turn.response, loop)
         if turn.stored:
             await self.store.insert(turn.response, ancestors=turn.ancestors, input_items=turn.input_items, output_items=turn.response["output"])
             self._remember(turn)
@@ -244,24 +307,23 @@ class ResponsesEngine:
         response["status"] = "in_progress"
         yield self._event(turn, "response.created")
         yield self._event(turn, "response.in_progress")
-        translator = StreamTranslator(with_logprobs=turn.request.wants_logprobs())
+        loop = self._loop(turn, stream=True)
         finished = False
         try:
-            chunks = await self._with_truncation(turn, partial(self.inference.stream_chat_completion, echo_model=False), stream=True)
-            async for chunk in chunks:
-                for event in translator.feed(fastjson.loads(chunk)):
-                    yield self._numbered(turn, event)
-            status = _status(translator.finish_reason)
-            for event in translator.finish("incomplete" if status == "incomplete" else "completed"):
+            if turn.prepared is None and response["background"]:
+                await self.open_tools(turn)
+                loop.tools = turn.tools
+                turn.prepared = await loop.prepare()
+            async for event in loop.events(turn.prepared or ()):
                 yield self._numbered(turn, event)
-            _finalize(response, status, translator)
+            _finalize(response, loop)
             await self._persist_end(turn)
             finished = True
-            yield self._event(turn, "response.incomplete" if status == "incomplete" else "response.completed")
+            yield self._event(turn, "response.incomplete" if response["status"] == "incomplete" else "response.completed")
         except APIError as error:
-            for event in translator.finish("incomplete"):
+            for event in loop.close():
                 yield self._numbered(turn, event)
-            _finalize(response, "failed", translator, error=response_error(error))
+            _finalize(response, loop, "failed", error=response_error(error))
             await self._persist_end(turn)
             finished = True
             yield self._event(turn, "response.failed")
@@ -269,17 +331,22 @@ class ResponsesEngine:
             if not finished:
                 # The client went away, the response was cancelled, or the server is stopping:
                 # keep what was produced, under a terminal status.
-                translator.finish("incomplete")
+                loop.close()
                 if self.shutting_down:
-                    _finalize(response, "failed", translator, error=SHUTDOWN_ERROR)
+                    _finalize(response, loop, "failed", error=SHUTDOWN_ERROR)
                 else:
-                    _finalize(response, "cancelled", translator)
+                    _finalize(response, loop, "cancelled")
                 self._detach(self._persist_end(turn))
+            if turn.tools is not None:
+                self._detach(turn.tools.aclose())
             if leased:
                 self._streaming.discard(response["id"])
 
     def _event(self, turn: Turn, kind: str) -> Event:
-        return {"type": kind, "sequence_number": turn.sequence(), "response": _snapshot(turn.response)}
+        snapshot = _snapshot(turn.response)
+        if kind in ("response.created", "response.in_progress"):
+            snapshot["output"] = []  # items are announced by their own events (prepared ones too)
+        return {"type": kind, "sequence_number": turn.sequence(), "response": snapshot}
 
     def _numbered(self, turn: Turn, event: Event) -> Event:
         # The translator's events are fresh dicts: numbered in place.
@@ -323,106 +390,12 @@ class ResponsesEngine:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    # --- background ------------------------------------------------------------------------
-
-    async def start_background(self, turn: Turn) -> dict[str, Any]:
-        """Store the response as queued and produce it after the request returns."""
-        await self.store.insert(dict(turn.response), ancestors=turn.ancestors, input_items=turn.input_items,
-                                request=turn.request.model_dump(mode="json"))
-        self.spawn_background(turn)
-        return dict(turn.response)
-
-    def spawn_background(self, turn: Turn) -> None:
-        task = asyncio.get_running_loop().create_task(self._run_background(turn))
-        self._background[turn.response["id"]] = task
-        task.add_done_callback(lambda _: self._background.pop(turn.response["id"], None))
-
-    async def _run_background(self, turn: Turn) -> None:
-        response_id = turn.response["id"]
-        started = dict(turn.response, status="in_progress")
-        if not await self.store.set_status(response_id, "in_progress", started, only_if_status=["queued"]):
-            return  # cancelled before it started
-        batch: list[Event] = []
-        heartbeat = self._detached_heartbeat(response_id)
-        try:
-            async for event in self.stream(turn):
-                batch.append(event)
-                if event["type"].startswith(("response.output_item.", "response.completed", "response.failed", "response.incomplete", "response.created")):
-                    await self.store.append_events(response_id, batch)
-                    batch = []
-        except asyncio.CancelledError:
-            await asyncio.shield(self.store.append_events(response_id, batch))
-            raise
-        finally:
-            heartbeat.cancel()
-
-    def _detached_heartbeat(self, response_id: str) -> asyncio.Task[None]:
-        current = asyncio.current_task()
-
-        async def beat() -> None:
-            while True:
-                await asyncio.sleep(self.lease_s / 3)
-                if await self.store.heartbeat(response_id) == "cancelled" and current is not None:
-                    current.cancel()  # cancelled by another process
-                    return
-
-        return asyncio.get_running_loop().create_task(beat())
-
-    async def cancel(self, response_id: str) -> dict[str, Any]:
-        stored = await self.store.get(response_id)
-        if not stored.background:
-            raise InvalidRequestError(
-                "Cannot cancel a synchronous response: it was not created with background=true, so it cannot be cancelled.",
-                param="response_id", code="not_cancellable",
-            )
-        if stored.status in TERMINAL:
-            return stored.response
-        cancelled = {**stored.response, "status": "cancelled"}
-        await self.store.set_status(response_id, "cancelled", cancelled, only_if_status=["queued", "in_progress"])
-        task = self._background.get(response_id)
-        if task is not None:
-            task.cancel()
-            await asyncio.wait([task], timeout=5)
-        return (await self.store.get(response_id)).response
-
-    async def recover(self) -> None:
-        """Resume queued background responses nobody is running; fail those (background or
-        streamed) that were being produced when their process died (their lease lapsed)."""
-        for stored in await self.store.orphaned(time.time() - self.lease_s):
-            if stored.id in self._background or stored.id in self._streaming:
-                continue
-            if stored.status == "queued" and stored.request is not None:
-                try:
-                    request = CreateResponse.model_validate(stored.request)
-                    history = await self._history(request)
-                except (APIError, ValueError) as error:
-                    # Its request no longer passes (a newer rule) or its context is gone (the
-                    # previous response was deleted): failed, rather than stopping the sweep.
-                    reason = error.message if isinstance(error, APIError) else "its stored request is no longer valid"
-                    await self._fail_orphan(stored, f"This background response could not be resumed: {reason}")
-                    continue
-                turn = Turn(request, stored.response, await self.store.items_of(stored.id, "input"), history, stored.ancestors)
-                log.info("resuming queued background response %s", stored.id)
-                self.spawn_background(turn)
-            else:
-                what = "background response was running" if stored.background else "response was being streamed"
-                await self._fail_orphan(stored, f"The server stopped while this {what}.")
-
-    async def _fail_orphan(self, stored: StoredResponse, message: str) -> None:
-        failed = {**stored.response, "status": "failed", "error": {"code": "server_error", "message": message}}
-        await self.store.set_status(stored.id, "failed", failed, only_if_status=["queued", "in_progress"])
-        log.warning("response %s marked failed: %s", stored.id, message)
-
     async def close(self) -> None:
         """Stop background work (each marks itself failed) and wait for pending writes."""
         self.shutting_down = True
         if self._renewer is not None:
             self._renewer.cancel()
-        running = list(self._background.values())
-        for task in running:
-            task.cancel()
-        if running:
-            await asyncio.wait(running, timeout=10)
+        await self.background.stop()
         if self._tasks:
             await asyncio.wait(list(self._tasks), timeout=10)
 
@@ -457,16 +430,13 @@ RESPONSE_ERROR_CODES = frozenset({
 })
 
 
-def _status(finish_reason: str | None) -> str:
-    return "incomplete" if finish_reason == "length" else "completed"
-
-
-def _finalize(response: dict[str, Any], status: str, translator: StreamTranslator, error: dict[str, Any] | None = None) -> None:
+def _finalize(response: dict[str, Any], loop: ToolLoop, status: str | None = None, error: dict[str, Any] | None = None) -> None:
+    """The response's end state: `status` (default: how the loop ended) and its usage."""
+    status = status or loop.status
     response["status"] = status
-    response["output"] = translator.output
-    response["usage"] = usage_from_chat(translator.usage)
+    response["usage"] = usage_from_chat(loop.usage())
     response["error"] = error
-    response["incomplete_details"] = {"reason": "max_output_tokens"} if status == "incomplete" else None
+    response["incomplete_details"] = {"reason": loop.incomplete_reason or "max_output_tokens"} if status == "incomplete" else None
     if status == "completed":
         response["completed_at"] = time.time()
 

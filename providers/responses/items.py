@@ -3,23 +3,31 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ChatContext", "chat_messages"]
+from runtime.apis.tool_runtime.protocol import ToolExchange
+
+__all__ = ["ChatContext", "Renderer", "chat_messages"]
+
+Renderer = Callable[[Mapping[str, Any]], ToolExchange | None]
+"""How an output item of a server-side tool reads to the model (a tool runtime's `render`)."""
 
 
 # --- to chat messages ----------------------------------------------------------------------
 
 
-def chat_messages(items: Iterable[Mapping[str, Any]], instructions: str | None) -> list[dict[str, Any]]:
+def chat_messages(items: Iterable[Mapping[str, Any]], instructions: str | None,
+                  renderers: Mapping[str, Renderer] | None = None) -> list[dict[str, Any]]:
     """Chat Completions messages for a model context made of Responses items, in order.
 
     Consecutive function calls become one assistant message with several tool calls (how chat
     models emit parallel calls); reasoning items travel as `reasoning_content` on the assistant
-    message they precede, which reasoning-aware servers read and others ignore."""
-    return ChatContext().extend(items).messages_with(instructions)
+    message they precede, which reasoning-aware servers read and others ignore. Items of
+    server-side tools read as their runtime's `renderers` say (a call and its result); items
+    no renderer knows are left out."""
+    return ChatContext(renderers=renderers or {}).extend(items).messages_with(instructions)
 
 
 @dataclass(frozen=True)
@@ -32,10 +40,17 @@ class ChatContext:
 
     messages: tuple[dict[str, Any], ...] = ()
     pending_reasoning: tuple[str, ...] = ()
+    renderers: Mapping[str, Renderer] = field(default_factory=dict, compare=False)
+    server_calls: int = 0
+    """Server-side calls rendered so far: their chat ids are numbered from it, so the same items
+    always give the same messages (the items' own ids are random)."""
+    deferred: tuple[tuple[str, str, str], ...] = ()
+    """(key, name, arguments) of calls whose result a later item gives (an approval pending)."""
 
     def extend(self, items: Iterable[Mapping[str, Any]]) -> ChatContext:
         messages = list(self.messages)
         pending_reasoning = list(self.pending_reasoning)
+        server_calls, deferred = self.server_calls, self.deferred
         for item in items:
             kind = item.get("type")
             if kind == "message":
@@ -50,13 +65,47 @@ class ChatContext:
                 messages.append({"role": "tool", "tool_call_id": item["call_id"], "content": _output_text(item["output"])})
             elif kind == "reasoning":
                 pending_reasoning.extend(_reasoning_text(item))
-        return ChatContext(tuple(messages), tuple(pending_reasoning))
+            elif (render := self.renderers.get(str(kind))) is not None and (exchange := render(item)) is not None:
+                server_calls, deferred = _append_exchange(messages, exchange, server_calls, deferred, pending_reasoning)
+        return ChatContext(tuple(messages), tuple(pending_reasoning), self.renderers, server_calls, deferred)
 
     def messages_with(self, instructions: str | None) -> list[dict[str, Any]]:
         """The messages to send: `instructions` (this turn's only) as the system message first."""
         if instructions:
             return [{"role": "system", "content": instructions}, *self.messages]
         return list(self.messages)
+
+
+def _append_exchange(
+    messages: list[dict[str, Any]], exchange: ToolExchange, server_calls: int,
+    deferred: tuple[tuple[str, str, str], ...], pending_reasoning: list[str],
+) -> tuple[int, tuple[tuple[str, str, str], ...]]:
+    """A server-side call and its result, as an assistant tool call then its tool message."""
+    if exchange.output is None:
+        if exchange.name is not None:
+            deferred = (*deferred, (exchange.key, exchange.name, exchange.arguments or "{}"))
+        return server_calls, deferred
+    name, arguments = exchange.name, exchange.arguments
+    for index, (key, deferred_name, deferred_arguments) in enumerate(deferred):
+        if key == exchange.key:
+            name, arguments = deferred_name, deferred_arguments
+            deferred = deferred[:index] + deferred[index + 1:]
+            break
+    if name is None:
+        return server_calls, deferred  # a result whose call is not in the context
+    server_calls += 1
+    call_id = f"call_s{server_calls}"
+    assistant: dict[str, Any] = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments or "{}"}}]}
+    if pending_reasoning:
+        assistant["reasoning_content"] = "".join(pending_reasoning)
+        pending_reasoning.clear()
+    messages += [assistant, {"role": "tool", "tool_call_id": call_id, "content": exchange.output}]
+    if exchange.attachments:
+        # Chat tool messages carry text only: what else the tool returned follows as user content.
+        parts = [_chat_part(part) for part in exchange.attachments]
+        messages.append({"role": "user", "content": [{"type": "text", "text": f"(Returned by {name}:)"}, *parts]})
+    return server_calls, deferred
 
 
 def _chat_message(item: Mapping[str, Any]) -> dict[str, Any]:

@@ -11,22 +11,25 @@ __all__ = ["chat_request"]
 
 
 
-def chat_request(request: CreateResponse, messages: list[dict[str, Any]], *, stream: bool) -> dict[str, Any]:
-    """The chat completion request that produces this response's next model output."""
+def chat_request(request: CreateResponse, messages: list[dict[str, Any]], *, stream: bool,
+                 offered: tuple[list[dict[str, Any]], Any] | None = None, max_tokens: int | None = None) -> dict[str, Any]:
+    """The chat completion request that produces this response's next model output.
+
+    `offered` is the turn's (tools, tool_choice) when the tool loop chose them; None: the
+    request's function tools as they are. `max_tokens` is what is left of max_output_tokens."""
     body: dict[str, Any] = {"model": request.model, "messages": messages}
     if stream:
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
-    tools = _chat_tools(request)
+    tools, choice = offered if offered is not None else (_chat_tools(request), _chat_tool_choice(request.tool_choice))
     if tools:
         body["tools"] = tools
-        choice = _chat_tool_choice(request.tool_choice)
         if choice is not None:
             body["tool_choice"] = choice
         if request.parallel_tool_calls is not None:
             body["parallel_tool_calls"] = request.parallel_tool_calls
     optional = {
-        "max_completion_tokens": request.max_output_tokens,
+        "max_completion_tokens": request.max_output_tokens if max_tokens is None else max_tokens,
         "temperature": request.temperature,
         "top_p": request.top_p,
         "user": request.user,

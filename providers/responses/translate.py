@@ -18,7 +18,7 @@ from typing import Any
 
 from runtime.apis.items import new_id
 
-__all__ = ["PART_EVENTS", "Event", "StreamTranslator", "output_from_completion", "usage_from_chat"]
+__all__ = ["PART_EVENTS", "Event", "ServerCall", "StreamTranslator", "output_from_completion", "usage_from_chat"]
 
 Event = dict[str, Any]
 
@@ -44,24 +44,46 @@ class _Item:
 
 
 @dataclass
+class ServerCall:
+    """A call of a server-side tool's function: collected, never streamed as a function_call
+    (the tool loop runs it and streams the tool's own item instead)."""
+
+    call_id: str
+    name: str
+    arguments: list[str] = field(default_factory=list)
+
+
+def _client_side(_name: str) -> bool:
+    return False
+
+
+@dataclass
 class StreamTranslator:
     """Feed ChatCompletionChunk dicts with `feed`; call `finish` after the last one.
 
     `first_output_index` is where this model call's items start in the response's output, so
-    several model calls (a server-side tool loop) can share one response."""
+    several model calls (a server-side tool loop) can share one response. Calls of functions
+    for which `is_server` is true are not output: they are collected in `server_calls`."""
 
     first_output_index: int = 0
     with_logprobs: bool = False
     make_id: Callable[[str], str] = new_id
+    is_server: Callable[[str], bool] = _client_side
     items: list[_Item] = field(default_factory=list)
     _open: _Item | None = None
     _calls: dict[int, _Item] = field(default_factory=dict)
+    _server: dict[int, ServerCall] = field(default_factory=dict)
     finish_reason: str | None = None
     usage: dict[str, Any] | None = None
 
     @property
     def output(self) -> list[dict[str, Any]]:
         return [item.item for item in self.items]
+
+    @property
+    def server_calls(self) -> list[ServerCall]:
+        """The server-side calls of this model turn, in the model's order."""
+        return [self._server[index] for index in sorted(self._server)]
 
     def feed(self, chunk: Mapping[str, Any]) -> list[Event]:
         if chunk.get("usage"):
@@ -84,6 +106,19 @@ class StreamTranslator:
             events += self._tool_call(call)
         if choice.get("finish_reason"):
             self.finish_reason = choice["finish_reason"]
+        return events
+
+    def feed_completion(self, completion: Mapping[str, Any]) -> list[Event]:
+        """A whole (non-streamed) ChatCompletion, fed as one chunk."""
+        events: list[Event] = []
+        choices = completion.get("choices") or []
+        if choices:
+            choice = choices[0]
+            message = dict(choice.get("message") or {})
+            tool_calls = [{**call, "index": index} for index, call in enumerate(message.pop("tool_calls", None) or [])]
+            events = self.feed({"choices": [{"index": 0, "delta": {**message, "tool_calls": tool_calls},
+                                             "logprobs": choice.get("logprobs"), "finish_reason": choice.get("finish_reason")}]})
+        self.usage = dict(completion["usage"]) if completion.get("usage") else None
         return events
 
     def finish(self, status: str = "completed") -> list[Event]:
@@ -133,13 +168,23 @@ class StreamTranslator:
     def _tool_call(self, delta: Mapping[str, Any]) -> list[Event]:
         index = int(delta.get("index", 0))
         events: list[Event] = []
-        call = self._calls.get(index)
         function = delta.get("function") or {}
+        server = self._server.get(index)
+        if server is not None:
+            if function.get("arguments"):
+                server.arguments.append(function["arguments"])
+            return events
+        call = self._calls.get(index)
         if call is None:
+            name = function.get("name") or ""
+            call_id = delta.get("id") or self.make_id("call")
+            if name and self.is_server(name):
+                self._server[index] = ServerCall(call_id, name, [function["arguments"]] if function.get("arguments") else [])
+                return events
             events += self._close_open("completed")
             item = {
                 "id": self.make_id("fc"), "type": "function_call", "status": "in_progress",
-                "call_id": delta.get("id") or self.make_id("call"), "name": function.get("name") or "", "arguments": "",
+                "call_id": call_id, "name": name, "arguments": "",
             }
             call = _Item(self.first_output_index + len(self.items), item)
             self.items.append(call)
@@ -219,19 +264,14 @@ def _logprobs(choice: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def output_from_completion(
-    completion: Mapping[str, Any], *, first_output_index: int = 0, with_logprobs: bool = False, make_id: Callable[[str], str] = new_id
+    completion: Mapping[str, Any], *, first_output_index: int = 0, with_logprobs: bool = False, make_id: Callable[[str], str] = new_id,
+    is_server: Callable[[str], bool] = _client_side,
 ) -> StreamTranslator:
     """The output of a non-streamed ChatCompletion, built by the same state machine as a stream
     (fed the whole message as one chunk), so both paths give the same items."""
-    translator = StreamTranslator(first_output_index=first_output_index, with_logprobs=with_logprobs, make_id=make_id)
-    choices = completion.get("choices") or []
-    if choices:
-        choice = choices[0]
-        message = dict(choice.get("message") or {})
-        tool_calls = [{**call, "index": index} for index, call in enumerate(message.pop("tool_calls", None) or [])]
-        translator.feed({"choices": [{"index": 0, "delta": {**message, "tool_calls": tool_calls},
-                                      "logprobs": choice.get("logprobs"), "finish_reason": choice.get("finish_reason")}]})
-    translator.usage = dict(completion["usage"]) if completion.get("usage") else None
+    translator = StreamTranslator(first_output_index=first_output_index, with_logprobs=with_logprobs, make_id=make_id,
+                                  is_server=is_server)
+    translator.feed_completion(completion)
     return translator
 
 

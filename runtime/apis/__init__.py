@@ -22,6 +22,8 @@ from runtime.apis.inference.protocol import InferenceProvider
 from runtime.apis.inference.router import open_inference_router
 from runtime.apis.responses import routes as responses_routes
 from runtime.apis.responses.protocol import ResponsesProvider
+from runtime.apis.tool_runtime.protocol import ToolRuntime
+from runtime.apis.tool_runtime.router import open_tool_router
 
 if TYPE_CHECKING:
     from builder.resolve import StackPlan
@@ -43,8 +45,9 @@ class ApiContext:
 @dataclass(frozen=True)
 class ApiSurface:
     api: Api
-    router: Callable[[Any], APIRouter]
-    """Builds the API's routes (mounted under /v1) over its implementation."""
+    router: Callable[[Any], APIRouter] | None
+    """Builds the API's routes (mounted under /v1) over its implementation; None for an API
+    that other APIs use but clients do not call (tool_runtime)."""
     combine: Callable[[ApiContext], AbstractAsyncContextManager[Any]] | None = None
     """Builds the implementation over the API's providers (entered at start, left at shutdown);
     without it the API's single provider is its implementation."""
@@ -56,4 +59,5 @@ SURFACES: dict[Api, ApiSurface] = {
     Api.inference: ApiSurface(Api.inference, inference_routes.router, open_inference_router, InferenceProvider),
     Api.responses: ApiSurface(Api.responses, responses_routes.router, protocol=ResponsesProvider),
     Api.conversations: ApiSurface(Api.conversations, conversations_routes.router, protocol=ConversationsProvider),
+    Api.tool_runtime: ApiSurface(Api.tool_runtime, None, open_tool_router, ToolRuntime),
 }

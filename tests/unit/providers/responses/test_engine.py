@@ -53,7 +53,7 @@ async def test_a_stream_longer_than_the_lease_keeps_it_and_no_peer_sweeps_it(bac
         leases: set[float] = set()
         async for event in engine.stream(turn):
             if event["type"] == "response.output_text.delta":
-                await peer.recover()
+                await peer.background.recover()
                 seen.append((await store.get(response_id)).status)
                 row = await db.fetch_one(sa.select(responses.c.heartbeat_at).where(responses.c.id == response_id))
                 assert row is not None
@@ -82,7 +82,7 @@ async def test_a_stream_whose_process_stopped_renewing_is_failed_by_a_peer(backe
         assert engine._renewer is not None
         engine._renewer.cancel()
         await asyncio.sleep(0.8)
-        await peer.recover()
+        await peer.background.recover()
         failed = await store.get(turn.response["id"])
         assert failed.status == "failed"
         assert failed.response["error"]["message"] == "The server stopped while this response was being streamed."
@@ -111,7 +111,7 @@ async def test_a_queued_response_that_cannot_be_resumed_is_failed_and_the_sweep_
             queued = response_object(CreateResponse.model_construct(**body), response_id, "queued")
             await store.insert(queued, ancestors=[], input_items=normalize_input("hi"), request=body)
         await db.execute(responses.update().values(heartbeat_at=0.0))  # their process died long ago
-        await engine.recover()
+        await engine.background.recover()
         gone = await store.get("resp_context_gone")
         assert gone.status == "failed" and "could not be resumed" in gone.response["error"]["message"]
         assert "resp_deleted" in gone.response["error"]["message"]

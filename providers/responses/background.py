@@ -1,0 +1,154 @@
+"""Background responses: stored as `queued`, produced by a task of this process after the request
+returns, their events logged for `GET /v1/responses/{id}?stream=true`, cancellable from any
+process, and taken over by the sweep (`recover`) when their process dies.
+
+The request of a queued response is stored so that another process can resume it, without the
+secrets of its tools (an MCP `authorization`, header values): a response whose request carried
+some is produced by the process that accepted it, and if that process dies before starting it,
+the sweep marks it failed rather than run its tools without their credentials.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from providers.responses.store import StoredResponse
+from providers.responses.tools import public_tools
+from providers.responses.translate import Event
+from runtime.apis.responses.models import CreateResponse
+from runtime.errors import APIError, InvalidRequestError
+
+if TYPE_CHECKING:
+    from providers.responses.engine import ResponsesEngine, Turn
+
+__all__ = ["Background"]
+
+log = logging.getLogger("stack")
+
+TERMINAL = frozenset({"completed", "incomplete", "failed", "cancelled"})
+SECRETS_REMOVED = "x_stack_secrets_removed"
+"""Marks a stored request whose tools' secrets were left out: it cannot be resumed elsewhere."""
+_LOGGED = ("response.output_item.", "response.completed", "response.failed", "response.incomplete", "response.created")
+
+
+class Background:
+    """The background responses of one engine."""
+
+    def __init__(self, engine: ResponsesEngine) -> None:
+        self.engine = engine
+        self.store = engine.store
+        self._tasks: dict[str, asyncio.Task[Any]] = {}
+
+    def is_running(self, response_id: str) -> bool:
+        return response_id in self._tasks
+
+    async def start(self, turn: Turn) -> dict[str, Any]:
+        """Store the response as queued and produce it after the request returns."""
+        request = turn.request.model_dump(mode="json")
+        request["tools"], secrets_removed = public_tools(turn.request, self.engine.tools)
+        if secrets_removed:
+            request[SECRETS_REMOVED] = True
+        await self.store.insert(dict(turn.response), ancestors=turn.ancestors, input_items=turn.input_items, request=request)
+        self.spawn(turn)
+        return dict(turn.response)
+
+    def spawn(self, turn: Turn) -> None:
+        response_id = turn.response["id"]
+        task = asyncio.get_running_loop().create_task(self._run(turn))
+        self._tasks[response_id] = task
+        task.add_done_callback(lambda _: self._tasks.pop(response_id, None))
+
+    async def _run(self, turn: Turn) -> None:
+        response_id = turn.response["id"]
+        started = dict(turn.response, status="in_progress")
+        if not await self.store.set_status(response_id, "in_progress", started, only_if_status=["queued"]):
+            return  # cancelled before it started
+        batch: list[Event] = []
+        heartbeat = self._heartbeat(response_id)
+        try:
+            async for event in self.engine.stream(turn):
+                batch.append(event)
+                if event["type"].startswith(_LOGGED):
+                    await self.store.append_events(response_id, batch)
+                    batch = []
+        except asyncio.CancelledError:
+            await asyncio.shield(self.store.append_events(response_id, batch))
+            raise
+        finally:
+            heartbeat.cancel()
+
+    def _heartbeat(self, response_id: str) -> asyncio.Task[None]:
+        current = asyncio.current_task()
+
+        async def beat() -> None:
+            while True:
+                await asyncio.sleep(self.engine.lease_s / 3)
+                if await self.store.heartbeat(response_id) == "cancelled" and current is not None:
+                    current.cancel()  # cancelled by another process
+                    return
+
+        return asyncio.get_running_loop().create_task(beat())
+
+    async def cancel(self, response_id: str) -> dict[str, Any]:
+        stored = await self.store.get(response_id)
+        if not stored.background:
+            raise InvalidRequestError(
+                "Cannot cancel a synchronous response: it was not created with background=true, so it cannot be cancelled.",
+                param="response_id", code="not_cancellable",
+            )
+        if stored.status in TERMINAL:
+            return stored.response
+        cancelled = {**stored.response, "status": "cancelled"}
+        await self.store.set_status(response_id, "cancelled", cancelled, only_if_status=["queued", "in_progress"])
+        task = self._tasks.get(response_id)
+        if task is not None:
+            task.cancel()
+            await asyncio.wait([task], timeout=5)
+        return (await self.store.get(response_id)).response
+
+    async def recover(self) -> None:
+        """Resume queued background responses nobody is running; fail those (background or
+        streamed) that were being produced when their process died (their lease lapsed)."""
+        from providers.responses.engine import Turn
+
+        engine = self.engine
+        for stored in await self.store.orphaned(time.time() - engine.lease_s):
+            if engine.is_producing(stored.id):
+                continue
+            if stored.status == "queued" and stored.request is not None:
+                if stored.request.get(SECRETS_REMOVED):
+                    await self._fail_orphan(stored, "This background response could not be resumed: the credentials of its tools "
+                                                    "(authorization, headers) are never stored, and the process that had them stopped.")
+                    continue
+                try:
+                    request = CreateResponse.model_validate(stored.request)
+                    history = await engine.history(request)
+                except (APIError, ValueError) as error:
+                    # Its request no longer passes (a newer rule) or its context is gone (the
+                    # previous response was deleted): failed, rather than stopping the sweep.
+                    reason = error.message if isinstance(error, APIError) else "its stored request is no longer valid"
+                    await self._fail_orphan(stored, f"This background response could not be resumed: {reason}")
+                    continue
+                input_items = await self.store.items_of(stored.id, "input")
+                turn = Turn(request, stored.response, input_items, history, stored.ancestors, renderers=engine.renderers)
+                log.info("resuming queued background response %s", stored.id)
+                self.spawn(turn)
+            else:
+                what = "background response was running" if stored.background else "response was being streamed"
+                await self._fail_orphan(stored, f"The server stopped while this {what}.")
+
+    async def _fail_orphan(self, stored: StoredResponse, message: str) -> None:
+        failed = {**stored.response, "status": "failed", "error": {"code": "server_error", "message": message}}
+        await self.store.set_status(stored.id, "failed", failed, only_if_status=["queued", "in_progress"])
+        log.warning("response %s marked failed: %s", stored.id, message)
+
+    async def stop(self) -> None:
+        """Cancel the running responses (each marks itself failed) and wait for them."""
+        running = list(self._tasks.values())
+        for task in running:
+            task.cancel()
+        if running:
+            await asyncio.wait(running, timeout=10)

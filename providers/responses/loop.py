@@ -1,0 +1,289 @@
+"""The tool loop: the model turns of one response, and the server-side calls between them.
+
+Each model turn is streamed through a `StreamTranslator`. Its server-side calls are not output as
+function calls: once the turn ends they run, concurrently (at most `parallel` at once), each
+producing its tool's own item. The loop calls the model again with their results, until the model
+answers without a server-side call, a client-side call or an approval is due, `max_tool_calls` is
+reached (the model's further calls are ignored, as OpenAI does, and it is asked to answer without
+server-side tools), or `max_iterations` model turns were made (the response is `incomplete`).
+
+Events go out in output order. A tool step (a listing, a call) streams live while it is the
+earliest step still running; the events of later steps wait until every earlier step's are out,
+so items are announced in the model's order whichever call ends first.
+
+Pure bookkeeping over two seams: `ModelTurn` (one model call, streamed or not) and the tool
+sessions of `RequestTools`. It knows no tool type and does no I/O of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from providers.responses.tools import RequestTools
+from providers.responses.translate import Event, StreamTranslator
+from runtime.apis.tool_runtime.protocol import ItemSink, ModelCall, ToolSession
+
+__all__ = ["LoopLimits", "ModelTurn", "ToolLoop", "run_steps"]
+
+
+@dataclass(frozen=True)
+class LoopLimits:
+    max_iterations: int = 20
+    """Model turns per response; a response still calling tools after that many is incomplete."""
+    parallel: int = 8
+    """Server-side calls of one model turn that run at once."""
+
+
+class ModelTurn(Protocol):
+    """One call of the model, feeding `translator` and yielding the events it gives. `offered`
+    is the turn's (tools, tool_choice); None: the request's own function tools, as they are."""
+
+    def __call__(self, translator: StreamTranslator, offered: tuple[list[dict[str, Any]], Any] | None,
+                 max_tokens: int | None) -> AsyncIterator[Event]: ...
+
+
+@dataclass
+class ToolLoop:
+    """Produces a response's output into `output`; `status` and `incomplete_reason` say how it ended."""
+
+    output: list[dict[str, Any]]
+    model: ModelTurn
+    tools: RequestTools | None
+    make_translator: Callable[[int, Callable[[str], bool]], StreamTranslator]
+    limits: LoopLimits = field(default_factory=LoopLimits)
+    max_tool_calls: int | None = None
+    max_output_tokens: int | None = None
+    status: str = "in_progress"
+    incomplete_reason: str | None = None
+    usages: list[dict[str, Any]] = field(default_factory=list)
+    translator: StreamTranslator | None = None
+    """The model turn under way, if any: what `close` finishes when the response stops early."""
+    _calls_run: int = 0
+    _running: list[_Item] = field(default_factory=list)
+
+    async def prepare(self) -> list[Event]:
+        """Prepare the server-side tools (list an MCP server's tools...) and name the functions
+        for the model; the events of the items this produced, for `events` to send first."""
+        if self.tools is None:
+            return []
+        steps = [session.prepare for session, _ in self.tools.sessions]
+        events = [event async for event in run_steps(steps, self.output, self.limits.parallel)]
+        self.tools.offer()
+        return events
+
+    async def events(self, prepared: Iterable[Event] = ()) -> AsyncIterator[Event]:
+        """The response's output events (unnumbered), after the `prepared` ones (the tools'
+        preparation, which ran before the response started)."""
+        for event in prepared:
+            yield event
+        if self.tools is not None and self.tools.has_server_tools:
+            pending = self.tools.pending_calls()
+            if pending:
+                async for event in self._run_calls([(session, call, None) for session, call in pending]):
+                    yield event
+        for iteration in itertools.count(1):
+            if iteration > self.limits.max_iterations:
+                self.status, self.incomplete_reason = "incomplete", "max_messages"
+                return
+            budget = self._token_budget()
+            if budget is not None and budget <= 0:
+                self.status, self.incomplete_reason = "incomplete", "max_output_tokens"
+                return
+            calls_left = self.max_tool_calls is None or self._calls_run < self.max_tool_calls
+            offered = self.tools.chat_tools(first_turn=iteration == 1, server_calls_left=calls_left) if self.tools else None
+            is_server = self.tools.is_server if self.tools is not None and calls_left else _never
+            translator = self.translator = self.make_translator(len(self.output), is_server)
+            async for event in self.model(translator, offered, budget):
+                yield event
+            cut = translator.finish_reason == "length"
+            for event in translator.finish("incomplete" if cut else "completed"):
+                yield event
+            self.translator = None
+            self.output.extend(translator.output)
+            if translator.usage:
+                self.usages.append(translator.usage)
+            if cut:
+                self.status, self.incomplete_reason = "incomplete", "max_output_tokens"
+                return
+            calls = self._server_calls(translator)
+            if calls:
+                async for event in self._run_calls(calls):
+                    yield event
+            client_side = any(item["type"] == "function_call" for item in translator.output)
+            if not calls or client_side or any(approval is not None for _, _, approval in calls):
+                self.status = "completed"
+                return
+
+    def _token_budget(self) -> int | None:
+        if self.max_output_tokens is None:
+            return None
+        used = sum(int(usage.get("completion_tokens") or 0) for usage in self.usages)
+        return self.max_output_tokens - used
+
+    def _server_calls(self, translator: StreamTranslator) -> list[tuple[ToolSession, ModelCall, dict[str, Any] | None]]:
+        """The turn's server-side calls to act on, in the model's order, each with its approval
+        request item when it must wait for one; calls past `max_tool_calls` are ignored."""
+        assert self.tools is not None or not translator.server_calls
+        calls: list[tuple[ToolSession, ModelCall, dict[str, Any] | None]] = []
+        for server_call in translator.server_calls:
+            if self.max_tool_calls is not None and self._calls_run >= self.max_tool_calls:
+                break
+            assert self.tools is not None
+            session, call = self.tools.server_call(server_call.name, "".join(server_call.arguments), server_call.call_id)
+            self._calls_run += 1
+            calls.append((session, call, session.approval_item(call)))
+        return calls
+
+    async def _run_calls(self, calls: list[tuple[ToolSession, ModelCall, dict[str, Any] | None]]) -> AsyncIterator[Event]:
+        def step(session: ToolSession, call: ModelCall, approval: dict[str, Any] | None) -> Callable[[ItemSink], Awaitable[None]]:
+            if approval is not None:
+                return lambda sink: _ready(sink.open(approval))
+            return lambda sink: session.run(call, sink)
+
+        async for event in run_steps([step(*entry) for entry in calls], self.output, self.limits.parallel, self._running):
+            yield event
+
+    def close(self, status: str = "incomplete") -> list[Event]:
+        """The response stopped early (a failure, a cancel): finish whatever is still open; the
+        events of the model turn's items so closed."""
+        events: list[Event] = []
+        if self.translator is not None:
+            events = self.translator.finish(status)
+            self.output.extend(self.translator.output)
+            if self.translator.usage:
+                self.usages.append(self.translator.usage)
+            self.translator = None
+        for item in self._running:
+            if item.item.get("status") in ("in_progress", "calling", "searching", "interpreting", "generating"):
+                item.item["status"] = "incomplete"
+        self._running.clear()
+        return events
+
+    def usage(self) -> dict[str, Any] | None:
+        """The chat usage of every model turn, summed."""
+        if not self.usages:
+            return None
+        if len(self.usages) == 1:
+            return self.usages[0]
+        total: dict[str, Any] = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0,
+                                 "prompt_tokens_details": {"cached_tokens": 0}, "completion_tokens_details": {"reasoning_tokens": 0}}
+        for usage in self.usages:
+            for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
+                total[key] += int(usage.get(key) or 0)
+            total["prompt_tokens_details"]["cached_tokens"] += int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
+            total["completion_tokens_details"]["reasoning_tokens"] += int(
+                (usage.get("completion_tokens_details") or {}).get("reasoning_tokens") or 0)
+        return total
+
+
+def _never(_name: str) -> bool:
+    return False
+
+
+async def _ready(_item: Any) -> None:
+    """An approval request: opened and done at once."""
+
+
+# --- steps ---------------------------------------------------------------------------------
+
+
+class _Item:
+    """An item a step opened (implements runtime.apis.tool_runtime.protocol.OutputItem)."""
+
+    __slots__ = ("item", "output_index", "_step")
+
+    def __init__(self, step: _Sink, item: dict[str, Any]) -> None:
+        self.item = item
+        self.output_index = -1  # known once its `added` event goes out
+        self._step = step
+
+    def emit(self, event_type: str, **fields: Any) -> None:
+        self._step.push(self, {"type": event_type, "item_id": self.item.get("id"), **fields})
+
+
+class _Sink:
+    """One step's items and its events not yet out (implements ItemSink)."""
+
+    def __init__(self, steps: _Steps) -> None:
+        self.steps = steps
+        self.items: list[_Item] = []
+        self.pending: list[tuple[_Item, Event | None]] = []  # (item, event); None: the item's `added`
+        self.finished = False
+
+    def open(self, item: dict[str, Any]) -> _Item:
+        opened = _Item(self, item)
+        self.items.append(opened)
+        self.steps.running.append(opened)
+        # The `added` event shows the item as it was opened, whenever it goes out.
+        self.push(opened, {"type": "response.output_item.added", "item": dict(item)})
+        return opened
+
+    def push(self, item: _Item, event: Event) -> None:
+        self.pending.append((item, event))
+        self.steps.flush()
+
+
+class _Steps:
+    """Steps in output order; the earliest unfinished one streams live, the rest wait."""
+
+    def __init__(self, output: list[dict[str, Any]], running: list[_Item]) -> None:
+        self.output = output
+        self.running = running
+        self.sinks: list[_Sink] = []
+        self.head = 0
+        self.ready: asyncio.Queue[Event | None] = asyncio.Queue()
+
+    def flush(self) -> None:
+        while self.head < len(self.sinks):
+            sink = self.sinks[self.head]
+            for item, event in sink.pending:
+                assert event is not None
+                if event["type"] == "response.output_item.added":
+                    item.output_index = len(self.output)
+                    self.output.append(item.item)
+                event["output_index"] = item.output_index
+                self.ready.put_nowait(event)
+            sink.pending.clear()
+            if not sink.finished:
+                return
+            for item in sink.items:
+                self.ready.put_nowait({"type": "response.output_item.done", "output_index": item.output_index, "item": item.item})
+                if item in self.running:
+                    self.running.remove(item)
+            self.head += 1
+        self.ready.put_nowait(None)
+
+
+async def run_steps(steps: Sequence[Callable[[ItemSink], Awaitable[None]]], output: list[dict[str, Any]], parallel: int,
+                    running: list[_Item] | None = None) -> AsyncIterator[Event]:
+    """Run `steps` concurrently (at most `parallel` at once); their events in output order.
+
+    A step's failure is its own business (tools record failures on their items); an exception
+    that escapes a step is a bug of that tool and stops the others."""
+    if not steps:
+        return
+    state = _Steps(output, running if running is not None else [])
+    state.sinks = [_Sink(state) for _ in steps]
+    gate = asyncio.Semaphore(parallel)
+
+    async def run(sink: _Sink, step: Callable[[ItemSink], Awaitable[None]]) -> None:
+        try:
+            async with gate:
+                await step(sink)
+        finally:
+            sink.finished = True
+            state.flush()
+
+    tasks = [asyncio.create_task(run(sink, step)) for sink, step in zip(state.sinks, steps, strict=True)]
+    try:
+        while (event := await state.ready.get()) is not None:
+            yield event
+        await asyncio.gather(*tasks)  # a step that raised (a tool's bug) fails the response
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

@@ -1,0 +1,207 @@
+"""The tools of one response: the client's function tools, the server-side tool sessions, and the
+function names the model sees for them.
+
+A server-side tool offers functions (an MCP server, the functions it lists). The model sees every
+function under a name unique among all of them: its own name, or, when a client function or
+another tool already has that name, its group's label and its name (`docs__search`). Calls come
+back by that name and go to the session that offered the function.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from runtime.apis.responses.models import CreateResponse
+from runtime.apis.tool_runtime.protocol import FunctionSpec, ModelCall, ToolContext, ToolSession
+from runtime.apis.tool_runtime.router import ToolRouter
+from runtime.errors import InvalidRequestError
+
+__all__ = ["Offered", "RequestTools", "check_server_tools", "public_tools"]
+
+_NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+MAX_NAME = 64  # OpenAI's limit on function names, which OpenAI-compatible servers copy
+
+
+def check_server_tools(request: CreateResponse, router: ToolRouter | None) -> None:
+    """Every non-function tool must be of a type a tool runtime serves, and pass its checks."""
+    for index, tool in enumerate(request.tools or ()):
+        kind = tool.get("type")
+        if kind == "function":
+            continue
+        runtime = router.runtime_for(kind) if router is not None and isinstance(kind, str) else None
+        if runtime is None:
+            supported = ", ".join(["function", *(router.tool_types if router is not None else ())])
+            raise InvalidRequestError(
+                f"Invalid value for 'tools[{index}].type': tool type {str(kind)[:80]!r} is not supported by this server "
+                f"(supported: {supported}). Server-side tools are served by tool_runtime providers in run.yaml.",
+                param=f"tools[{index}].type", code="unsupported_tool_type",
+            )
+        runtime.check_tool(tool, f"tools[{index}]")
+
+
+def public_tools(request: CreateResponse, router: ToolRouter | None) -> tuple[list[dict[str, Any]], bool]:
+    """The request's tools as a response may store and echo them (secrets left out), and whether
+    any secret was left out."""
+    tools: list[dict[str, Any]] = []
+    removed = False
+    for tool in request.tools or ():
+        runtime = router.runtime_for(tool["type"]) if router is not None and tool.get("type") != "function" else None
+        if runtime is None:
+            tools.append(tool)
+            continue
+        public = runtime.public_tool(tool)
+        tools.append(public.tool)
+        removed = removed or public.secrets_removed
+    return tools, removed
+
+
+@dataclass(frozen=True)
+class Offered:
+    """A function as the model sees it."""
+
+    model_name: str
+    chat: dict[str, Any]
+    """The Chat Completions tool definition (under `model_name`)."""
+    session: ToolSession | None
+    """None: a client-side function tool."""
+    spec: FunctionSpec | None
+    tool_types: frozenset[str]
+
+
+class RequestTools:
+    """Open with `open`, `prepare` (sessions first), then ask for `chat_tools` each model turn."""
+
+    def __init__(self, request: CreateResponse, sessions: Sequence[tuple[ToolSession, frozenset[str]]]) -> None:
+        self.request = request
+        self.sessions = list(sessions)
+        self._offered: list[Offered] = []
+        self._by_name: dict[str, Offered] = {}
+
+    @classmethod
+    async def open(cls, request: CreateResponse, router: ToolRouter | None, context: ToolContext) -> RequestTools:
+        """A session per tool runtime the request's tools use (none without server-side tools)."""
+        grouped: dict[int, tuple[Any, list[dict[str, Any]]]] = {}
+        for tool in request.tools or ():
+            if tool.get("type") == "function" or router is None:
+                continue
+            runtime = router.runtime_for(tool["type"])
+            if runtime is not None:
+                grouped.setdefault(id(runtime), (runtime, []))[1].append(tool)
+        opened: list[tuple[ToolSession, frozenset[str]]] = []
+        try:
+            for runtime, tools in grouped.values():
+                opened.append((await runtime.open_session(tools, context), frozenset(runtime.tool_types)))
+        except BaseException:
+            await asyncio.gather(*(session.aclose() for session, _ in opened), return_exceptions=True)
+            raise
+        return cls(request, opened)
+
+    @property
+    def has_server_tools(self) -> bool:
+        return bool(self.sessions)
+
+    def offer(self) -> None:
+        """Name every function for the model (after the sessions are prepared)."""
+        offered: list[Offered] = []
+        taken: set[str] = set()
+        for tool in self.request.tools or ():
+            if tool.get("type") == "function":
+                chat = {"type": "function", "function": {k: tool[k] for k in ("name", "description", "parameters", "strict") if tool.get(k) is not None}}
+                offered.append(Offered(tool["name"], chat, None, None, frozenset({"function"})))
+                taken.add(tool["name"])
+        for session, types in self.sessions:
+            for spec in session.functions():
+                name = _unique_name(spec, taken)
+                taken.add(name)
+                function: dict[str, Any] = {"name": name, "parameters": dict(spec.parameters)}
+                if spec.description:
+                    function["description"] = spec.description
+                offered.append(Offered(name, {"type": "function", "function": function}, session, spec, types))
+        self._offered = offered
+        self._by_name = {entry.model_name: entry for entry in offered}
+        _check_choice_targets(self.request.tool_choice, offered)
+
+    def is_server(self, model_name: str) -> bool:
+        entry = self._by_name.get(model_name)
+        return entry is not None and entry.session is not None
+
+    def server_call(self, model_name: str, arguments: str, call_id: str) -> tuple[ToolSession, ModelCall]:
+        entry = self._by_name[model_name]
+        assert entry.session is not None and entry.spec is not None
+        return entry.session, ModelCall(entry.spec.name, arguments, call_id)
+
+    def chat_tools(self, *, first_turn: bool, server_calls_left: bool) -> tuple[list[dict[str, Any]], Any]:
+        """The tools and tool_choice of a model turn. `tool_choice` beyond `auto` forces only the
+        first turn (later turns must be free to answer); once `max_tool_calls` is reached, no
+        server-side function is offered."""
+        choice = self.request.tool_choice
+        if choice == "none":
+            return [], None
+        offered = [entry for entry in self._offered if server_calls_left or entry.session is None]
+        if isinstance(choice, dict):
+            offered = [entry for entry in offered if _chosen(entry, choice)]
+        tools = [entry.chat for entry in offered]
+        if not tools:
+            return [], None
+        if not first_turn or choice in (None, "auto"):
+            return tools, "auto" if choice is not None else None
+        if choice == "required":
+            return tools, "required"
+        assert isinstance(choice, dict)
+        if choice.get("type") == "allowed_tools":
+            return tools, choice.get("mode") or "auto"
+        if len(tools) == 1 or (choice.get("type") == "function"):
+            return tools, {"type": "function", "function": {"name": tools[0]["function"]["name"]}}
+        return tools, "required"
+
+    def pending_calls(self) -> list[tuple[ToolSession, ModelCall]]:
+        return [(session, call) for session, _ in self.sessions for call in session.pending_calls()]
+
+    async def aclose(self) -> None:
+        await asyncio.gather(*(session.aclose() for session, _ in self.sessions), return_exceptions=True)
+
+
+def _unique_name(spec: FunctionSpec, taken: set[str]) -> str:
+    name = _NAME_UNSAFE.sub("_", spec.name)[:MAX_NAME] or "tool"
+    if name not in taken:
+        return name
+    prefix = _NAME_UNSAFE.sub("_", spec.group or "tool")
+    name = f"{prefix}__{name}"[:MAX_NAME]
+    suffix = 2
+    while name in taken:
+        tail = f"_{suffix}"
+        name = f"{prefix}__{spec.name}"[: MAX_NAME - len(tail)] + tail
+        suffix += 1
+    return name
+
+
+def _chosen(entry: Offered, choice: Mapping[str, Any]) -> bool:
+    """Whether a tool_choice object (or an `allowed_tools` list) selects this function."""
+    kind = choice.get("type")
+    if kind == "allowed_tools":
+        return any(isinstance(tool, Mapping) and _chosen(entry, tool) for tool in choice.get("tools") or ())
+    if kind == "function":
+        return entry.session is None and entry.model_name == choice.get("name")
+    if kind not in entry.tool_types or entry.spec is None:
+        return False
+    label = choice.get("server_label")
+    if label is not None and entry.spec.group != label:
+        return False
+    name = choice.get("name")
+    return name is None or entry.spec.name == name
+
+
+def _check_choice_targets(choice: Any, offered: Sequence[Offered]) -> None:
+    """A tool_choice naming a server-side tool must name one of this request's."""
+    if not isinstance(choice, dict) or choice.get("type") in ("function", "allowed_tools", None):
+        return
+    if not any(_chosen(entry, choice) for entry in offered):
+        what = " ".join(f"{key}={choice[key]!r}" for key in ("server_label", "name") if choice.get(key) is not None)
+        raise InvalidRequestError(
+            f"Invalid value for 'tool_choice': no tool of type {choice.get('type')!r}{(' with ' + what) if what else ''} is in 'tools'.",
+            param="tool_choice", code="invalid_value",
+        )

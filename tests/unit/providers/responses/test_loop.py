@@ -1,0 +1,237 @@
+"""The tool loop as a specification, with an in-process tool session and a scripted model."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any
+
+import pytest
+
+from providers.responses.loop import LoopLimits, ToolLoop
+from providers.responses.tools import RequestTools
+from providers.responses.translate import Event, StreamTranslator
+from runtime.apis.responses.models import CreateResponse
+from runtime.apis.tool_runtime.protocol import FunctionSpec, ItemSink, ModelCall
+
+
+class Session:
+    """A tool session whose functions run the coroutines given for them."""
+
+    def __init__(self, behaviours: dict[str, Callable[[], Awaitable[str]]], approve: Sequence[str] = ()) -> None:
+        self.behaviours = behaviours
+        self.approve = set(approve)
+        self.ran: list[str] = []
+        self.closed = False
+
+    async def prepare(self, sink: ItemSink) -> None:
+        item = sink.open({"type": "fake_list", "id": "fl_1", "tools": sorted(self.behaviours)})
+        item.emit("response.fake_list.completed")
+
+    def functions(self) -> Sequence[FunctionSpec]:
+        return [FunctionSpec(name, {"type": "object"}, group="fake") for name in self.behaviours]
+
+    def pending_calls(self) -> Sequence[ModelCall]:
+        return []
+
+    def approval_item(self, call: ModelCall) -> dict[str, Any] | None:
+        if call.name not in self.approve:
+            return None
+        return {"type": "fake_approval_request", "id": f"far_{call.call_id}", "name": call.name, "arguments": call.arguments}
+
+    async def run(self, call: ModelCall, sink: ItemSink) -> None:
+        item = sink.open({"type": "fake_call", "id": f"fc_{call.call_id}", "name": call.name, "arguments": call.arguments,
+                          "status": "in_progress"})
+        item.emit("response.fake_call.in_progress")
+        self.ran.append(call.name)
+        item.item.update(output=await self.behaviours[call.name](), status="completed")
+        item.emit("response.fake_call.completed")
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+def text(content: str) -> list[dict[str, Any]]:
+    return [{"choices": [{"index": 0, "delta": {"content": content}, "finish_reason": "stop"}]}]
+
+
+def calls(*names: str) -> list[dict[str, Any]]:
+    deltas = [{"index": i, "id": f"call_{name}_{i}", "function": {"name": name, "arguments": json.dumps({"n": i})}} for i, name in enumerate(names)]
+    return [{"choices": [{"index": 0, "delta": {"tool_calls": deltas}, "finish_reason": "tool_calls"}]}]
+
+
+class Model:
+    """Answers each turn with the next scripted chunks; records what each turn was offered."""
+
+    def __init__(self, *turns: list[dict[str, Any]]) -> None:
+        self.turns = list(turns)
+        self.offered: list[tuple[list[str], Any]] = []
+
+    async def __call__(self, translator: StreamTranslator, offered: tuple[list[dict[str, Any]], Any] | None,
+                       max_tokens: int | None) -> AsyncIterator[Event]:
+        tools, choice = offered or ([], None)
+        self.offered.append(([tool["function"]["name"] for tool in tools], choice))
+        for chunk in self.turns.pop(0):
+            for event in translator.feed(chunk):
+                yield event
+
+
+def make_loop(model: Model, session: Session, *, user_functions: Sequence[str] = (), max_tool_calls: int | None = None,
+              limits: LoopLimits = LoopLimits()) -> ToolLoop:
+    tools = [{"type": "function", "name": name, "parameters": {"type": "object"}} for name in user_functions]
+    request = CreateResponse(model="m", input="go", tools=[*tools, {"type": "fake"}], max_tool_calls=max_tool_calls)
+    request_tools = RequestTools(request, [(session, frozenset({"fake"}))])
+    counter = itertools.count(1)
+
+    def translator(first: int, is_server: Callable[[str], bool]) -> StreamTranslator:
+        return StreamTranslator(first_output_index=first, is_server=is_server, make_id=lambda prefix: f"{prefix}_{next(counter)}")
+
+    return ToolLoop([], model, request_tools, translator, limits, max_tool_calls=max_tool_calls)
+
+
+async def produce(loop: ToolLoop) -> list[Event]:
+    prepared = await loop.prepare()
+    return [event async for event in loop.events(prepared)]
+
+
+async def test_calls_of_one_turn_run_together_and_are_announced_in_the_models_order() -> None:
+    both_started = asyncio.Barrier(2)
+    second_done = asyncio.Event()
+
+    async def first() -> str:
+        await asyncio.wait_for(both_started.wait(), 5)  # fails unless the second runs meanwhile
+        await second_done.wait()  # and ends after it
+        return "one"
+
+    async def second() -> str:
+        await asyncio.wait_for(both_started.wait(), 5)
+        second_done.set()
+        return "two"
+
+    session = Session({"first": first, "second": second})
+    model = Model(calls("first", "second"), text("done"))
+    loop = make_loop(model, session)
+    events = await produce(loop)
+
+    assert [item["type"] for item in loop.output] == ["fake_list", "fake_call", "fake_call", "message"]
+    assert [item.get("output") for item in loop.output[1:3]] == ["one", "two"]
+    kinds = [(event["type"], event.get("output_index")) for event in events]
+    assert kinds[:3] == [("response.output_item.added", 0), ("response.fake_list.completed", 0), ("response.output_item.done", 0)]
+    assert kinds[3:11] == [
+        ("response.output_item.added", 1), ("response.fake_call.in_progress", 1), ("response.fake_call.completed", 1),
+        ("response.output_item.done", 1),
+        ("response.output_item.added", 2), ("response.fake_call.in_progress", 2), ("response.fake_call.completed", 2),
+        ("response.output_item.done", 2),
+    ]
+    # The added event shows the item as it was opened; done shows it finished.
+    assert events[3]["item"]["status"] == "in_progress" and events[6]["item"]["status"] == "completed"
+    assert loop.status == "completed" and loop.output[-1]["content"][0]["text"] == "done"
+    assert model.offered == [(["first", "second"], None), (["first", "second"], None)]
+
+
+async def test_the_first_call_streams_live_while_later_ones_wait() -> None:
+    release = asyncio.Event()
+
+    async def slow() -> str:
+        await release.wait()
+        return "slow"
+
+    async def fast() -> str:
+        return "fast"
+
+    loop = make_loop(Model(calls("slow", "fast"), text("ok")), Session({"slow": slow, "fast": fast}))
+    seen: list[tuple[str, Any]] = []
+    async for event in loop.events(await loop.prepare()):
+        seen.append((event["type"], event.get("output_index")))
+        if event["type"] == "response.fake_call.in_progress" and event["output_index"] == 1:
+            # The slow call is announced before it ends; the fast one (already done) is not yet.
+            assert ("response.output_item.added", 2) not in seen
+            release.set()
+    assert seen.index(("response.output_item.done", 1)) < seen.index(("response.output_item.added", 2))
+
+
+async def test_max_tool_calls_ignores_further_calls_and_offers_no_more_server_tools() -> None:
+    async def answer() -> str:
+        return "x"
+
+    model = Model(calls("a", "a", "a"), text("final"))
+    session = Session({"a": answer})
+    loop = make_loop(model, session, max_tool_calls=2)
+    await produce(loop)
+    assert session.ran == ["a", "a"]
+    assert [item["type"] for item in loop.output] == ["fake_list", "fake_call", "fake_call", "message"]
+    assert model.offered[1] == ([], None)  # the answer turn has no server-side function left
+
+
+async def test_a_model_still_calling_tools_at_the_iteration_limit_ends_incomplete() -> None:
+    async def answer() -> str:
+        return "again"
+
+    loop = make_loop(Model(calls("a"), calls("a"), calls("a")), Session({"a": answer}), limits=LoopLimits(max_iterations=2))
+    await produce(loop)
+    assert loop.status == "incomplete" and loop.incomplete_reason == "max_messages"
+    assert [item["type"] for item in loop.output] == ["fake_list", "fake_call", "fake_call"]
+
+
+async def test_a_client_side_call_ends_the_loop_after_the_turns_server_calls() -> None:
+    async def answer() -> str:
+        return "x"
+
+    session = Session({"a": answer})
+    loop = make_loop(Model(calls("a", "lookup")), session, user_functions=["lookup"])
+    await produce(loop)
+    assert session.ran == ["a"] and loop.status == "completed"
+    assert [item["type"] for item in loop.output] == ["fake_list", "function_call", "fake_call"]
+
+
+async def test_a_call_that_needs_approval_is_returned_as_its_request_and_not_run() -> None:
+    async def answer() -> str:
+        raise AssertionError("must not run")
+
+    session = Session({"risky": answer}, approve=["risky"])
+    loop = make_loop(Model(calls("risky")), session)
+    events = await produce(loop)
+    assert session.ran == [] and loop.status == "completed"
+    assert loop.output[-1]["type"] == "fake_approval_request"
+    assert [event["type"] for event in events[-2:]] == ["response.output_item.added", "response.output_item.done"]
+
+
+async def test_a_name_taken_by_a_client_function_is_offered_under_its_groups_prefix() -> None:
+    async def answer() -> str:
+        return "server"
+
+    session = Session({"search": answer})
+    model = Model(calls("fake__search"), text("ok"))
+    loop = make_loop(model, session, user_functions=["search"])
+    await produce(loop)
+    assert model.offered[0][0] == ["search", "fake__search"]
+    assert session.ran == ["search"]
+
+
+async def test_closing_mid_call_cancels_it_and_leaves_its_item_incomplete() -> None:
+    started = asyncio.Event()
+
+    async def hang() -> str:
+        started.set()
+        await asyncio.sleep(3600)
+        return "never"
+
+    loop = make_loop(Model(calls("hang")), Session({"hang": hang}))
+    events = loop.events(await loop.prepare())
+    async for event in events:
+        if event["type"] == "response.fake_call.in_progress":
+            break
+    await events.aclose()
+    loop.close()
+    assert started.is_set() and loop.output[-1]["status"] == "incomplete"
+
+
+async def test_a_tool_that_raises_fails_the_loop_instead_of_hanging_it() -> None:
+    async def broken() -> str:
+        raise RuntimeError("tool bug")
+
+    loop = make_loop(Model(calls("broken")), Session({"broken": broken}))
+    with pytest.raises(RuntimeError, match="tool bug"):
+        await produce(loop)
