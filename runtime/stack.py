@@ -100,7 +100,10 @@ async def _combine(exits: AsyncExitStack, api: Api, group: dict[str, Any], stora
         # The resolver allows several providers only for APIs whose surface combines them.
         [impl] = group.values()
         return impl
-    return await exits.enter_async_context(surface.combine(ApiContext(plan, group, storage.database)))
+    try:
+        return await exits.enter_async_context(surface.combine(ApiContext(plan, group, storage.database)))
+    except ValueError as error:  # the providers do not fit together (two serve one tool type)
+        raise ProviderStartError(f"providers.{api.value}: {error}") from error
 
 
 def _log_providers(plan: StackPlan) -> None:

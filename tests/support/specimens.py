@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from providers.spec import Api, EmptyConfig, ProviderContext, ProviderSpec
+from runtime.apis.tool_runtime.protocol import PublicTool
 
 EVENTS: list[str] = []
 
@@ -51,12 +52,45 @@ class RecordedInference(Recorded):
         raise NotImplementedError("specimen providers answer no requests")
 
 
+@dataclass
+class RecordedTools(Recorded):
+    """A specimen tool runtime: it serves a tool type named after it and opens no sessions."""
+
+    @property
+    def tool_types(self) -> frozenset[str]:
+        return frozenset({f"specimen-{self.provider_id}"})
+
+    @property
+    def item_types(self) -> frozenset[str]:
+        return frozenset()
+
+    def check_tool(self, tool: Any, param: str) -> None:
+        pass
+
+    def public_tool(self, tool: Any) -> Any:
+        return PublicTool(dict(tool))
+
+    def render(self, item: Any) -> None:
+        return None
+
+    async def open_session(self, tools: Any, context: Any) -> Any:
+        raise NotImplementedError("specimen providers answer no requests")
+
+
+class FixedTools(RecordedTools):
+    """A specimen tool runtime serving the type `specimen`, whatever its provider_id."""
+
+    @property
+    def tool_types(self) -> frozenset[str]:
+        return frozenset({"specimen"})
+
+
 @contextlib.asynccontextmanager
 async def _incomplete_inference(context: ProviderContext[Any]) -> AsyncIterator[Recorded]:
     yield Recorded(context.provider_id, context.config)
 
 
-def _recording(fail_on_start: bool = False) -> Callable[[ProviderContext[Any]], contextlib.AbstractAsyncContextManager[Recorded]]:
+def _recording(fail_on_start: bool = False, kind: type[Recorded] | None = None) -> Callable[[ProviderContext[Any]], contextlib.AbstractAsyncContextManager[Recorded]]:
     @contextlib.asynccontextmanager
     async def factory(context: ProviderContext[Any]) -> AsyncIterator[Recorded]:
         label = f"{context.api.value}/{context.provider_id}"
@@ -65,8 +99,8 @@ def _recording(fail_on_start: bool = False) -> Callable[[ProviderContext[Any]], 
             raise ConnectionError("upstream refused the connection")
         EVENTS.append(f"start {label}")
         try:
-            kind = RecordedInference if context.api is Api.inference else Recorded
-            yield kind(context.provider_id, context.config, dict(context.deps))
+            made = kind or {Api.inference: RecordedInference, Api.tool_runtime: RecordedTools}.get(context.api, Recorded)
+            yield made(context.provider_id, context.config, dict(context.deps))
         finally:
             EVENTS.append(f"stop {label}")
 
@@ -85,6 +119,7 @@ TOOLS_SPECIMEN = _spec(Api.tool_runtime, "specimen", requires=(Api.inference,), 
 VECTORS_SPECIMEN = _spec(Api.vector_stores, "specimen", requires=(Api.inference,))
 SAFETY_OPTIONAL = _spec(Api.safety, "judge", optional=(Api.inference, Api.vector_stores))
 FILES_FAILING = _spec(Api.files, "failing", requires=(Api.inference,), factory=_recording(fail_on_start=True))
+TOOLS_FIXED = _spec(Api.tool_runtime, "fixed", factory=_recording(kind=FixedTools))
 TOOLS_NEED_FILES = _spec(Api.tool_runtime, "needs-files", requires=(Api.files,))
 FILES_NEED_TOOLS = _spec(Api.files, "needs-tools", requires=(Api.tool_runtime,))
 INFERENCE_INCOMPLETE = _spec(Api.inference, "incomplete", factory=_incomplete_inference)
@@ -103,5 +138,6 @@ ENTRY_POINTS: dict[Api, dict[str, str]] = {
     Api.vector_stores: {"specimen": "support.specimens:VECTORS_SPECIMEN"},
     Api.safety: {"judge": "support.specimens:SAFETY_OPTIONAL"},
     Api.files: {"failing": "support.specimens:FILES_FAILING", "needs-tools": "support.specimens:FILES_NEED_TOOLS"},
-    Api.tool_runtime: {"needs-files": "support.specimens:TOOLS_NEED_FILES", "specimen": "support.specimens:TOOLS_SPECIMEN"},
+    Api.tool_runtime: {"needs-files": "support.specimens:TOOLS_NEED_FILES", "specimen": "support.specimens:TOOLS_SPECIMEN",
+                     "fixed": "support.specimens:TOOLS_FIXED"},
 }

@@ -28,10 +28,18 @@ async def test_providers_start_in_dependency_order_and_stop_in_reverse(tmp_path:
 async def test_each_provider_receives_its_config_and_its_dependencies(tmp_path: Path, specimen_providers: list[str]) -> None:
     resolved = plan(tmp_path, {"tool_runtime": [entry("specimen")], "inference": [entry("local")]})
     async with open_stack(resolved) as stack:
-        tools = stack.impls[Api.tool_runtime]
+        [tools] = [running.impl for running in stack.providers if running.planned.api is Api.tool_runtime]
         assert isinstance(tools, Recorded)
         assert tools.deps == {Api.inference: stack.impls[Api.inference]}
         assert Api.vector_stores not in tools.deps  # optional and not configured
+
+
+async def test_two_tool_runtimes_serving_one_type_stop_the_start(tmp_path: Path, specimen_providers: list[str]) -> None:
+    resolved = plan(tmp_path, {"tool_runtime": [entry("fixed", "one"), entry("fixed", "two")]})
+    with pytest.raises(ProviderStartError, match=r"^providers\.tool_runtime: tool type 'specimen' is served by two tool_runtime providers, 'one' and 'two'"):
+        async with open_stack(resolved):
+            pytest.fail("the stack must not start")
+    assert specimen_providers == ["start tool_runtime/one", "start tool_runtime/two", "stop tool_runtime/two", "stop tool_runtime/one"]
 
 
 async def test_a_failed_start_shuts_down_what_already_started(tmp_path: Path, specimen_providers: list[str]) -> None:
