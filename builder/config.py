@@ -118,6 +118,9 @@ class RecordingConfig(_Strict):
 
     mode: Literal["live", "record", "replay", "record-if-missing"] | None = None
     directory: Path | None = None
+    providers: dict[str, Literal["live", "record", "replay", "record-if-missing"]] = Field(default_factory=dict)
+    """Modes for some providers, by provider_id, over `mode` (e.g. a test stack whose model
+    answers are replayed while its tools reach MCP servers the tests run)."""
 
 
 class StackConfig(_Strict):

@@ -69,6 +69,10 @@ class StackPlan:
     """live, record, replay or record-if-missing: how upstream HTTP exchanges are handled."""
     recordings_dir: Path = Path("recordings")
 
+    def recording_mode_for(self, provider_id: str) -> str:
+        """The recording mode of one provider's upstream traffic."""
+        return self.config.recording.providers.get(provider_id, self.recording_mode)
+
     def providers_of(self, api: Api) -> tuple[PlannedProvider, ...]:
         return tuple(p for p in self.providers if p.api is api)
 

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from runtime.storage import Database
 
 __all__ = [
+    "AddressGuard",
     "ENTRY_POINT_GROUP_PREFIX",
     "MULTI_PROVIDER_APIS",
     "Api",
@@ -112,11 +113,17 @@ class ProviderContext(Generic[ConfigT]):
     tests. The provider closes it."""
     http_transport: HttpTransportFactory
     """The pooled transport under such a client, for hot paths that send prebuilt
-    `httpx2.Request`s straight to it (skipping the client's per-request work)."""
+    `httpx2.Request`s straight to it (skipping the client's per-request work), and for clients
+    the provider builds itself (an `address_guard` checks each address it dials)."""
+
+
+AddressGuard = Callable[[str, str], bool]
+"""(host, address) -> whether a connection to `host` may be made at that address (see runtime.netguard)."""
 
 
 class HttpTransportFactory(Protocol):
-    def __call__(self, *, max_connections: int = 256, connect_timeout: float = 5.0) -> httpx2.AsyncBaseTransport: ...
+    def __call__(self, *, max_connections: int = 256, connect_timeout: float = 5.0,
+                 address_guard: AddressGuard | None = None) -> httpx2.AsyncBaseTransport: ...
 
 
 class HttpClientFactory(Protocol):

@@ -6,6 +6,7 @@
     ├── NotFoundError             404 invalid_request_error
     ├── ConflictError             409 invalid_request_error
     ├── PayloadTooLargeError      413 invalid_request_error
+    ├── FailedDependencyError     424 external_connector_error (a tool's server, e.g. MCP, failed)
     ├── UpstreamError             the upstream's 4xx/5xx, or 502 when it could not be reached
     └── ServiceUnavailableError   503 service_unavailable
 """
@@ -19,6 +20,7 @@ __all__ = [
     "APIError",
     "AuthenticationError",
     "ConflictError",
+    "FailedDependencyError",
     "InvalidRequestError",
     "NotFoundError",
     "PayloadTooLargeError",
@@ -81,6 +83,14 @@ class ConflictError(APIError):
 class PayloadTooLargeError(APIError):
     status_code = 413
     error_type = "invalid_request_error"
+
+
+class FailedDependencyError(APIError):
+    """A server a request's tool depends on could not be used (OpenAI's answer when an MCP
+    server cannot list its tools)."""
+
+    status_code = 424
+    error_type = "external_connector_error"
 
 
 class UpstreamError(APIError):

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
-from providers.spec import HttpClientFactory, HttpTransportFactory
+from providers.spec import AddressGuard, HttpClientFactory, HttpTransportFactory
 
 if TYPE_CHECKING:
     import httpx2
@@ -45,8 +45,9 @@ def http_client_factory(mode: str, recordings_dir: Path) -> HttpClientFactory:
 def http_transport_factory(mode: str, recordings_dir: Path) -> HttpTransportFactory:
     """A factory of pooled transports, wrapped to record or replay per `mode`."""
 
-    def make(*, max_connections: int = 256, connect_timeout: float = 5.0) -> httpx2.AsyncBaseTransport:
-        transport = _inner_transport(max_connections, connect_timeout)
+    def make(*, max_connections: int = 256, connect_timeout: float = 5.0,
+             address_guard: AddressGuard | None = None) -> httpx2.AsyncBaseTransport:
+        transport = _inner_transport(max_connections, connect_timeout, address_guard)
         if mode != "live":
             from runtime.recording import recording_transport
 
@@ -59,9 +60,10 @@ def http_transport_factory(mode: str, recordings_dir: Path) -> HttpTransportFact
 TRANSPORT_ENV = "STACK_HTTP_TRANSPORT"
 
 
-def _inner_transport(max_connections: int, connect_timeout: float) -> httpx2.AsyncBaseTransport:
+def _inner_transport(max_connections: int, connect_timeout: float, address_guard: AddressGuard | None) -> httpx2.AsyncBaseTransport:
     """Our pooled HTTP/1.1 transport (httptools), several times cheaper per request than
-    httpx2's own; `STACK_HTTP_TRANSPORT=httpx2` falls back to httpx2's (HTTP/2, proxies)."""
+    httpx2's own; `STACK_HTTP_TRANSPORT=httpx2` falls back to httpx2's (HTTP/2, proxies), which
+    cannot apply an address guard when it connects (URLs are still checked when requests arrive)."""
     if os.environ.get(TRANSPORT_ENV) == "httpx2":
         import httpx2
 
@@ -69,4 +71,4 @@ def _inner_transport(max_connections: int, connect_timeout: float) -> httpx2.Asy
         return httpx2.AsyncHTTPTransport(limits=limits, retries=0)
     from runtime.fast_transport import PooledTransport
 
-    return PooledTransport(max_connections=max_connections, connect_timeout=connect_timeout)
+    return PooledTransport(max_connections=max_connections, connect_timeout=connect_timeout, address_guard=address_guard)

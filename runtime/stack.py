@@ -69,8 +69,8 @@ async def _start(exits: AsyncExitStack, planned: PlannedProvider, impls: Mapping
         deps={api: impls[api] for api in wanted if api in impls},
         state_dir=plan.state_dir,
         databases=storage.database,
-        http_client=http_client_factory(plan.recording_mode, plan.recordings_dir),
-        http_transport=http_transport_factory(plan.recording_mode, plan.recordings_dir),
+        http_client=http_client_factory(plan.recording_mode_for(planned.provider_id), plan.recordings_dir),
+        http_transport=http_transport_factory(plan.recording_mode_for(planned.provider_id), plan.recordings_dir),
     )
     try:
         impl = await exits.enter_async_context(planned.spec.factory(context))

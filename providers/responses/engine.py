@@ -8,6 +8,7 @@ failure, the client going away, a cancel), so no stored response is left `in_pro
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import time
@@ -137,7 +138,7 @@ class ResponsesEngine:
         MCP server that cannot list its tools is a 424), except for a background response, which
         prepares them when it runs."""
         request.check()
-        check_server_tools(request, self.tools)
+        await check_server_tools(request, self.tools)
         await self.inference.resolve(request.model)
         input_items = normalize_input(request.input)
         context = Context([], [])
@@ -314,8 +315,11 @@ class ResponsesEngine:
                 await self.open_tools(turn)
                 loop.tools = turn.tools
                 turn.prepared = await loop.prepare()
-            async for event in loop.events(turn.prepared or ()):
-                yield self._numbered(turn, event)
+            # Closed with this stream, not left to the garbage collector: a tool call under way
+            # stops when the stream does.
+            async with contextlib.aclosing(loop.events(turn.prepared or ())) as events:
+                async for event in events:
+                    yield self._numbered(turn, event)
             _finalize(response, loop)
             await self._persist_end(turn)
             finished = True

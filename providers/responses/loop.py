@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -70,12 +70,12 @@ class ToolLoop:
         for the model; the events of the items this produced, for `events` to send first."""
         if self.tools is None:
             return []
-        steps = [session.prepare for session, _ in self.tools.sessions]
+        steps = [step for session, _ in self.tools.sessions for step in session.preparations()]
         events = [event async for event in run_steps(steps, self.output, self.limits.parallel)]
         self.tools.offer()
         return events
 
-    async def events(self, prepared: Iterable[Event] = ()) -> AsyncIterator[Event]:
+    async def events(self, prepared: Iterable[Event] = ()) -> AsyncGenerator[Event, None]:
         """The response's output events (unnumbered), after the `prepared` ones (the tools'
         preparation, which ran before the response started)."""
         for event in prepared:
@@ -158,7 +158,7 @@ class ToolLoop:
                 self.usages.append(self.translator.usage)
             self.translator = None
         for item in self._running:
-            if item.item.get("status") in ("in_progress", "calling", "searching", "interpreting", "generating"):
+            if item.item.get("status") in _UNDER_WAY:
                 item.item["status"] = "incomplete"
         self._running.clear()
         return events
@@ -178,6 +178,10 @@ class ToolLoop:
             total["completion_tokens_details"]["reasoning_tokens"] += int(
                 (usage.get("completion_tokens_details") or {}).get("reasoning_tokens") or 0)
         return total
+
+
+_UNDER_WAY = frozenset({"in_progress", "calling", "searching", "interpreting", "generating"})
+"""Item statuses of work still going on (each tool type has its own words)."""
 
 
 def _never(_name: str) -> bool:
@@ -274,6 +278,11 @@ async def run_steps(steps: Sequence[Callable[[ItemSink], Awaitable[None]]], outp
         try:
             async with gate:
                 await step(sink)
+        except asyncio.CancelledError:
+            for item in sink.items:  # stopped midway: what it produced is kept, marked so
+                if item.item.get("status") in _UNDER_WAY:
+                    item.item["status"] = "incomplete"
+            raise
         finally:
             sink.finished = True
             state.flush()

@@ -26,7 +26,7 @@ _NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 MAX_NAME = 64  # OpenAI's limit on function names, which OpenAI-compatible servers copy
 
 
-def check_server_tools(request: CreateResponse, router: ToolRouter | None) -> None:
+async def check_server_tools(request: CreateResponse, router: ToolRouter | None) -> None:
     """Every non-function tool must be of a type a tool runtime serves, and pass its checks."""
     for index, tool in enumerate(request.tools or ()):
         kind = tool.get("type")
@@ -40,7 +40,7 @@ def check_server_tools(request: CreateResponse, router: ToolRouter | None) -> No
                 f"(supported: {supported}). Server-side tools are served by tool_runtime providers in run.yaml.",
                 param=f"tools[{index}].type", code="unsupported_tool_type",
             )
-        runtime.check_tool(tool, f"tools[{index}]")
+        await runtime.check_tool(tool, f"tools[{index}]")
 
 
 def public_tools(request: CreateResponse, router: ToolRouter | None) -> tuple[list[dict[str, Any]], bool]:
@@ -132,7 +132,7 @@ class RequestTools:
     def server_call(self, model_name: str, arguments: str, call_id: str) -> tuple[ToolSession, ModelCall]:
         entry = self._by_name[model_name]
         assert entry.session is not None and entry.spec is not None
-        return entry.session, ModelCall(entry.spec.name, arguments, call_id)
+        return entry.session, ModelCall(entry.spec.key or entry.spec.name, arguments, call_id)
 
     def chat_tools(self, *, first_turn: bool, server_calls_left: bool) -> tuple[list[dict[str, Any]], Any]:
         """The tools and tool_choice of a model turn. `tool_choice` beyond `auto` forces only the
@@ -166,15 +166,15 @@ class RequestTools:
 
 
 def _unique_name(spec: FunctionSpec, taken: set[str]) -> str:
-    name = _NAME_UNSAFE.sub("_", spec.name)[:MAX_NAME] or "tool"
-    if name not in taken:
-        return name
+    base = _NAME_UNSAFE.sub("_", spec.name) or "tool"
+    if base[:MAX_NAME] not in taken:
+        return base[:MAX_NAME]
     prefix = _NAME_UNSAFE.sub("_", spec.group or "tool")
-    name = f"{prefix}__{name}"[:MAX_NAME]
+    name = f"{prefix}__{base}"[:MAX_NAME]
     suffix = 2
     while name in taken:
         tail = f"_{suffix}"
-        name = f"{prefix}__{spec.name}"[: MAX_NAME - len(tail)] + tail
+        name = f"{prefix}__{base}"[: MAX_NAME - len(tail)] + tail
         suffix += 1
     return name
 

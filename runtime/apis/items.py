@@ -23,13 +23,15 @@ _PART_TYPES = {
     "reasoning_text": ("text",),
     "summary_text": ("text",),
 }
-# Items of server-side tools (later issues run them): kept and replayed as context, never invented.
-_PASSIVE_TYPES = frozenset({
-    "web_search_call", "file_search_call", "mcp_call", "mcp_list_tools", "mcp_approval_request",
-    "mcp_approval_response", "computer_call", "computer_call_output", "code_interpreter_call",
-    "image_generation_call", "local_shell_call", "local_shell_call_output", "custom_tool_call",
-    "custom_tool_call_output", "compaction",
-})
+# Items of server-side tools and other hosted features, by the id prefix an item of the type gets
+# when the client sent it without one: kept and replayed as context (their tool runtime reads them).
+_PASSIVE_TYPES = {
+    "web_search_call": "ws", "file_search_call": "fs", "mcp_call": "mcp", "mcp_list_tools": "mcpl",
+    "mcp_approval_request": "mcpr", "mcp_approval_response": "mcpa", "computer_call": "cu",
+    "computer_call_output": "cuo", "code_interpreter_call": "ci", "image_generation_call": "ig",
+    "local_shell_call": "lsh", "local_shell_call_output": "lsho", "custom_tool_call": "ctc",
+    "custom_tool_call_output": "ctco", "compaction": "cmp",
+}
 
 
 def new_id(prefix: str) -> str:
@@ -68,7 +70,7 @@ def normalize_item(item: Any, where: str) -> dict[str, Any]:
         _require(item, where, ("id",))
         return {"type": "item_reference", "id": item["id"]}
     if kind in _PASSIVE_TYPES:
-        return dict(item)
+        return {**item, "id": item.get("id") or new_id(_PASSIVE_TYPES[kind])}
     raise InvalidRequestError(f"Invalid value for '{where}.type': unknown input item type {kind!r}.", param=f"{where}.type", code="invalid_value")
 
 

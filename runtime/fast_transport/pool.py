@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import ssl
+from collections.abc import Callable
 from collections import deque
 from typing import Any
 
@@ -11,11 +13,14 @@ import httpx2
 
 from runtime.fast_transport.connection import Connection
 
+AddressGuard = Callable[[str, str], bool]
+"""(host, address) -> whether a connection to host may be made at that address."""
+
 
 class Pool:
     """The connections to one origin: idle ones (LIFO), a count of open ones, and waiters (FIFO)."""
 
-    __slots__ = ("loop", "host", "port", "host_header", "tls", "max", "idle", "total", "waiters", "conns", "closed")
+    __slots__ = ("loop", "host", "port", "host_header", "tls", "max", "idle", "total", "waiters", "conns", "closed", "guard")
 
     def __init__(
         self,
@@ -25,8 +30,10 @@ class Pool:
         host_header: bytes,
         tls: ssl.SSLContext | None,
         max_connections: int,
+        guard: AddressGuard | None = None,
     ) -> None:
         self.loop = loop
+        self.guard = guard
         self.host, self.port, self.host_header, self.tls = host, port, host_header, tls
         self.max = max_connections
         self.idle: list[Connection] = []
@@ -106,19 +113,38 @@ class Pool:
         where = f"{self.host}:{self.port}"
         try:
             async with asyncio.timeout(timeout):
-                await self.loop.create_connection(
-                    lambda: conn,
-                    self.host,
-                    self.port,
-                    ssl=self.tls,
-                    server_hostname=self.host if self.tls is not None else None,
-                )
+                addresses = await self._addresses()
+                for index, address in enumerate(addresses):
+                    try:
+                        await self.loop.create_connection(
+                            lambda: conn,
+                            address,
+                            self.port,
+                            ssl=self.tls,
+                            server_hostname=self.host if self.tls is not None else None,
+                        )
+                        break
+                    except OSError:
+                        if index == len(addresses) - 1:
+                            raise
         except TimeoutError as exc:  # before OSError: TimeoutError is one
             raise httpx2.ConnectTimeout(f"timed out connecting to {where}") from exc
         except OSError as exc:  # refused, DNS failure, TLS failure
             raise httpx2.ConnectError(f"cannot connect to {where}: {exc}") from exc
         self.conns.add(conn)
         return conn
+
+    async def _addresses(self) -> list[str]:
+        """Where to connect: the host itself (asyncio resolves it), or, under a guard, the
+        addresses it resolves to that the guard allows, each tried in turn."""
+        if self.guard is None:
+            return [self.host]
+        infos = await self.loop.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
+        addresses = [str(info[4][0]) for info in infos]
+        allowed = [address for address in addresses if self.guard(self.host, address)]
+        if not allowed:
+            raise ConnectionRefusedError(f"{self.host} resolves to {', '.join(addresses)}, which this server may not reach")
+        return allowed
 
     def close(self) -> None:
         """Close every connection and fail the waiters (the transport is closing)."""

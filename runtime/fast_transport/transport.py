@@ -11,7 +11,7 @@ import httpx2
 
 from runtime.fast_transport._common import StaleConnection
 from runtime.fast_transport.connection import Connection, ResponseStream
-from runtime.fast_transport.pool import Pool
+from runtime.fast_transport.pool import AddressGuard, Pool
 
 _TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _CHUNKED = b"\r\ntransfer-encoding: chunked\r\n"
@@ -45,6 +45,10 @@ class PooledTransport(httpx2.AsyncBaseTransport):
     A request on a reused connection that the server closed before sending any byte (the
     keep-alive race) is retried once on a fresh connection, as browsers and urllib3 do.
 
+    With an `address_guard`, every new connection resolves its host itself and dials only the
+    addresses the guard allows (runtime.netguard): a connection the guard refuses fails as a
+    `ConnectError`, whatever DNS answered earlier and wherever a redirect pointed.
+
     Not supported: HTTP/2, proxies, upgrades (101), streaming request bodies (they are read
     fully and sent as one chunk), reason phrases other than the standard ones. A transport
     belongs to one event loop at a time: once that loop is closed, the next one to use it
@@ -56,12 +60,14 @@ class PooledTransport(httpx2.AsyncBaseTransport):
         max_connections: int = 256,
         connect_timeout: float | None = 5.0,
         ssl_context: ssl.SSLContext | None = None,
+        address_guard: AddressGuard | None = None,
     ) -> None:
         if max_connections < 1:
             raise ValueError("max_connections must be at least 1")
         self._max_connections = max_connections
         self._connect_timeout = connect_timeout
         self._ssl_context = ssl_context
+        self._guard = address_guard
         self._pools: dict[tuple[str, bytes], Pool] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
@@ -161,7 +167,7 @@ class PooledTransport(httpx2.AsyncBaseTransport):
             tls = self._ssl_context or self._default_ssl_context()
         port = url.port or (443 if scheme == "https" else 80)
         assert self._loop is not None
-        pool = Pool(self._loop, url.host, port, url.netloc, tls, self._max_connections)
+        pool = Pool(self._loop, url.host, port, url.netloc, tls, self._max_connections, self._guard)
         self._pools[(scheme, url.netloc)] = pool
         return pool
 

@@ -62,7 +62,7 @@ _ERROR_TYPES = {
     429: "rate_limit_error",
 }
 _TOKEN_PIECE = re.compile(r"\s*\S+")
-_DIRECTIVE_START = re.compile(r"\[(tokens|tool|error|slow|cut|context_overflow|reasoning|refusal)")
+_DIRECTIVE_START = re.compile(r"\[(tokens|tool|error|slow|cut|context_overflow|reasoning|refusal|again)")
 _NUMBER_ARG = re.compile(r":(\d+)\]")
 _TOOL_NAME = re.compile(r":([A-Za-z0-9_.\-]+)\s*")
 _CLOSE = re.compile(r"\s*\]")
@@ -176,13 +176,15 @@ class Directives:
     context_overflow: bool = False
     reasoning: bool = False
     refusal: bool = False
+    again: bool = False
+    """Call the [tool:...] tools again after their results (a model that never stops calling)."""
 
 
 def parse_directives(text: str) -> Directives:
     """Split `text` into its directives and the remaining text (stripped).
 
     Known: [tokens:N] [tool:NAME {json}] [error:STATUS] [slow:MS] [cut:N] [context_overflow]
-    [reasoning] [refusal]. Anything malformed stays in the text verbatim.
+    [reasoning] [refusal] [again]. Anything malformed stays in the text verbatim.
     """
     if "[" not in text:
         return Directives(text.strip())
@@ -206,7 +208,7 @@ def _apply_directive(directives: Directives, name: str, text: str, pos: int) -> 
     """Record directive `name` whose arguments start at `pos`; its end, or None when malformed."""
     if name == "tool":
         return _apply_tool(directives, text, pos)
-    if name in ("context_overflow", "reasoning", "refusal"):
+    if name in ("context_overflow", "reasoning", "refusal", "again"):
         if not text.startswith("]", pos):
             return None
         setattr(directives, name, True)
@@ -395,7 +397,7 @@ def base_text(directives: Directives, tool_result: str | None) -> str:
 def _plan_choice(
     body: JSON, directives: Directives, tool_result: str | None, digest: str, index: int
 ) -> ChoicePlan:
-    if tool_result is None and directives.tools and body.get("tools"):
+    if (tool_result is None or directives.again) and directives.tools and body.get("tools"):
         calls = [
             ToolCall(_tool_call_id(digest, index, k), tool.name, tool.arguments)
             for k, tool in enumerate(directives.tools)

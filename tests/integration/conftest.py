@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from fake_mcp.servers import McpServers, running_mcp_servers
 from fake_upstream.server import running_fake_upstream
 
 TEXT_MODEL = os.environ.get("STACK_TEST_TEXT_MODEL", "fake-model")
@@ -25,6 +26,15 @@ def inference_upstream() -> Iterator[str | None]:
     with running_fake_upstream() as upstream, pytest.MonkeyPatch.context() as patch:
         patch.setenv("STACK_TEST_INFERENCE_URL", upstream.base_url)
         yield upstream.base_url
+
+
+@pytest.fixture(scope="session", autouse=True)
+def mcp_servers() -> Iterator[McpServers]:
+    """The suite's MCP servers (always live: they are ours, on 127.0.0.1); the stack's configured
+    MCP server is the open one."""
+    with running_mcp_servers() as servers, pytest.MonkeyPatch.context() as patch:
+        patch.setenv("STACK_TEST_MCP_URL", servers.open)
+        yield servers
 
 
 @pytest.fixture

@@ -4,12 +4,11 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx2
@@ -18,19 +17,13 @@ import pytest
 
 from fake_upstream.server import FakeUpstream, running_fake_upstream
 from runtime.testing.targets import StackTarget, free_port, open_target
+from support.live import CONFIG, live_env, wait_for
 from support.scenarios import concurrent_turns_keep_their_blocks
-
-CONFIG = "tests/integration/run.yaml"
-
 
 @pytest.fixture(scope="module")
 def upstream() -> Iterator[FakeUpstream]:
     with running_fake_upstream() as server:
         yield server
-
-
-def live_env(upstream: FakeUpstream, state_dir: Path, **extra: str) -> dict[str, str]:
-    return dict(os.environ, STACK_TEST_INFERENCE_URL=upstream.base_url, STACK_RECORDING_MODE="live", STACK_STATE_DIR=str(state_dir), **extra)
 
 
 @pytest.fixture(scope="module", params=["server", "library"])
@@ -45,14 +38,6 @@ def client(live: StackTarget) -> Iterator[openai.OpenAI]:
     client = live.openai(max_retries=0)
     yield client
     client.close()
-
-
-def wait_for(check: Callable[[], bool], timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            pytest.fail("condition not reached in time")
-        time.sleep(0.05)
 
 
 def test_a_background_response_is_queued_then_completes(client: openai.OpenAI) -> None:

@@ -64,7 +64,7 @@ class RecordedTools(Recorded):
     def item_types(self) -> frozenset[str]:
         return frozenset()
 
-    def check_tool(self, tool: Any, param: str) -> None:
+    async def check_tool(self, tool: Any, param: str) -> None:
         pass
 
     def public_tool(self, tool: Any) -> Any:

@@ -127,13 +127,13 @@ def _check_tool_choice(choice: str | dict[str, Any] | None, tools: list[dict[str
 
 
 def _check_tools(tools: list[dict[str, Any]]) -> None:
+    """Function tools are checked here; a tool of another type by the tool runtime serving it."""
     for index, tool in enumerate(tools):
         kind = tool.get("type")
+        if not isinstance(kind, str) or not kind:
+            raise InvalidRequestError(f"Missing required parameter: 'tools[{index}].type'.", param=f"tools[{index}].type", code="missing_required_parameter")
         if kind != "function":
-            raise InvalidRequestError(
-                f"Invalid value for 'tools[{index}].type': tool type {kind!r} is not supported by this server (supported: function).",
-                param=f"tools[{index}].type", code="unsupported_tool_type",
-            )
+            continue
         if not isinstance(tool.get("name"), str) or not tool["name"]:
             raise InvalidRequestError(f"Missing required parameter: 'tools[{index}].name'.", param=f"tools[{index}].name", code="missing_required_parameter")
         if tool.get("parameters") is not None and not isinstance(tool["parameters"], dict):

@@ -8,10 +8,10 @@ and to say how each of its output items reads to the model (`render`).
 
 Per response, the loop drives each session in this order:
 
-1. `prepare(sink)`: before the first model call (e.g. list an MCP server's tools, unless the
-   context already lists them). Items it opens come first in the output. An error the tools
-   cannot be used with at all is an `APIError` (a 4xx naming the tool), raised before anything
-   is streamed or stored.
+1. `preparations()`: steps before the first model call (e.g. list an MCP server's tools, unless
+   the context already lists them), run concurrently; their items come first in the output, in
+   the steps' order. An error the tools cannot be used with at all is an `APIError` (a 4xx
+   naming the tool), raised before anything is streamed or stored.
 2. `pending_calls()`: calls released by this turn's input (an approved MCP call), run before
    the model is asked anything.
 3. Each model turn: `functions()` are offered to the model; a call of one of them is either
@@ -29,7 +29,7 @@ a tool emits the events in between (`response.mcp_call.in_progress` and the like
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -39,6 +39,7 @@ __all__ = [
     "ModelCall",
     "OutputItem",
     "PublicTool",
+    "Step",
     "ToolContext",
     "ToolExchange",
     "ToolRuntime",
@@ -57,6 +58,9 @@ class FunctionSpec:
     group: str | None = None
     """What the function belongs to (an MCP server's label): the prefix used when its name must
     be told apart from another tool's, and what a `tool_choice` of the tool's type names."""
+    key: str | None = None
+    """What calls of it carry as `ModelCall.name` (default: `name`), when the session needs more
+    than the name to know the function (two MCP servers may list one name)."""
 
 
 @dataclass(frozen=True)
@@ -64,7 +68,7 @@ class ModelCall:
     """A call of one of a session's functions."""
 
     name: str
-    """The function's name as the session offered it."""
+    """The function's key (`FunctionSpec.key`, or its name) as the session offered it."""
     arguments: str
     """A JSON string, as the model wrote it (it may be malformed: the tool reports that)."""
     call_id: str
@@ -127,10 +131,14 @@ class ItemSink(Protocol):
         """Place a new item at the end of the output (emits `response.output_item.added`)."""
 
 
+Step = Callable[[ItemSink], Awaitable[None]]
+"""Work that produces output items into the sink it is given."""
+
+
 class ToolSession(Protocol):
     """One request's tools of one runtime."""
 
-    async def prepare(self, sink: ItemSink) -> None: ...
+    def preparations(self) -> Sequence[Step]: ...
 
     def functions(self) -> Sequence[FunctionSpec]: ...
 
@@ -157,7 +165,7 @@ class ToolRuntime(Protocol):
     def item_types(self) -> frozenset[str]:
         """The output item types it produces, which `render` turns into model context."""
 
-    def check_tool(self, tool: Mapping[str, Any], param: str) -> None:
+    async def check_tool(self, tool: Mapping[str, Any], param: str) -> None:
         """Raise `InvalidRequestError` (naming `param`, e.g. `tools[2].server_url`) for a bad entry."""
 
     def public_tool(self, tool: Mapping[str, Any]) -> PublicTool:

@@ -140,6 +140,20 @@ def test_tool_result_is_answered(client: openai.OpenAI) -> None:
     assert answer.choices[0].finish_reason == "stop"
 
 
+def test_again_keeps_calling_after_tool_results(client: openai.OpenAI) -> None:
+    messages: list[ChatCompletionMessageParam] = [
+        {"role": "user", "content": '[again] [tool:get_time]'},
+        {"role": "assistant", "content": None,
+         "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "get_time", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "noon"},
+    ]
+    answer = client.chat.completions.create(model="fake-model", messages=messages, tools=TOOLS)
+    assert answer.choices[0].finish_reason == "tool_calls"
+    assert [call.function.name for call in answer.choices[0].message.tool_calls or []] == ["get_time"]
+    # Without tools to call, it answers the result.
+    assert client.chat.completions.create(model="fake-model", messages=messages).choices[0].message.content == "Tool result: noon"
+
+
 @pytest.mark.parametrize(
     ("status", "error_class", "error_type"),
     [

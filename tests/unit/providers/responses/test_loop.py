@@ -26,9 +26,12 @@ class Session:
         self.ran: list[str] = []
         self.closed = False
 
-    async def prepare(self, sink: ItemSink) -> None:
-        item = sink.open({"type": "fake_list", "id": "fl_1", "tools": sorted(self.behaviours)})
-        item.emit("response.fake_list.completed")
+    def preparations(self) -> Sequence[Callable[[ItemSink], Awaitable[None]]]:
+        async def prepare(sink: ItemSink) -> None:
+            item = sink.open({"type": "fake_list", "id": "fl_1", "tools": sorted(self.behaviours)})
+            item.emit("response.fake_list.completed")
+
+        return [prepare]
 
     def functions(self) -> Sequence[FunctionSpec]:
         return [FunctionSpec(name, {"type": "object"}, group="fake") for name in self.behaviours]

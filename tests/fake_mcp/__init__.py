@@ -1,0 +1,1 @@
+"""Real MCP servers for tests and benchmarks (see servers.py)."""
