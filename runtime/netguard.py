@@ -16,13 +16,23 @@ import asyncio
 import ipaddress
 import socket
 from collections.abc import Iterable
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 from runtime.errors import InvalidRequestError
 
 __all__ = ["AddressPolicy", "is_public"]
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+async def _resolve(host: str, parts: SplitResult, param: str) -> list[str]:
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (OSError, ValueError) as error:
+        raise InvalidRequestError(f"Invalid '{param}': cannot resolve the host {host!r} ({error}).", param=param,
+                                  code="invalid_value") from None
+    return [str(info[4][0]) for info in infos]
 
 
 def is_public(address: IPAddress) -> bool:
@@ -63,12 +73,9 @@ class AddressPolicy:
             raise InvalidRequestError(f"Invalid '{param}': expected an http or https URL.", param=param, code="invalid_value")
         host = parts.hostname
         try:
-            port = parts.port or (443 if parts.scheme == "https" else 80)
-            infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
-        except (OSError, ValueError) as error:
-            raise InvalidRequestError(f"Invalid '{param}': cannot resolve the host {host!r} ({error}).", param=param,
-                                      code="invalid_value") from None
-        addresses = [str(info[4][0]) for info in infos]
+            addresses = [str(ipaddress.ip_address(host))]  # a literal address: nothing to resolve
+        except ValueError:
+            addresses = await _resolve(host, parts, param)
         if not any(self.allows(host, address) for address in addresses):
             raise InvalidRequestError(
                 f"Invalid '{param}': {host!r} is a private or reserved address ({addresses[0]}), which this server does not "

@@ -313,8 +313,10 @@ class ResponsesEngine:
         try:
             if turn.prepared is None and response["background"]:
                 await self.open_tools(turn)
-                loop.tools = turn.tools
-                turn.prepared = await loop.prepare()
+                loop.tools, turn.prepared = turn.tools, []
+                async with contextlib.aclosing(loop.preparation()) as preparation:
+                    async for event in preparation:
+                        yield self._numbered(turn, event)
             # Closed with this stream, not left to the garbage collector: a tool call under way
             # stops when the stream does.
             async with contextlib.aclosing(loop.events(turn.prepared or ())) as events:

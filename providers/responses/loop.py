@@ -65,15 +65,19 @@ class ToolLoop:
     _calls_run: int = 0
     _running: list[_Item] = field(default_factory=list)
 
-    async def prepare(self) -> list[Event]:
+    async def preparation(self) -> AsyncGenerator[Event, None]:
         """Prepare the server-side tools (list an MCP server's tools...) and name the functions
-        for the model; the events of the items this produced, for `events` to send first."""
+        for the model; the events of the items this produces, as they come."""
         if self.tools is None:
-            return []
+            return
         steps = [step for session, _ in self.tools.sessions for step in session.preparations()]
-        events = [event async for event in run_steps(steps, self.output, self.limits.parallel)]
+        async for event in run_steps(steps, self.output, self.limits.parallel):
+            yield event
         self.tools.offer()
-        return events
+
+    async def prepare(self) -> list[Event]:
+        """`preparation`, run before the response starts: its events, for `events` to send first."""
+        return [event async for event in self.preparation()]
 
     async def events(self, prepared: Iterable[Event] = ()) -> AsyncGenerator[Event, None]:
         """The response's output events (unnumbered), after the `prepared` ones (the tools'

@@ -142,7 +142,8 @@ class RequestTools:
         if choice == "none":
             return [], None
         offered = [entry for entry in self._offered if server_calls_left or entry.session is None]
-        if isinstance(choice, dict):
+        # allowed_tools limits every turn; a choice of one tool (or type) only the turn it forces.
+        if isinstance(choice, dict) and (first_turn or choice.get("type") == "allowed_tools"):
             offered = [entry for entry in offered if _chosen(entry, choice)]
         tools = [entry.chat for entry in offered]
         if not tools:

@@ -5,6 +5,7 @@
     open     Streamable HTTP at /mcp
     private  Streamable HTTP at /mcp, 401 unless `Authorization: Bearer <TOKEN>`
     sse      the older HTTP+SSE transport at /sse (messages at /messages/)
+    events   the same at /events: a URL that does not say it is SSE
     hanging  accepts connections and never answers
 and the URL of a port where nothing listens (`unreachable`).
 
@@ -138,6 +139,7 @@ class McpServers:
     open: str
     private: str
     sse: str
+    events: str
     hanging: str
     unreachable: str
 
@@ -197,16 +199,17 @@ def running_mcp_servers() -> Iterator[McpServers]:
         _serve(build_server("open").streamable_http_app()),
         _serve(BearerGuard(build_server("private").streamable_http_app(), TOKEN)),
         _serve(build_server("sse").sse_app()),
+        _serve(build_server("events").sse_app(sse_path="/events")),
     ]
     silent = _Silent()
     dead = _free_socket()
     dead_port = dead.getsockname()[1]
     dead.close()  # nothing listens there now
-    (_, _, open_port), (_, _, private_port), (_, _, sse_port) = served
+    (_, _, open_port), (_, _, private_port), (_, _, sse_port), (_, _, events_port) = served
     try:
         yield McpServers(
             open=f"http://127.0.0.1:{open_port}/mcp", private=f"http://127.0.0.1:{private_port}/mcp",
-            sse=f"http://127.0.0.1:{sse_port}/sse", hanging=f"http://127.0.0.1:{silent.port}/mcp",
+            sse=f"http://127.0.0.1:{sse_port}/sse", events=f"http://127.0.0.1:{events_port}/events", hanging=f"http://127.0.0.1:{silent.port}/mcp",
             unreachable=f"http://127.0.0.1:{dead_port}/mcp",
         )
     finally:

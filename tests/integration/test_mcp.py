@@ -95,6 +95,12 @@ def test_the_sse_transport_is_used_for_sse_urls(openai_client: openai.OpenAI, te
     assert response.output[1].output == "echo: over sse"  # type: ignore[union-attr]
 
 
+def test_a_server_that_speaks_only_sse_is_found_at_any_url(openai_client: openai.OpenAI, text_model: str, mcp_servers: McpServers) -> None:
+    # Its URL does not end in /sse: Streamable HTTP is tried first, refused (405), then SSE.
+    response = openai_client.responses.create(model=text_model, input='[tool:echo {"text": "over sse"}]', tools=[mcp(mcp_servers.events)])
+    assert response.output[1].output == "echo: over sse"  # type: ignore[union-attr]
+
+
 def test_an_approval_is_asked_then_given_across_a_chain(openai_client: openai.OpenAI, text_model: str, mcp_servers: McpServers) -> None:
     tool = {"type": "mcp", "server_label": "demo", "server_url": mcp_servers.open}  # approval is required by default
     first = openai_client.responses.create(model=text_model, input='[tool:weather {"city": "Oslo"}]', tools=[tool])
@@ -113,6 +119,15 @@ def test_an_approval_is_asked_then_given_across_a_chain(openai_client: openai.Op
     assert message.type == "message" and second.output_text == f"Tool result: {call.output}"
     [approval] = openai_client.responses.input_items.list(second.id).data
     assert approval.type == "mcp_approval_response" and approval.approve is True  # type: ignore[union-attr]
+
+
+def test_a_streamed_approval_request_is_one_item(openai_client: openai.OpenAI, text_model: str, mcp_servers: McpServers) -> None:
+    tool = {"type": "mcp", "server_label": "demo", "server_url": mcp_servers.open}
+    events = list(openai_client.responses.create(model=text_model, input='[tool:weather {"city": "Oslo"}]', tools=[tool], stream=True))
+    kinds = [event.type for event in events]
+    assert kinds[-3:] == ["response.output_item.added", "response.output_item.done", "response.completed"]
+    assert events[-3].item.type == events[-2].item.type == "mcp_approval_request"
+    assert not any(kind.startswith("response.mcp_call") for kind in kinds)
 
 
 def test_a_declined_call_is_not_run_and_the_model_is_told(openai_client: openai.OpenAI, text_model: str, mcp_servers: McpServers) -> None:

@@ -64,6 +64,9 @@ def test_a_background_response_that_cannot_list_its_tools_fails_naming_the_serve
     assert failed.error is not None and "Error retrieving tool list from MCP server: 'demo'" in failed.error.message
     [listing] = failed.output
     assert listing.type == "mcp_list_tools" and listing.error  # type: ignore[union-attr]
+    kinds = [event.type for event in client.responses.retrieve(queued.id, stream=True)]
+    assert kinds[-4:] == ["response.mcp_list_tools.in_progress", "response.mcp_list_tools.failed", "response.output_item.done",
+                          "response.failed"]
 
 
 def test_cancelling_a_background_response_stops_its_running_call(client: openai.OpenAI, mcp_servers: McpServers) -> None:
@@ -120,6 +123,15 @@ def test_a_chain_of_tool_turns_gives_the_model_the_same_context_after_a_restart(
     assert [call["tool_calls"][0]["function"]["name"] for call in calls] == ["echo", "weather"]
     assert results[0] == "echo: one" and json.loads(results[1]) == {"city": "Rome", "temp_c": 21.5}
     assert not any(item.type == "mcp_list_tools" for item in from_store.output)  # the chain's listing is reused
+
+
+def test_a_servers_description_tells_the_model_where_its_tools_lead(upstream: FakeUpstream, tmp_path: Path,
+                                                                    mcp_servers: McpServers) -> None:
+    with LibraryClient(CONFIG, env=live_env(upstream, tmp_path)) as stack:
+        stack.openai(max_retries=0).responses.create(model="fake-model", input="hi", tools=[
+            mcp(mcp_servers.open, allowed_tools=["echo"], server_description="The team's test server")])
+    [tool] = upstream.bodies()[-1]["tools"]
+    assert tool["function"]["description"] == "Echo the text back.\n\n(A tool of the MCP server 'demo': The team's test server)"
 
 
 def test_images_a_tool_returns_are_given_to_the_model(upstream: FakeUpstream, tmp_path: Path, mcp_servers: McpServers) -> None:

@@ -11,24 +11,29 @@ handshake; which one a server speaks is remembered for a while, so that later co
 skip the probe.
 
 The SDK's transports run in anyio task groups, which must be entered and left by one task: each
-`Connection` is held open by a task of its own, and calls from any task go through it.
+`Connection` is held open by a task of its own, and calls from any task go through it. Connections
+are pooled by server and credentials (`ConnectionPool`): a response reuses the session an earlier
+one opened, with its HTTP keep-alive connections and the SDK's caches, instead of paying a session
+set-up per response; one session carries concurrent calls (JSON-RPC multiplexes them).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any
 
 import httpx2
 
-__all__ = ["Connection", "Endpoint", "McpFailure", "ProtocolMemory", "SharedTransport"]
+__all__ = ["Connection", "ConnectionPool", "Endpoint", "McpFailure", "ProtocolMemory", "SharedTransport"]
 
 log = logging.getLogger("stack")
 
@@ -128,6 +133,7 @@ class ProtocolMemory:
         self.entries.pop(endpoint.url, None)
 
 
+@functools.cache
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -157,10 +163,18 @@ class Connection:
         self._owner: asyncio.Task[None] | None = None
         self._closing = asyncio.Event()
         self._statuses: list[int] = []
+        self.last_used = time.monotonic()
+        self.busy = 0
+        """Calls and listings under way: a busy connection is never closed as idle."""
+
+    @property
+    def usable(self) -> bool:
+        """Not closed, and its session (if opened) still held: a dead one is replaced, not reused."""
+        return not self._closing.is_set() and (self._owner is None or not self._owner.done())
 
     async def list_tools(self) -> list[Any]:
         """Every tool the server lists (all pages)."""
-        async with self._guarded(self._timeouts.list_s, "list its tools"):
+        async with self._in_use(), self._guarded(self._timeouts.list_s, "list its tools"):
             client = await self._open()
             tools: list[Any] = []
             cursor: str | None = None
@@ -174,9 +188,19 @@ class Connection:
 
     async def call_tool(self, name: str, arguments: Mapping[str, Any]) -> Any:
         """The tool's `CallToolResult` (an `is_error` result is a result, not a failure)."""
-        client = await self._open_within(self._timeouts.list_s)
-        async with self._guarded(self._timeouts.call_s + 5.0, f"answer the call of {name!r}"):
-            return await client.call_tool(name, dict(arguments), read_timeout_seconds=self._timeouts.call_s)
+        async with self._in_use():
+            client = await self._open_within(self._timeouts.list_s)
+            async with self._guarded(self._timeouts.call_s + 5.0, f"answer the call of {name!r}"):
+                return await client.call_tool(name, dict(arguments), read_timeout_seconds=self._timeouts.call_s)
+
+    @contextlib.asynccontextmanager
+    async def _in_use(self) -> AsyncIterator[None]:
+        self.busy += 1
+        try:
+            yield
+        finally:
+            self.busy -= 1
+            self.last_used = time.monotonic()
 
     async def _open_within(self, timeout_s: float) -> Any:
         async with self._guarded(timeout_s, "open a session"):
@@ -301,7 +325,7 @@ class Connection:
                            "message": f"MCP server '{label}' could not be used: {type(error).__name__}: {error}"})
 
     async def aclose(self) -> None:
-        owner, self._owner = self._owner, None
+        owner = self._owner
         self._closing.set()
         if owner is None:
             return
@@ -309,3 +333,46 @@ class Connection:
             await asyncio.wait_for(asyncio.shield(owner), CLOSE_TIMEOUT_S)
         except (TimeoutError, asyncio.CancelledError):
             owner.cancel()
+
+
+class ConnectionPool:
+    """Open connections by server and credentials (`Endpoint.key`), most recently used last; one
+    idle for `idle_s` or past `max_size` is closed."""
+
+    def __init__(self, connect: Callable[[Endpoint], Connection], idle_s: float, max_size: int = 256) -> None:
+        self._connect = connect
+        self._idle_s = idle_s
+        self._max_size = max_size
+        self._connections: OrderedDict[str, Connection] = OrderedDict()
+        self._closing: set[asyncio.Task[None]] = set()
+
+    def get(self, endpoint: Endpoint) -> Connection:
+        self._expire()
+        connection = self._connections.get(endpoint.key)
+        if connection is not None and connection.usable:
+            self._connections.move_to_end(endpoint.key)
+            return connection
+        if connection is not None:
+            self._close(connection)
+        connection = self._connections[endpoint.key] = self._connect(endpoint)
+        while len(self._connections) > self._max_size:
+            self._close(self._connections.popitem(last=False)[1])
+        return connection
+
+    def _expire(self) -> None:
+        cutoff = time.monotonic() - self._idle_s
+        for key, connection in list(self._connections.items()):
+            if connection.last_used > cutoff:
+                return  # the rest were used later
+            if not connection.busy:
+                del self._connections[key]
+                self._close(connection)
+
+    def _close(self, connection: Connection) -> None:
+        task = asyncio.get_running_loop().create_task(connection.aclose())
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    async def aclose(self) -> None:
+        connections, self._connections = list(self._connections.values()), OrderedDict()
+        await asyncio.gather(*(connection.aclose() for connection in connections), *self._closing, return_exceptions=True)

@@ -46,6 +46,9 @@ class McpConfig(BaseModel):
     """Longest wait for a server's session to open and its tools to be listed."""
     call_timeout_s: float = Field(default=120.0, gt=0)
     """Longest wait for a tool call's result; a call that takes longer fails (its item, not the response)."""
+    session_idle_s: float = Field(default=300.0, ge=0)
+    """How long a session with an MCP server is kept for later responses once idle (0: one
+    session per response)."""
     max_connections: int = Field(default=64, ge=1)
     """Connections open at once to each MCP server's host."""
 

@@ -68,7 +68,8 @@ def is_allowed(entry: Mapping[str, Any], allowed_tools: Any) -> bool:
 
 def needs_approval(entry: Mapping[str, Any], require_approval: Any) -> bool:
     """OpenAI's rule: approval unless the request says otherwise (`never`, or a `never` filter
-    that matches); with only an `always` filter, the tools it does not match run freely."""
+    that matches); with only an `always` filter, the tools it does not match run freely; a tool
+    that both filters leave out asks."""
     if require_approval in (None, "always"):
         return True
     if require_approval == "never":
@@ -78,7 +79,7 @@ def needs_approval(entry: Mapping[str, Any], require_approval: Any) -> bool:
         return False
     if always is not None and _matches(entry, always):
         return True
-    return always is None
+    return always is None or never is not None
 
 
 # --- a call's outcome ----------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from typing import Any
 import httpx2
 
 from providers.spec import Api, ProviderContext, ProviderSpec
-from providers.tool_runtime.mcp.client import Connection, Endpoint, ProtocolMemory, SharedTransport, Timeouts
+from providers.tool_runtime.mcp.client import Connection, ConnectionPool, Endpoint, ProtocolMemory, SharedTransport, Timeouts
 from providers.tool_runtime.mcp.config import McpConfig, McpServerConfig
 from providers.tool_runtime.mcp.items import ITEM_TYPES, render, tool_entry
 from providers.tool_runtime.mcp.session import McpSession, Server, pending_approvals
@@ -37,6 +37,7 @@ class McpRuntime:
         self._by_label = {server.server_label: server for server in config.servers}
         self._by_connector = {server.connector_id: server for server in config.servers if server.connector_id}
         self._memory = ProtocolMemory()
+        self.pool = ConnectionPool(self._new_connection, config.session_idle_s)
         self._lists: dict[str, tuple[float, list[dict[str, Any]]]] = {}
         self._timeouts = Timeouts(config.connect_timeout_s, config.list_timeout_s, config.call_timeout_s)
 
@@ -130,6 +131,10 @@ class McpRuntime:
         return self._by_label.get(str(tool["server_label"]))
 
     def connect(self, endpoint: Endpoint) -> Connection:
+        """A session with the server, the pooled one while it lasts."""
+        return self.pool.get(endpoint)
+
+    def _new_connection(self, endpoint: Endpoint) -> Connection:
         transport = self._trusted_transport if endpoint.trusted else self._request_transport
         return Connection(endpoint, transport, self._timeouts, self._memory)
 
@@ -180,9 +185,11 @@ async def create(context: ProviderContext[McpConfig]) -> AsyncIterator[McpRuntim
     guarded = context.http_transport(max_connections=config.max_connections, connect_timeout=config.connect_timeout_s,
                                      address_guard=policy.allows)
     trusted = context.http_transport(max_connections=config.max_connections, connect_timeout=config.connect_timeout_s)
+    runtime = McpRuntime(config, guarded, trusted)
     try:
-        yield McpRuntime(config, guarded, trusted)
+        yield runtime
     finally:
+        await runtime.pool.aclose()
         await guarded.aclose()
         await trusted.aclose()
 

@@ -101,6 +101,8 @@ class McpSession:
         for index, server in enumerate(self.servers):
             for tool in server.tools or ():
                 description = tool.get("description") or None
+                if server.description:  # what the request says of the server, for the model to know where the tool leads
+                    description = f"{description or tool['name']}\n\n(A tool of the MCP server '{server.label}': {server.description})"
                 specs.append(FunctionSpec(name=tool["name"], parameters=tool.get("input_schema") or {"type": "object"},
                                           description=description, group=server.label, key=f"{index}:{tool['name']}"))
         return specs
@@ -151,10 +153,9 @@ class McpSession:
         return server.connection
 
     async def aclose(self) -> None:
-        connections = [server.connection for server in self.servers if server.connection is not None]
+        """The sessions stay in the runtime's pool for later responses."""
         for server in self.servers:
             server.connection = None
-        await asyncio.gather(*(connection.aclose() for connection in connections), return_exceptions=True)
 
 
 def _covers(known: Sequence[Mapping[str, Any]], allowed_tools: Any) -> bool:

@@ -532,3 +532,19 @@ def test_a_transport_outlives_a_finished_event_loop_but_not_aclose(upstream: Fak
         # Closing a loop with open connections leaves their sockets to the garbage collector.
         warnings.simplefilter("ignore", ResourceWarning)
         gc.collect()
+
+
+async def test_an_address_guard_decides_which_addresses_are_dialled() -> None:
+    async with raw_server() as server:
+        seen: list[tuple[str, str]] = []
+
+        def refuse_loopback(host: str, address: str) -> bool:
+            seen.append((host, address))
+            return not ipaddress.ip_address(address).is_loopback
+
+        async with client(address_guard=refuse_loopback) as http:
+            with pytest.raises(httpx2.ConnectError, match="may not reach"):
+                await http.get(f"http://localhost:{server.port}/")
+        assert server.connections == 0 and seen and all(host == "localhost" for host, _ in seen)
+        async with client(address_guard=lambda host, address: True) as http:
+            assert (await http.get(f"http://localhost:{server.port}/")).text == "ok"
