@@ -1,15 +1,19 @@
-"""The integration suite's upstream: replayed from recordings/, or, when recording, the fake
-upstream of tests/fake_upstream started for the session (a real server on 127.0.0.1)."""
+"""The integration suite's upstreams: the model replayed from recordings/ (or, when recording, the
+fake upstream of tests/fake_upstream started for the session), the MCP servers of tests/fake_mcp
+(always live), and the live stack for tests whose timing matters."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
 
+import openai
 import pytest
 
 from fake_mcp.servers import McpServers, running_mcp_servers
-from fake_upstream.server import running_fake_upstream
+from fake_upstream.server import FakeUpstream, running_fake_upstream
+from runtime.testing.targets import StackTarget, open_target
+from support.live import CONFIG, live_env
 
 TEXT_MODEL = os.environ.get("STACK_TEST_TEXT_MODEL", "fake-model")
 REASONING_MODEL = os.environ.get("STACK_TEST_REASONING_MODEL", "fake-reasoner")
@@ -50,3 +54,25 @@ def reasoning_model() -> str:
 @pytest.fixture
 def embedding_model() -> str:
     return EMBEDDING_MODEL
+
+
+# The live stack, for tests whose timing matters (background runs, cancels, restarts).
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[FakeUpstream]:
+    with running_fake_upstream() as server:
+        yield server
+
+
+@pytest.fixture(scope="module", params=["server", "library"])
+def live(request: pytest.FixtureRequest, upstream: FakeUpstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackTarget]:
+    """The integration stack over the live fake upstream, as a server and as a library."""
+    env = live_env(upstream, tmp_path_factory.mktemp("live"))
+    with open_target(f"{request.param}:{CONFIG}", rootdir=request.config.rootpath, env=env) as target:
+        yield target
+
+
+@pytest.fixture
+def client(live: StackTarget) -> Iterator[openai.OpenAI]:
+    client = live.openai(max_retries=0)
+    yield client
+    client.close()

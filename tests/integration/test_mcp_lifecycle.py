@@ -6,38 +6,15 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import openai
-import pytest
 
 from fake_mcp.servers import McpServers
-from fake_upstream.server import FakeUpstream, running_fake_upstream
+from fake_upstream.server import FakeUpstream
 from runtime.library_client import LibraryClient
-from runtime.testing.targets import StackTarget, open_target
 from support.live import CONFIG, live_env, wait_for
-
-
-@pytest.fixture(scope="module")
-def upstream() -> Iterator[FakeUpstream]:
-    with running_fake_upstream() as server:
-        yield server
-
-
-@pytest.fixture(scope="module", params=["server", "library"])
-def live(request: pytest.FixtureRequest, upstream: FakeUpstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackTarget]:
-    env = live_env(upstream, tmp_path_factory.mktemp("live-mcp"))
-    with open_target(f"{request.param}:{CONFIG}", rootdir=request.config.rootpath, env=env) as target:
-        yield target
-
-
-@pytest.fixture
-def client(live: StackTarget) -> Iterator[openai.OpenAI]:
-    client = live.openai(max_retries=0)
-    yield client
-    client.close()
 
 
 def mcp(url: str, **extra: Any) -> Any:

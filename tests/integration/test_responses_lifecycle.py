@@ -8,37 +8,16 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx2
 import openai
 import pytest
 
-from fake_upstream.server import FakeUpstream, running_fake_upstream
-from runtime.testing.targets import StackTarget, free_port, open_target
+from fake_upstream.server import FakeUpstream
+from runtime.testing.targets import StackTarget, free_port
 from support.live import CONFIG, live_env, wait_for
 from support.scenarios import concurrent_turns_keep_their_blocks
-
-@pytest.fixture(scope="module")
-def upstream() -> Iterator[FakeUpstream]:
-    with running_fake_upstream() as server:
-        yield server
-
-
-@pytest.fixture(scope="module", params=["server", "library"])
-def live(request: pytest.FixtureRequest, upstream: FakeUpstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackTarget]:
-    env = live_env(upstream, tmp_path_factory.mktemp("live"))
-    with open_target(f"{request.param}:{CONFIG}", rootdir=request.config.rootpath, env=env) as target:
-        yield target
-
-
-@pytest.fixture
-def client(live: StackTarget) -> Iterator[openai.OpenAI]:
-    client = live.openai(max_retries=0)
-    yield client
-    client.close()
-
 
 def test_a_background_response_is_queued_then_completes(client: openai.OpenAI) -> None:
     queued = client.responses.create(model="fake-model", input="[tokens:5] [slow:20]", background=True)

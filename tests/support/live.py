@@ -1,5 +1,6 @@
-"""Helpers for tests that run a stack against the live fake upstream (timing matters, so nothing
-is replayed): its environment, and waiting for a condition."""
+"""For tests that run a stack against the live fake upstream (timing matters, so nothing is
+replayed): its environment, and waiting for a condition. The fixtures (`upstream`, `live`,
+`client`) are in tests/integration/conftest.py."""
 
 from __future__ import annotations
 
@@ -25,3 +26,4 @@ def wait_for(check: Callable[[], bool], timeout: float = 15.0) -> None:
         if time.monotonic() > deadline:
             pytest.fail("condition not reached in time")
         time.sleep(0.05)
+
