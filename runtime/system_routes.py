@@ -12,7 +12,7 @@ from runtime.stack import Stack
 
 __all__ = ["redact", "stack_version", "system_router"]
 
-_SECRET_KEY = re.compile(r"(api_?key|secret|password|passwd|token|credential|authorization)", re.IGNORECASE)
+_SECRET_KEY = re.compile(r"(api[_-]?key|secret|password|passwd|token|credential|authorization)", re.IGNORECASE)
 _DSN_PASSWORD = re.compile(r"(?P<scheme>[a-z0-9+.\-]+://[^:/@]+):[^@/]*@", re.IGNORECASE)
 REDACTED = "********"
 
@@ -32,8 +32,11 @@ def stack_version() -> str:
 
 
 def redact(value: Any, key: str = "") -> Any:
-    """A copy of a config value with secrets masked: secret-looking keys and DSN passwords."""
+    """A copy of a config value with secrets masked: secret-looking keys, DSN passwords, and
+    the values of every `headers` mapping (what an HTTP header carries is often a credential)."""
     if isinstance(value, dict):
+        if key == "headers":
+            return {k: REDACTED if v not in (None, "") else v for k, v in value.items()}
         return {k: redact(v, str(k)) for k, v in value.items()}
     if isinstance(value, list):
         return [redact(item, key) for item in value]

@@ -18,3 +18,9 @@ def test_unset_secrets_stay_visibly_unset() -> None:
 def test_passwords_inside_dsns_are_masked() -> None:
     assert redact({"dsn": "postgresql://app:s3cret@db:5432/stack"}) == {"dsn": f"postgresql://app:{REDACTED}@db:5432/stack"}
     assert redact({"dsn": "postgresql://app@db/stack"}) == {"dsn": "postgresql://app@db/stack"}
+
+
+def test_header_values_are_masked_whatever_their_names() -> None:
+    config = {"servers": [{"server_label": "g", "headers": {"X-Api-Key": "k", "X-Org": "7"}, "authorization": "t"}]}
+    assert redact(config) == {"servers": [{"server_label": "g", "headers": {"X-Api-Key": REDACTED, "X-Org": REDACTED},
+                                           "authorization": REDACTED}]}
