@@ -69,6 +69,16 @@ class StackPlan:
     """live, record, replay or record-if-missing: how upstream HTTP exchanges are handled."""
     recordings_dir: Path = Path("recordings")
 
+    def unavailable_apis(self) -> dict[Api, list[InactiveProvider]]:
+        """APIs that run.yaml gives providers, none of them active (and not limited away by
+        `apis:`): their routes answer 503 saying what to set."""
+        active = set(self.apis)
+        unavailable: dict[Api, list[InactiveProvider]] = {}
+        for provider in self.inactive:
+            if provider.api not in active and (self.config.apis is None or provider.api.value in self.config.apis):
+                unavailable.setdefault(provider.api, []).append(provider)
+        return unavailable
+
     def recording_mode_for(self, provider_id: str) -> str:
         """The recording mode of one provider's upstream traffic."""
         return self.config.recording.providers.get(provider_id, self.recording_mode)

@@ -11,7 +11,9 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
 
+from providers.spec import Api
 from runtime.apis import SURFACES
+from runtime.apis.unavailable import NoModels, Unavailable, unavailable_message
 from runtime.errors import APIError, error_body
 from runtime.middleware import RequestGuard
 from runtime.stack import Stack
@@ -36,6 +38,11 @@ def create_app(stack: Stack) -> FastAPI:
         surface = SURFACES.get(api)
         if surface is not None and surface.router is not None:
             app.include_router(surface.router(stack.impls[api]), prefix="/v1", tags=[api.value])
+    for api, inactive in stack.plan.unavailable_apis().items():
+        surface = SURFACES.get(api)
+        if surface is not None and surface.router is not None:
+            stand_in = (NoModels if api is Api.inference else Unavailable)(unavailable_message(api, inactive))
+            app.include_router(surface.router(stand_in), prefix="/v1", tags=[api.value])
     install_error_handlers(app)
     server = stack.plan.config.server
     if server.cors is not None:
