@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import subprocess
@@ -36,11 +37,19 @@ def test_starter_starts_with_no_keys_and_says_what_is_active(tmp_path: Path) -> 
     try:
         wait_healthy(f"http://127.0.0.1:{port}/v1/health", process)
         assert (tmp_path / "starter").is_dir()
+        if importlib.util.find_spec("llama_cpp") is not None:  # the local extra: it answers with no key
+            base = f"http://127.0.0.1:{port}/v1"
+            models = [model["id"] for model in httpx2.get(f"{base}/models").json()["data"]]
+            assert models == ["local/smollm2-135m-instruct", "local-embeddings/wordllama-l2-supercat"]
+            answer = httpx2.post(f"{base}/chat/completions", timeout=60, json={
+                "model": "smollm2-135m-instruct", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2})
+            assert answer.status_code == 200 and answer.json()["choices"][0]["message"]["role"] == "assistant"
     finally:
         process.send_signal(signal.SIGTERM)
         output, _ = process.communicate(timeout=20)
     assert process.returncode == 0, output
     assert f"serving starter on http://127.0.0.1:{port}" in output
+    assert "inactive provider: inference openai (openai): set OPENAI_API_KEY to enable it" in output
     assert "stopped" in output
     assert "Traceback" not in output
 

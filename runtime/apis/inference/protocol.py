@@ -32,6 +32,8 @@ class UpstreamModel:
     created: int = 0
     owned_by: str = ""
     model_type: Literal["llm", "embedding"] = "llm"
+    dimensions: int | None = None
+    """An embedding model's vector size, when the provider knows it (listed by /v1/models)."""
 
 
 @runtime_checkable

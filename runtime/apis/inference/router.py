@@ -43,9 +43,15 @@ class ModelEntry:
     model_type: str
     created: int
     owned_by: str
+    dimensions: int | None = None
+    order: int = 0
+    """The provider's place in run.yaml: models are listed provider by provider."""
 
     def public(self) -> dict[str, Any]:
-        return {"id": self.id, "object": "model", "created": self.created, "owned_by": self.owned_by}
+        entry = {"id": self.id, "object": "model", "created": self.created, "owned_by": self.owned_by}
+        if self.dimensions is not None:
+            entry["dimensions"] = self.dimensions
+        return entry
 
 
 @dataclass
@@ -93,14 +99,17 @@ class InferenceRouter:
     def _rebuild(self, reported: Mapping[str, list[UpstreamModel]]) -> None:
         models: dict[str, ModelEntry] = {}
         by_name: dict[str, list[ModelEntry]] = {}
+        order = {provider_id: index for index, provider_id in enumerate(self.providers)}
         for provider_id, provider_models in reported.items():
             for model in provider_models:
-                entry = ModelEntry(f"{provider_id}/{model.id}", provider_id, model.id, model.model_type, model.created, model.owned_by or provider_id)
+                entry = ModelEntry(f"{provider_id}/{model.id}", provider_id, model.id, model.model_type, model.created,
+                                   model.owned_by or provider_id, model.dimensions, order[provider_id])
                 models[entry.id] = entry
                 by_name.setdefault(model.id, []).append(entry)
         for config in self.registered:
             upstream = config.provider_model_id or config.model_id
-            models[config.model_id] = ModelEntry(config.model_id, config.provider_id, upstream, config.model_type, 0, config.provider_id)
+            models[config.model_id] = ModelEntry(config.model_id, config.provider_id, upstream, config.model_type, 0, config.provider_id,
+                                                 order=order.get(config.provider_id, 0))
         self._models = models
         self._aliases = {name: entries[0] for name, entries in by_name.items() if len(entries) == 1 and name not in models}
 
@@ -109,7 +118,8 @@ class InferenceRouter:
             await self.refresh_models()
 
     def models(self) -> list[ModelEntry]:
-        return sorted(self._models.values(), key=lambda entry: entry.id)
+        """Provider by provider, in run.yaml's order (remote providers first in the starter), then by id."""
+        return sorted(self._models.values(), key=lambda entry: (entry.order, entry.id))
 
     async def resolve(self, model_id: Any) -> ModelEntry:
         """The entry serving `model_id`; an unknown id triggers one refresh (rate-limited) before a 404."""
@@ -268,4 +278,5 @@ async def open_inference_router(context: ApiContext) -> AsyncIterator[InferenceR
     router = InferenceRouter(context.providers, context.plan.models, store)
     # A provider that is down must not stop the server: it is reported by /v1/health instead.
     await router.refresh_models()
+    log.info("models served: %s", ", ".join(entry.id for entry in router.models()) or "none")
     yield router

@@ -62,9 +62,10 @@ async def make_router(store: ChatCompletionStore, *providers: FakeProvider, regi
     return router
 
 
-async def test_every_model_is_listed_as_provider_slash_model(store: ChatCompletionStore) -> None:
-    router = await make_router(store, FakeProvider("vllm", ["llama"]), FakeProvider("openai", ["gpt", "llama"]))
-    assert [entry.id for entry in router.models()] == ["openai/gpt", "openai/llama", "vllm/llama"]
+async def test_every_model_is_listed_as_provider_slash_model_provider_by_provider(store: ChatCompletionStore) -> None:
+    # In run.yaml's order (the starter's remote providers come before its local models), then by id.
+    router = await make_router(store, FakeProvider("vllm", ["llama"]), FakeProvider("openai", ["llama", "gpt"]))
+    assert [entry.id for entry in router.models()] == ["vllm/llama", "openai/gpt", "openai/llama"]
 
 
 async def test_a_bare_name_routes_when_exactly_one_provider_serves_it(store: ChatCompletionStore) -> None:

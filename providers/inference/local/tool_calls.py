@@ -1,0 +1,104 @@
+"""Tool calls for a local model that has no tool format of its own: the tools are described in a
+system message, and a grammar makes what the model writes a well-formed call whose arguments
+validate against the tool's schema (or, with `tool_choice: auto`, either such a call or text).
+
+A small model chooses tools poorly; the grammar makes sure that whatever it chooses has the
+right shape, so the tool loops above it run.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = ["OPEN", "grammar", "parse_call", "tool_message", "tools_prompt"]
+
+OPEN, CLOSE = "<tool_call>", "</tool_call>"
+_ROOT = re.compile(r"^root\s*::=", re.MULTILINE)
+
+
+def _functions(tools: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    return [tool["function"] for tool in tools if tool.get("type") == "function" and isinstance(tool.get("function"), Mapping)]
+
+
+def tools_prompt(tools: Sequence[Mapping[str, Any]]) -> str:
+    """The system message that tells the model its tools and how to call one."""
+    lines = [f"You can call tools. To call one, answer with only {OPEN}{{\"name\": <the tool's name>, \"arguments\": "
+             f"<its arguments as a JSON object>}}{CLOSE}. The tools:"]
+    for function in _functions(tools):
+        description = f": {function['description']}" if function.get("description") else ""
+        lines.append(f"- {function['name']}{description}. Arguments: {json.dumps(function.get('parameters') or {'type': 'object'})}")
+    return "\n".join(lines)
+
+
+def _call_schema(tools: Sequence[Mapping[str, Any]], only: str | None) -> dict[str, Any]:
+    variants = [
+        {"type": "object", "properties": {"name": {"const": function["name"]},
+                                          "arguments": function.get("parameters") or {"type": "object"}},
+         "required": ["name", "arguments"], "additionalProperties": False}
+        for function in _functions(tools) if only is None or function["name"] == only
+    ]
+    return variants[0] if len(variants) == 1 else {"oneOf": variants}
+
+
+def grammar(tools: Sequence[Mapping[str, Any]], choice: Any) -> str | None:
+    """The GBNF grammar of what the model may write: a call (`required`, a named function), a call
+    or text (`auto`), or None (no tools, `none`)."""
+    from llama_cpp.llama_grammar import json_schema_to_gbnf
+
+    if not _functions(tools) or choice == "none":
+        return None
+    only = choice["function"]["name"] if isinstance(choice, Mapping) and isinstance(choice.get("function"), Mapping) else None
+    rules = _ROOT.sub("call ::=", json_schema_to_gbnf(json.dumps(_call_schema(tools, only))), count=1)
+    tool_call = f'tool-call ::= "{OPEN}" call "{CLOSE}"'
+    if choice in ("required",) or only is not None:
+        return f"root ::= tool-call\n{tool_call}\n{rules}"
+    # auto: a call, or any text that does not begin like one.
+    return f"root ::= tool-call | text\ntext ::= [^<] [^\\x00]*\n{tool_call}\n{rules}"
+
+
+def parse_call(text: str) -> tuple[str, str] | None:
+    """(name, arguments JSON) of a call the model wrote, or None if it answered in text."""
+    stripped = text.strip()
+    if not stripped.startswith(OPEN):
+        return None
+    body = stripped[len(OPEN):].removesuffix(CLOSE).strip()
+    try:
+        call = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+        return None
+    return call["name"], json.dumps(call.get("arguments") or {}, ensure_ascii=False)
+
+
+def tool_message(message: Mapping[str, Any]) -> dict[str, Any]:
+    """A chat message in a form any chat template renders: an assistant's calls as the text the
+    model writes for them, a tool's result as a user message that says what it is."""
+    if message.get("role") == "assistant" and message.get("tool_calls"):
+        calls = "".join(f"{OPEN}{json.dumps({'name': call['function']['name'], 'arguments': _parsed(call['function'].get('arguments'))})}{CLOSE}"
+                        for call in message["tool_calls"] if isinstance(call, Mapping) and isinstance(call.get("function"), Mapping))
+        return {"role": "assistant", "content": f"{message.get('content') or ''}{calls}"}
+    if message.get("role") == "tool":
+        return {"role": "user", "content": f"Tool result: {_text(message.get('content'))}"}
+    return {"role": message.get("role") or "user", "content": _text(message.get("content"))}
+
+
+def _parsed(arguments: Any) -> Any:
+    if isinstance(arguments, str):
+        try:
+            return json.loads(arguments)
+        except ValueError:
+            return arguments
+    return arguments or {}
+
+
+def _text(content: Any) -> str:
+    """Text of a content string or of its text parts (images and files do not reach a text model)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(str(part.get("text", "")) for part in content if isinstance(part, Mapping) and part.get("type") in ("text", "input_text"))
+    return ""

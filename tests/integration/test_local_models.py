@@ -1,0 +1,141 @@
+"""The models that run in the server's own process (the `local` extra): a real 135M chat model and
+static embeddings, driven through the openai SDK as a server and as a library. What a small model
+says is not checked, only the shapes and the behaviour around it."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx2
+import openai
+import pytest
+
+from runtime.testing.targets import StackTarget, open_target
+
+CONFIG = Path(__file__).with_name("local.yaml")
+CHAT = "smollm2-135m-instruct"
+EMBED = "wordllama-l2-supercat"
+WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Current weather in a city", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}, "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+    "required": ["city", "unit"], "additionalProperties": False}}}
+
+pytest.importorskip("llama_cpp", reason="the local extra (pip install -e '.[local]') is not installed")
+
+
+@pytest.fixture(scope="module", params=["server", "library"])
+def local(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackTarget]:
+    env = {"STACK_STATE_DIR": str(tmp_path_factory.mktemp("local")), "STACK_RECORDING_MODE": "live"}
+    import os
+
+    with open_target(f"{request.param}:{CONFIG}", env={**os.environ, **env}) as target:
+        yield target
+
+
+@pytest.fixture
+def client(local: StackTarget) -> Iterator[openai.OpenAI]:
+    client = local.openai(max_retries=0, timeout=60)
+    yield client
+    client.close()
+
+
+def test_both_models_are_listed_with_what_they_are(client: openai.OpenAI) -> None:
+    models = {model.id: model for model in client.models.list()}
+    assert {f"local/{CHAT}", f"local-embeddings/{EMBED}"} <= set(models)
+    assert models[f"local-embeddings/{EMBED}"].model_dump()["dimensions"] == 256
+
+
+def test_a_chat_answer_and_its_stream(client: openai.OpenAI) -> None:
+    answer = client.chat.completions.create(model=CHAT, messages=[{"role": "user", "content": "What is the capital of France?"}],
+                                            max_tokens=24, seed=7)
+    choice = answer.choices[0]
+    assert isinstance(choice.message.content, str) and choice.message.content.strip()
+    assert choice.finish_reason in ("stop", "length") and answer.model == CHAT
+    assert answer.usage is not None and answer.usage.prompt_tokens > 0 and 0 < answer.usage.completion_tokens <= 24
+    chunks = list(client.chat.completions.create(model=CHAT, messages=[{"role": "user", "content": "Say hello."}], max_tokens=16,
+                                                 stream=True, stream_options={"include_usage": True}))
+    text = "".join(chunk.choices[0].delta.content or "" for chunk in chunks if chunk.choices)
+    assert text.strip() and len({chunk.id for chunk in chunks}) == 1
+    assert [chunk.choices[0].finish_reason for chunk in chunks if chunk.choices][-1] in ("stop", "length")
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens > 0
+
+
+def test_json_schema_output_always_parses_and_validates(client: openai.OpenAI) -> None:
+    schema = {"type": "object", "properties": {"city": {"type": "string"}, "population": {"type": "integer"}},
+              "required": ["city", "population"], "additionalProperties": False}
+    answer = client.chat.completions.create(
+        model=CHAT, messages=[{"role": "user", "content": "Give a city and its population as JSON."}], max_tokens=64,
+        response_format={"type": "json_schema", "json_schema": {"name": "city", "schema": schema, "strict": True}})
+    value = json.loads(answer.choices[0].message.content or "")
+    assert set(value) == {"city", "population"} and isinstance(value["city"], str) and isinstance(value["population"], int)
+
+
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "get_weather"}}])
+def test_a_forced_tool_call_is_well_formed(client: openai.OpenAI, choice: object) -> None:
+    answer = client.chat.completions.create(model=CHAT, messages=[{"role": "user", "content": "Weather in Paris?"}], tools=[WEATHER],
+                                            tool_choice=choice, max_tokens=64)  # type: ignore[arg-type]
+    choice_ = answer.choices[0]
+    assert choice_.finish_reason == "tool_calls" and choice_.message.content is None
+    [call] = choice_.message.tool_calls or []
+    assert call.function.name == "get_weather"  # type: ignore[union-attr]
+    arguments = json.loads(call.function.arguments)  # type: ignore[union-attr]
+    assert set(arguments) == {"city", "unit"} and isinstance(arguments["city"], str) and arguments["unit"] in ("celsius", "fahrenheit")
+
+
+def test_a_responses_round_trip_with_previous_response_id(client: openai.OpenAI) -> None:
+    first = client.responses.create(model=CHAT, input="My name is Ada.", max_output_tokens=24)
+    second = client.responses.create(model=CHAT, input="What is my name?", previous_response_id=first.id, max_output_tokens=24)
+    for response in (first, second):
+        assert response.status in ("completed", "incomplete") and response.output_text.strip()
+    assert second.usage is not None and first.usage is not None and second.usage.input_tokens > first.usage.input_tokens
+    events = list(client.responses.create(model=CHAT, input="Count to three.", max_output_tokens=16, stream=True))
+    assert events[0].type == "response.created" and events[-1].type in ("response.completed", "response.incomplete")
+
+
+def test_a_cancelled_stream_frees_the_model_for_the_next_request(client: openai.OpenAI) -> None:
+    stream = client.chat.completions.create(model=CHAT, messages=[{"role": "user", "content": "Write a long story."}],
+                                            max_tokens=2000, stream=True)
+    for _ in zip(range(3), stream):
+        pass
+    stream.close()
+    started = time.monotonic()
+    answer = client.chat.completions.create(model=CHAT, messages=[{"role": "user", "content": "Hi"}], max_tokens=4)
+    assert answer.choices[0].message.content is not None
+    assert time.monotonic() - started < 1.0, "the abandoned generation still held the model"
+
+
+def test_while_the_model_works_the_rest_of_the_server_answers_at_once(client: openai.OpenAI, local: StackTarget) -> None:
+    results: list[object] = []
+
+    def ask() -> None:
+        results.append(client.chat.completions.create(model=CHAT, messages=[{"role": "user", "content": "Tell me about the sea."}],
+                                                      max_tokens=48))
+
+    askers = [threading.Thread(target=ask) for _ in range(3)]
+    for asker in askers:
+        asker.start()
+    time.sleep(0.2)
+    started = time.monotonic()
+    conversation = client.conversations.create()
+    assert client.get("/health", cast_to=httpx2.Response).status_code == 200
+    assert time.monotonic() - started < 0.5 and conversation.id.startswith("conv_")
+    for asker in askers:
+        asker.join(60)
+    assert len(results) == 3  # queued, not refused
+
+
+def test_embeddings_have_the_models_dimensions_and_meaning(client: openai.OpenAI) -> None:
+    sentences = ["The cat sat on the mat.", "A cat was sitting on the rug.", "Quarterly revenue rose by eight percent."]
+    result = client.embeddings.create(model=EMBED, input=sentences)
+    vectors = [item.embedding for item in result.data]
+    assert [len(vector) for vector in vectors] == [256] * 3
+
+    def cosine(a: list[float], b: list[float]) -> float:
+        return sum(x * y for x, y in zip(a, b, strict=True))  # unit vectors
+
+    assert cosine(vectors[0], vectors[1]) > cosine(vectors[0], vectors[2])
+    short = client.embeddings.create(model=EMBED, input="hello", dimensions=64)
+    assert len(short.data[0].embedding) == 64

@@ -1,0 +1,33 @@
+"""Tool calls for a model without a tool format: the prompt, the messages, reading a call back."""
+
+from __future__ import annotations
+
+import json
+
+from providers.inference.local.tool_calls import OPEN, parse_call, tool_message, tools_prompt
+
+WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Weather now",
+                                            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}
+
+
+def test_the_prompt_names_each_tool_with_its_schema_and_the_format() -> None:
+    prompt = tools_prompt([WEATHER])
+    assert OPEN in prompt and "- get_weather: Weather now. Arguments: " in prompt and '"city"' in prompt
+
+
+def test_a_call_is_read_back_as_name_and_arguments() -> None:
+    assert parse_call(' <tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>') == (
+        "get_weather", '{"city": "Paris"}')
+    assert parse_call("It is sunny.") is None
+    assert parse_call("<tool_call>not json</tool_call>") is None
+
+
+def test_calls_and_results_in_the_history_become_text_any_template_renders() -> None:
+    assistant = tool_message({"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Rome"}'}}]})
+    assert assistant == {"role": "assistant", "content": '<tool_call>{"name": "get_weather", "arguments": {"city": "Rome"}}</tool_call>'}
+    assert tool_message({"role": "tool", "tool_call_id": "c1", "content": "sunny"}) == {"role": "user", "content": "Tool result: sunny"}
+    parts = tool_message({"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "image_url", "image_url": {}},
+                                                      {"type": "text", "text": "b"}]})
+    assert parts == {"role": "user", "content": "ab"}
+    assert json.loads(assistant["content"][len(OPEN):-len("</tool_call>")])["arguments"] == {"city": "Rome"}
