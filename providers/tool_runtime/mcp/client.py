@@ -22,16 +22,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import hashlib
 import logging
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
-from http import HTTPStatus
 from typing import Any
 
 import httpx2
+
+from providers.tool_runtime.mcp.endpoint import CONNECTION_FAILED, Endpoint, McpFailure
 
 __all__ = ["Connection", "ConnectionPool", "Endpoint", "McpFailure", "ProtocolMemory", "SharedTransport"]
 
@@ -39,54 +39,6 @@ log = logging.getLogger("stack")
 
 PROTOCOL_MEMORY_S = 300.0
 CLOSE_TIMEOUT_S = 5.0
-CONNECTION_FAILED = 424  # what OpenAI reports for a server it cannot reach (Failed Dependency)
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    """Where one MCP server is and what to send it."""
-
-    label: str
-    url: str
-    headers: tuple[tuple[str, str], ...] = ()
-    trusted: bool = False
-    """Configured by the operator (reached without the network guard)."""
-
-    @property
-    def key(self) -> str:
-        """Identifies the server and the credentials used with it (what it lists may depend on them)."""
-        material = "\n".join([self.url, *(f"{name.lower()}: {value}" for name, value in sorted(self.headers))])
-        return hashlib.sha256(material.encode()).hexdigest()
-
-    @property
-    def sse(self) -> bool:
-        return httpx2.URL(self.url).path.rstrip("/").endswith("/sse")
-
-
-class McpFailure(Exception):
-    """A failure talking to an MCP server, as the `error` of its item (an `mcp_call.error`);
-    `detail` says more than an HTTP status does (why a server could not be reached)."""
-
-    def __init__(self, error: dict[str, Any], detail: str | None = None) -> None:
-        super().__init__(error["message"])
-        self.error = error
-        self.detail = detail
-
-    @property
-    def message(self) -> str:
-        return str(self.error["message"])
-
-    @property
-    def status_text(self) -> str:
-        """`Http status code: 401 (Unauthorized)`, as OpenAI words a listing's failure."""
-        if self.error["type"] != "http_error":
-            return self.message
-        code = int(self.error["code"])
-        try:
-            phrase = HTTPStatus(code).phrase
-        except ValueError:
-            phrase = "Error"
-        return f"Http status code: {code} ({phrase})" + (f". {self.detail}" if self.detail else "")
 
 
 class SharedTransport(httpx2.AsyncBaseTransport):
@@ -221,7 +173,7 @@ class Connection:
         try:
             try:
                 await self._serve(ready, sse, known)
-            except BaseException as error:
+            except BaseException:
                 if ready.done() or known is not None or sse or self._refused_post() is None:
                     raise
                 # A 404/405 for the first POST: a server that speaks only the older SSE transport.

@@ -4,19 +4,23 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any
-
-import httpx2
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from providers.spec import Api, ProviderContext, ProviderSpec
-from providers.tool_runtime.mcp.client import Connection, ConnectionPool, Endpoint, ProtocolMemory, SharedTransport, Timeouts
 from providers.tool_runtime.mcp.config import McpConfig, McpServerConfig
+from providers.tool_runtime.mcp.endpoint import Endpoint
 from providers.tool_runtime.mcp.items import ITEM_TYPES, render, tool_entry
 from providers.tool_runtime.mcp.session import McpSession, Server, pending_approvals
 from runtime.apis.tool_runtime.protocol import PublicTool, ToolContext, ToolExchange
 from runtime.errors import InvalidRequestError
 from runtime.netguard import AddressPolicy
+
+if TYPE_CHECKING:
+    import httpx2
+
+    from providers.tool_runtime.mcp.client import Connection, ConnectionPool
 
 __all__ = ["MCP", "McpRuntime"]
 
@@ -29,17 +33,15 @@ class McpRuntime:
     tool_types = frozenset({"mcp"})
     item_types = ITEM_TYPES
 
-    def __init__(self, config: McpConfig, request_transport: httpx2.AsyncBaseTransport, trusted_transport: httpx2.AsyncBaseTransport) -> None:
+    def __init__(self, config: McpConfig, transports: Callable[[bool], httpx2.AsyncBaseTransport]) -> None:
         self.config = config
         self.policy = AddressPolicy(config.allow_private)
-        self._request_transport = SharedTransport(request_transport)
-        self._trusted_transport = SharedTransport(trusted_transport)
+        self._transports = transports
+        """Makes the transport for request URLs (False: guarded) or configured servers (True)."""
         self._by_label = {server.server_label: server for server in config.servers}
         self._by_connector = {server.connector_id: server for server in config.servers if server.connector_id}
-        self._memory = ProtocolMemory()
-        self.pool = ConnectionPool(self._new_connection, config.session_idle_s)
         self._lists: dict[str, tuple[float, list[dict[str, Any]]]] = {}
-        self._timeouts = Timeouts(config.connect_timeout_s, config.list_timeout_s, config.call_timeout_s)
+        self._pool: ConnectionPool | None = None  # built on first use: the SDK and HTTP stack load then
 
     # --- checking a request's tools -------------------------------------------------------------
 
@@ -87,8 +89,9 @@ class McpRuntime:
         removed = any(tool.get(key) for key in _SECRET_FIELDS)
         url = tool.get("server_url")
         if isinstance(url, str):
-            parsed = httpx2.URL(url)
-            origin = f"{parsed.scheme}://{parsed.netloc.decode()}"
+            parsed = urlsplit(url)
+            host = parsed.hostname or ""
+            origin = f"{parsed.scheme}://{f'[{host}]' if ':' in host else host}{f':{parsed.port}' if parsed.port else ''}"
             removed = removed or origin != url.rstrip("/")
             public["server_url"] = origin
         return PublicTool(public, removed)
@@ -132,11 +135,22 @@ class McpRuntime:
 
     def connect(self, endpoint: Endpoint) -> Connection:
         """A session with the server, the pooled one while it lasts."""
-        return self.pool.get(endpoint)
+        return self.pool().get(endpoint)
 
-    def _new_connection(self, endpoint: Endpoint) -> Connection:
-        transport = self._trusted_transport if endpoint.trusted else self._request_transport
-        return Connection(endpoint, transport, self._timeouts, self._memory)
+    def pool(self) -> ConnectionPool:
+        if self._pool is None:
+            from providers.tool_runtime.mcp.client import Connection, ConnectionPool, ProtocolMemory, SharedTransport, Timeouts
+
+            config, memory = self.config, ProtocolMemory()
+            timeouts = Timeouts(config.connect_timeout_s, config.list_timeout_s, config.call_timeout_s)
+            shared = {trusted: SharedTransport(self._transports(trusted)) for trusted in (False, True)}
+            self._pool = ConnectionPool(lambda endpoint: Connection(endpoint, shared[endpoint.trusted], timeouts, memory),
+                                        config.session_idle_s)
+        return self._pool
+
+    async def aclose(self) -> None:
+        if self._pool is not None:
+            await self._pool.aclose()
 
     async def list_tools(self, server: Server, connection: Connection) -> list[dict[str, Any]]:
         """Every tool of the server, from this process's cache while it is fresh."""
@@ -182,16 +196,21 @@ def _check_filter(value: Any, param: str, *, names_allowed: bool) -> None:
 async def create(context: ProviderContext[McpConfig]) -> AsyncIterator[McpRuntime]:
     config = context.config
     policy = AddressPolicy(config.allow_private)
-    guarded = context.http_transport(max_connections=config.max_connections, connect_timeout=config.connect_timeout_s,
-                                     address_guard=policy.allows)
-    trusted = context.http_transport(max_connections=config.max_connections, connect_timeout=config.connect_timeout_s)
-    runtime = McpRuntime(config, guarded, trusted)
+    made: list[httpx2.AsyncBaseTransport] = []
+
+    def transport(trusted: bool) -> httpx2.AsyncBaseTransport:
+        # Request URLs go through the network guard; the operator's servers are trusted.
+        made.append(context.http_transport(max_connections=config.max_connections, connect_timeout=config.connect_timeout_s,
+                                           address_guard=None if trusted else policy.allows))
+        return made[-1]
+
+    runtime = McpRuntime(config, transport)
     try:
         yield runtime
     finally:
-        await runtime.pool.aclose()
-        await guarded.aclose()
-        await trusted.aclose()
+        await runtime.aclose()
+        for made_transport in made:
+            await made_transport.aclose()
 
 
 MCP = ProviderSpec(

@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from providers.tool_runtime.mcp.client import Connection, Endpoint, McpFailure
-from providers.tool_runtime.mcp.items import call_outcome, is_allowed, listed_tools, needs_approval, tool_entry
+from providers.tool_runtime.mcp.endpoint import Endpoint, McpFailure
+from providers.tool_runtime.mcp.items import call_outcome, is_allowed, listed_tools, needs_approval
 from runtime.apis.items import new_id
 from runtime.apis.tool_runtime.protocol import FunctionSpec, ItemSink, ModelCall, ToolContext
 from runtime.errors import FailedDependencyError, InvalidRequestError
 
 if TYPE_CHECKING:
+    from providers.tool_runtime.mcp.client import Connection
     from providers.tool_runtime.mcp.runtime import McpRuntime
 
 __all__ = ["McpSession", "Server"]

@@ -19,7 +19,7 @@ PUBLIC = "https://93.184.216.34/mcp"
 
 def runtime(**config: Any) -> McpRuntime:
     transport = httpx2.MockTransport(lambda request: httpx2.Response(500))  # never reached by these tests
-    return McpRuntime(McpConfig.model_validate(config), transport, transport)
+    return McpRuntime(McpConfig.model_validate(config), lambda trusted: transport)
 
 
 async def test_a_good_tool_passes() -> None:
