@@ -85,6 +85,18 @@ def test_a_forced_tool_call_is_well_formed(client: openai.OpenAI, choice: object
     assert set(arguments) == {"city", "unit"} and isinstance(arguments["city"], str) and arguments["unit"] in ("celsius", "fahrenheit")
 
 
+def test_with_tool_choice_auto_the_answer_is_text_or_a_well_formed_call(client: openai.OpenAI) -> None:
+    for question in ("Weather in Oslo?", "Tell me a joke."):
+        answer = client.chat.completions.create(model=CHAT, messages=[{"role": "user", "content": question}], tools=[WEATHER],
+                                                max_tokens=64)
+        message = answer.choices[0].message
+        if message.tool_calls:
+            assert answer.choices[0].finish_reason == "tool_calls" and message.content is None
+            assert set(json.loads(message.tool_calls[0].function.arguments)) == {"city", "unit"}  # type: ignore[union-attr]
+        else:
+            assert isinstance(message.content, str) and not message.content.lstrip().startswith("<tool_call>")
+
+
 def test_a_responses_round_trip_with_previous_response_id(client: openai.OpenAI) -> None:
     first = client.responses.create(model=CHAT, input="My name is Ada.", max_output_tokens=24)
     second = client.responses.create(model=CHAT, input="What is my name?", previous_response_id=first.id, max_output_tokens=24)

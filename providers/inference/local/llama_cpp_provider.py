@@ -100,8 +100,19 @@ class LlamaCppModel:
         if not isinstance(texts, list) or not texts or not all(isinstance(text, str) for text in texts):
             raise InvalidRequestError("Invalid 'input': a string or a list of strings.", param="input", code="invalid_value")
         result: dict[str, Any] = await self.worker.call(lambda model: model.create_embedding(texts))
+        for item in result.get("data") or ():
+            item["embedding"] = _pooled(item["embedding"])
         result["model"] = self.model_id
         return fastjson.dumps(result)
+
+
+def _pooled(vector: list[Any]) -> list[float]:
+    """One unit-length vector: a model without a pooling of its own gives one per token, which
+    are averaged (OpenAI's embeddings are unit length, so cosine is a dot product)."""
+    if vector and isinstance(vector[0], list):
+        vector = [sum(column) / len(vector) for column in zip(*vector, strict=True)]
+    norm = sum(value * value for value in vector) ** 0.5 or 1.0
+    return [value / norm for value in vector]
 
 
 def _counted(model: Any, kwargs: dict[str, Any]) -> Iterator[dict[str, Any]]:
