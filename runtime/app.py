@@ -54,7 +54,12 @@ def create_app(stack: Stack) -> FastAPI:
             allow_credentials=server.cors.allow_credentials,
             expose_headers=["x-request-id"],
         )
-    app.add_middleware(RequestGuard, max_body_bytes=server.max_request_bytes)
+    limits: dict[tuple[str, str], int] = {}
+    for api in stack.plan.served_apis:
+        surface = SURFACES.get(api)
+        if surface is not None and surface.body_limits is not None:
+            limits.update(surface.body_limits(stack.impls[api]))
+    app.add_middleware(RequestGuard, max_body_bytes=server.max_request_bytes, route_limits=limits)
     return app
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -28,9 +29,11 @@ class RequestGuard:
     """Tags every response with `x-request-id`, refuses bodies over `max_body_bytes`, and turns an
     exception that escaped every handler (a bug of ours) into a 500 naming the request id."""
 
-    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_body_bytes: int, route_limits: Mapping[tuple[str, str], int] | None = None) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
+        self.route_limits = dict(route_limits or {})
+        """Limits of their own for some (method, path), such as file uploads."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -48,12 +51,13 @@ class RequestGuard:
                 message["headers"] = [*message.get("headers", ()), header]
             await send(message)
 
+        limit = self.route_limits.get((scope["method"], scope["path"]), self.max_body_bytes) if self.route_limits else self.max_body_bytes
         declared = _content_length(scope)
-        if declared is not None and declared > self.max_body_bytes:
-            await _send_error(send_with_id, _too_large(self.max_body_bytes))
+        if declared is not None and declared > limit:
+            await _send_error(send_with_id, _too_large(limit))
             return
         try:
-            await self.app(scope, self._limited(receive), send_with_id)
+            await self.app(scope, self._limited(receive, limit), send_with_id)
         except Exception:
             log.exception("unhandled error in %s %s (request id %s)", scope["method"], scope["path"], request_id)
             if started:
@@ -63,9 +67,8 @@ class RequestGuard:
                 (500, error_body(f"The server had an error processing your request (request id {request_id}).", "server_error")),
             )
 
-    def _limited(self, receive: Receive) -> Receive:
+    def _limited(self, receive: Receive, limit: int) -> Receive:
         received = 0
-        limit = self.max_body_bytes
 
         async def limited_receive() -> Message:
             nonlocal received
@@ -91,7 +94,7 @@ def _content_length(scope: Scope) -> int | None:
 
 def _too_large(limit: int) -> tuple[int, dict[str, Any]]:
     return 413, error_body(
-        f"Request body is larger than the server's limit of {limit} bytes (server.max_request_bytes).",
+        f"Request body is larger than the server's limit of {limit} bytes (server.max_request_bytes, or the route's own).",
         "invalid_request_error",
         code="request_too_large",
     )

@@ -17,6 +17,8 @@ from fastapi import APIRouter
 from providers.spec import Api
 from runtime.apis.conversations import routes as conversations_routes
 from runtime.apis.conversations.protocol import ConversationsProvider
+from runtime.apis.files import routes as files_routes
+from runtime.apis.files.protocol import FilesProvider
 from runtime.apis.inference import routes as inference_routes
 from runtime.apis.inference.protocol import InferenceProvider
 from runtime.apis.inference.router import open_inference_router
@@ -53,6 +55,8 @@ class ApiSurface:
     without it the API's single provider is its implementation."""
     protocol: type | None = None
     """The runtime-checkable Protocol every provider of the API must implement."""
+    body_limits: Callable[[Any], Mapping[tuple[str, str], int]] | None = None
+    """Request size limits of its own for some (method, path) of the API (file uploads)."""
 
 
 SURFACES: dict[Api, ApiSurface] = {
@@ -60,4 +64,5 @@ SURFACES: dict[Api, ApiSurface] = {
     Api.responses: ApiSurface(Api.responses, responses_routes.router, protocol=ResponsesProvider),
     Api.conversations: ApiSurface(Api.conversations, conversations_routes.router, protocol=ConversationsProvider),
     Api.tool_runtime: ApiSurface(Api.tool_runtime, None, open_tool_router, ToolRuntime),
+    Api.files: ApiSurface(Api.files, files_routes.router, protocol=FilesProvider, body_limits=files_routes.upload_limits),
 }

@@ -1,0 +1,1 @@
+"""Providers of the Files API."""

@@ -1,0 +1,196 @@
+"""The built-in files provider: bytes in a directory of the state dir, metadata in the `files` store.
+
+An upload is copied in chunks into `<id>.part`, renamed into place once whole, and only then
+recorded: a file listed is always a whole file, and what a crash leaves (a `.part`, or bytes with
+no record) is removed at the next start. A deleted file's record goes first, then its bytes.
+Expired files are not served and are removed by a sweep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import sqlalchemy as sa
+from pydantic import BaseModel, ConfigDict, Field
+
+from providers.spec import Api, ProviderContext, ProviderSpec
+from runtime.apis.files.protocol import FileContent
+from runtime.errors import InvalidRequestError, NotFoundError, PayloadTooLargeError
+from runtime.ids import random_hex
+from runtime.storage import Database
+
+__all__ = ["LOCAL", "LocalFiles"]
+
+log = logging.getLogger("stack")
+
+CHUNK = 1024 * 1024
+
+_metadata = sa.MetaData()
+files = sa.Table(
+    "files",
+    _metadata,
+    sa.Column("seq", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("id", sa.String(64), nullable=False, unique=True),
+    sa.Column("created_at", sa.BigInteger, nullable=False),
+    sa.Column("expires_at", sa.BigInteger, nullable=True, index=True),
+    sa.Column("purpose", sa.String(32), nullable=False, index=True),
+    sa.Column("filename", sa.Text, nullable=False),
+    sa.Column("bytes", sa.BigInteger, nullable=False),
+)
+
+
+class LocalFilesConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    directory: Path | None = Field(default=None, description="Where the bytes are kept (default: <state_dir>/files)")
+    max_file_bytes: int = Field(default=512 * 1024 * 1024, ge=1, description="The largest upload (OpenAI's limit: 512 MB)")
+    sweep_s: float = Field(default=60.0, gt=0, description="How often expired files are removed")
+
+
+class LocalFiles:
+    """Implements runtime.apis.files.protocol.FilesProvider."""
+
+    def __init__(self, db: Database, directory: Path, config: LocalFilesConfig) -> None:
+        self.db = db
+        self.directory = directory
+        self.config = config
+
+    @property
+    def max_file_bytes(self) -> int:
+        return self.config.max_file_bytes
+
+    async def create_file(self, upload: BinaryIO, filename: str, purpose: str, expires_after_s: int | None) -> dict[str, Any]:
+        file_id = f"file-{random_hex(12)}"
+        size = await asyncio.to_thread(self._write, file_id, upload)
+        now = int(time.time())
+        row = {"id": file_id, "created_at": now, "expires_at": now + expires_after_s if expires_after_s else None,
+               "purpose": purpose, "filename": filename[:1024], "bytes": size}
+        try:
+            await self.db.execute(files.insert().values(row))
+        except BaseException:
+            self._path(file_id).unlink(missing_ok=True)
+            raise
+        return _public(row)
+
+    def _write(self, file_id: str, upload: BinaryIO) -> int:
+        part = self.directory / f"{file_id}.part"
+        size = 0
+        try:
+            with part.open("wb") as out:
+                while chunk := upload.read(CHUNK):
+                    size += len(chunk)
+                    if size > self.config.max_file_bytes:
+                        raise PayloadTooLargeError(f"The file is larger than this server's limit of {self.config.max_file_bytes} bytes.",
+                                                   param="file", code="file_too_large")
+                    out.write(chunk)
+            if size == 0:
+                raise InvalidRequestError("The file is empty.", param="file", code="invalid_value")
+            os.replace(part, self._path(file_id))
+        finally:
+            part.unlink(missing_ok=True)
+        return size
+
+    def _path(self, file_id: str) -> Path:
+        return self.directory / file_id
+
+    async def list_files(self, purpose: str | None, after: str | None, limit: int, order: str) -> tuple[list[dict[str, Any]], bool]:
+        query = sa.select(files).where(_live())
+        if purpose is not None:
+            query = query.where(files.c.purpose == purpose)
+        if after is not None:
+            anchor = sa.select(files.c.seq).where(files.c.id == after).scalar_subquery()
+            query = query.where(files.c.seq > anchor if order == "asc" else files.c.seq < anchor)
+        query = query.order_by(files.c.seq.asc() if order == "asc" else files.c.seq.desc()).limit(limit + 1)
+        rows = await self.db.fetch_all(query)
+        return [_public(row) for row in rows[:limit]], len(rows) > limit
+
+    async def get_file(self, file_id: str) -> dict[str, Any]:
+        return _public(await self._row(file_id))
+
+    async def _row(self, file_id: str) -> sa.RowMapping:
+        row = await self.db.fetch_one(sa.select(files).where(files.c.id == file_id, _live()))
+        if row is None:
+            raise NotFoundError(f"No such File object: {file_id}", param="file_id", code="not_found")
+        return row
+
+    async def file_content(self, file_id: str) -> FileContent:
+        row = await self._row(file_id)
+        path = self._path(file_id)
+        return FileContent(_read(path), int(row["bytes"]), str(row["filename"]))
+
+    async def delete_file(self, file_id: str) -> dict[str, Any]:
+        await self._row(file_id)
+        await self.db.execute(files.delete().where(files.c.id == file_id))
+        self._path(file_id).unlink(missing_ok=True)
+        return {"id": file_id, "object": "file", "deleted": True}
+
+    async def sweep(self) -> None:
+        """Remove expired files, and what a crash left: parts, and bytes with no record."""
+        expired = await self.db.fetch_all(sa.select(files.c.id).where(sa.not_(_live())))
+        if expired:
+            await self.db.execute(files.delete().where(files.c.id.in_([row["id"] for row in expired])))
+            for row in expired:
+                self._path(row["id"]).unlink(missing_ok=True)
+        known = {row["id"] for row in await self.db.fetch_all(sa.select(files.c.id))}
+        for path in self.directory.iterdir():
+            if path.name.endswith(".part") or (path.name.startswith("file-") and path.name not in known):
+                if time.time() - path.stat().st_mtime > 3600:  # not an upload still being written
+                    path.unlink(missing_ok=True)
+
+
+def _live() -> sa.ColumnElement[bool]:
+    return sa.or_(files.c.expires_at.is_(None), files.c.expires_at > int(time.time()))
+
+
+async def _read(path: Path) -> AsyncIterator[bytes]:
+    handle = await asyncio.to_thread(path.open, "rb")
+    try:
+        while chunk := await asyncio.to_thread(handle.read, CHUNK):
+            yield chunk
+    finally:
+        handle.close()
+
+
+def _public(row: Any) -> dict[str, Any]:
+    return {"id": row["id"], "object": "file", "bytes": row["bytes"], "created_at": row["created_at"], "expires_at": row["expires_at"],
+            "filename": row["filename"], "purpose": row["purpose"], "status": "processed", "status_details": None}
+
+
+@contextlib.asynccontextmanager
+async def create(context: ProviderContext[LocalFilesConfig]) -> AsyncIterator[LocalFiles]:
+    directory = (context.config.directory or context.state_dir / "files").expanduser()
+    directory.mkdir(parents=True, exist_ok=True)
+    db = context.databases("files")
+    await db.create_tables(_metadata)
+    provider = LocalFiles(db, directory, context.config)
+    await provider.sweep()
+    sweeper = asyncio.get_running_loop().create_task(_sweep(provider))
+    try:
+        yield provider
+    finally:
+        sweeper.cancel()
+
+
+async def _sweep(provider: LocalFiles) -> None:
+    while True:
+        await asyncio.sleep(provider.config.sweep_s)
+        try:
+            await provider.sweep()
+        except Exception:
+            log.exception("the sweep of expired files failed; it runs again in %.0f s", provider.config.sweep_s)
+
+
+LOCAL = ProviderSpec(
+    api=Api.files,
+    name="local",
+    config_model=LocalFilesConfig,
+    factory=create,
+    description="Files kept in a directory of the state dir, their metadata in the `files` store",
+)

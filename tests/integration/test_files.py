@@ -1,0 +1,75 @@
+"""The Files API through the openai SDK, in server and library modes."""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+
+import openai
+import pytest
+
+
+def upload(client: openai.OpenAI, data: bytes, name: str = "notes.txt", purpose: str = "user_data") -> str:
+    return client.files.create(file=(name, io.BytesIO(data)), purpose=purpose).id  # type: ignore[arg-type]
+
+
+def test_a_file_is_uploaded_listed_read_and_deleted(openai_client: openai.OpenAI) -> None:
+    data = b"The lighthouse keeper counts the ships.\n" * 10
+    created = openai_client.files.create(file=("keeper.txt", io.BytesIO(data)), purpose="assistants")
+    assert created.id.startswith("file-") and created.object == "file"
+    assert (created.filename, created.bytes, created.purpose, created.status) == ("keeper.txt", len(data), "assistants", "processed")
+    assert openai_client.files.retrieve(created.id).model_dump() == created.model_dump()
+    assert openai_client.files.content(created.id).read() == data
+    assert created.id in [item.id for item in openai_client.files.list(purpose="assistants")]
+    assert created.id not in [item.id for item in openai_client.files.list(purpose="batch")]
+    deleted = openai_client.files.delete(created.id)
+    assert (deleted.id, deleted.deleted) == (created.id, True)
+    with pytest.raises(openai.NotFoundError):
+        openai_client.files.retrieve(created.id)
+    with pytest.raises(openai.NotFoundError):
+        openai_client.files.content(created.id)
+
+
+def test_a_file_larger_than_the_servers_request_limit_is_accepted(openai_client: openai.OpenAI, tmp_path: Path) -> None:
+    # The integration stack refuses bodies over 64 KiB; the upload route has the files provider's own limit.
+    big = tmp_path / "big.bin"
+    big.write_bytes(os.urandom(3 * 1024 * 1024))
+    with big.open("rb") as handle:
+        created = openai_client.files.create(file=handle, purpose="user_data")
+    assert created.bytes == 3 * 1024 * 1024 and created.filename == "big.bin"
+    assert openai_client.files.content(created.id).read() == big.read_bytes()
+    with pytest.raises(openai.APIStatusError) as refused:
+        openai_client.chat.completions.create(model="fake-model", messages=[{"role": "user", "content": "x" * 70_000}])
+    assert refused.value.status_code == 413  # elsewhere the server's limit stands
+
+
+def test_pages_follow_the_cursor_in_both_orders(openai_client: openai.OpenAI) -> None:
+    ids = [upload(openai_client, f"page {i}".encode(), purpose="evals") for i in range(5)]
+    newest_first = [item.id for item in openai_client.files.list(purpose="evals", limit=2)]
+    assert newest_first[:5] == ids[::-1]
+    oldest_first = [item.id for item in openai_client.files.list(purpose="evals", limit=2, order="asc")]
+    assert oldest_first[-5:] == ids
+
+
+def test_an_expiring_file_says_when_it_expires(openai_client: openai.OpenAI) -> None:
+    created = openai_client.files.create(file=("brief.txt", io.BytesIO(b"soon gone")), purpose="user_data",
+                                         expires_after={"anchor": "created_at", "seconds": 3600})
+    assert created.expires_at == created.created_at + 3600
+
+
+@pytest.mark.parametrize(("kwargs", "param"), [
+    ({"purpose": "nonsense"}, "purpose"),
+    ({"purpose": "user_data", "expires_after": {"anchor": "created_at", "seconds": 60}}, "expires_after.seconds"),
+    ({"purpose": "user_data", "expires_after": {"anchor": "last_active_at", "seconds": 3600}}, "expires_after.anchor"),
+])
+def test_bad_uploads_are_400s_naming_the_field(openai_client: openai.OpenAI, kwargs: dict[str, object], param: str) -> None:
+    with pytest.raises(openai.BadRequestError) as error:
+        openai_client.files.create(file=("x.txt", io.BytesIO(b"x")), **kwargs)  # type: ignore[arg-type]
+    assert error.value.param == param
+
+
+def test_an_empty_file_is_refused(openai_client: openai.OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError) as error:
+        openai_client.files.create(file=("empty.txt", io.BytesIO(b"")), purpose="user_data")
+    assert error.value.param == "file"

@@ -1,0 +1,53 @@
+"""The local files provider's bookkeeping: whole files only, expiry, and what a crash leaves."""
+
+from __future__ import annotations
+
+import io
+import os
+import time
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from builder.config import SqliteBackend
+from providers.files.local import LocalFiles, LocalFilesConfig, _metadata, files
+from runtime.errors import NotFoundError, PayloadTooLargeError
+from runtime.storage import open_database
+
+
+@pytest.fixture
+async def provider(tmp_path: Path) -> LocalFiles:
+    db = open_database(SqliteBackend(type="sqlite", path=tmp_path / "s.db"))
+    await db.create_tables(_metadata)
+    directory = tmp_path / "files"
+    directory.mkdir()
+    return LocalFiles(db, directory, LocalFilesConfig(max_file_bytes=1000))
+
+
+async def test_an_upload_over_the_limit_leaves_nothing_behind(provider: LocalFiles) -> None:
+    with pytest.raises(PayloadTooLargeError):
+        await provider.create_file(io.BytesIO(b"x" * 1001), "big.txt", "user_data", None)
+    assert list(provider.directory.iterdir()) == [] and (await provider.list_files(None, None, 10, "asc"))[0] == []
+
+
+async def test_an_expired_file_is_not_served_and_the_sweep_removes_it(provider: LocalFiles) -> None:
+    kept = await provider.create_file(io.BytesIO(b"kept"), "kept.txt", "user_data", None)
+    gone = await provider.create_file(io.BytesIO(b"gone"), "gone.txt", "user_data", 3600)
+    await provider.db.execute(files.update().where(files.c.id == gone["id"]).values(expires_at=int(time.time()) - 1))
+    with pytest.raises(NotFoundError):
+        await provider.get_file(gone["id"])
+    assert [item["id"] for item in (await provider.list_files(None, None, 10, "asc"))[0]] == [kept["id"]]
+    await provider.sweep()
+    assert sorted(path.name for path in provider.directory.iterdir()) == [kept["id"]]
+    assert await provider.db.fetch_one(sa.select(files).where(files.c.id == gone["id"])) is None
+
+
+async def test_the_sweep_removes_what_a_crash_left_once_it_is_old(provider: LocalFiles) -> None:
+    old, fresh = time.time() - 7200, time.time()
+    for name, when in (("file-abandoned.part", old), ("file-unrecorded", old), ("file-writing.part", fresh)):
+        path = provider.directory / name
+        path.write_bytes(b"half")
+        os.utime(path, (when, when))
+    await provider.sweep()
+    assert [path.name for path in provider.directory.iterdir()] == ["file-writing.part"]  # an upload still under way stays
