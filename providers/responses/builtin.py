@@ -121,7 +121,7 @@ async def create(context: ProviderContext[BuiltinResponsesConfig]) -> AsyncItera
     await store.create_tables()
     limits = LoopLimits(max_iterations=context.config.max_tool_iterations, parallel=context.config.max_parallel_tool_calls)
     engine = ResponsesEngine(context.deps[Api.inference], store, context.deps.get(Api.conversations), lease_s=context.config.lease_s,
-                             tools=context.deps.get(Api.tool_runtime), limits=limits)
+                             tools=context.deps.get(Api.tool_runtime), limits=limits, files=context.deps.get(Api.files))
     service = BuiltinResponses(engine, context.config)
     await engine.background.recover()
     sweeper = asyncio.get_running_loop().create_task(_sweep(engine))
@@ -148,6 +148,6 @@ BUILTIN = ProviderSpec(
     config_model=BuiltinResponsesConfig,
     factory=create,
     requires=(Api.inference,),
-    optional=(Api.conversations, Api.tool_runtime),
+    optional=(Api.conversations, Api.tool_runtime, Api.files),
     description="The Responses API over any chat-completions model: stored, chained, streamed, background",
 )

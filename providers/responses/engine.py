@@ -19,6 +19,7 @@ from functools import partial
 from typing import Any, Protocol
 
 from providers.responses.background import Background
+from providers.responses.files import with_files_read
 from providers.responses.items import ChatContext, Renderer, chat_messages
 from providers.responses.loop import LoopLimits, ModelTurn, ToolLoop
 from providers.responses.request import chat_request
@@ -27,6 +28,7 @@ from providers.responses.tools import RequestTools, check_server_tools, public_t
 from providers.responses.translate import PART_EVENTS, Event, StreamTranslator, usage_from_chat
 from runtime import fastjson
 from runtime.apis.items import new_id, normalize_input
+from runtime.apis.files.protocol import FilesProvider
 from runtime.apis.responses.models import CreateResponse, response_object
 from runtime.apis.tool_runtime.protocol import ToolContext
 from runtime.apis.tool_runtime.router import ToolRouter
@@ -76,6 +78,8 @@ class Turn:
     """The request's tools, when it has server-side ones."""
     prepared: list[Event] | None = None
     """The events of the tools' preparation, when it ran before the response started."""
+    seen: tuple[list[dict[str, Any]], list[dict[str, Any]]] | None = None
+    """History and input as the model sees them, when files named by id had to be read in."""
     sequence: Callable[[], int] = field(default_factory=lambda: itertools.count().__next__)
     chat: ChatContext | None = None
     """History and input folded into chat messages, once `messages()` has been asked for."""
@@ -91,13 +95,14 @@ class Turn:
 
     def messages(self, dropped: int = 0) -> list[dict[str, Any]]:
         """The chat messages of the model context (and of the output so far, in a tool loop),
-        without its `dropped` oldest items."""
+        without its `dropped` oldest items. Files named by id read as their content (`seen`)."""
         output = self.response["output"]
+        history, input_items = self.seen if self.seen is not None else (self.history, self.input_items)
         if dropped:
-            return chat_messages([*self.history, *self.input_items, *output][dropped:], self.request.instructions, self.renderers)
+            return chat_messages([*history, *input_items, *output][dropped:], self.request.instructions, self.renderers)
         if self.chat is None:
-            history = self.history_chat if self.history_chat is not None else ChatContext(renderers=self.renderers).extend(self.history)
-            self.chat = history.extend(self.input_items)
+            base = self.history_chat if self.history_chat is not None else ChatContext(renderers=self.renderers).extend(history)
+            self.chat = base.extend(input_items)
         return (self.chat.extend(output) if output else self.chat).messages_with(self.request.instructions)
 
 
@@ -113,12 +118,14 @@ class Context:
 
 class ResponsesEngine:
     def __init__(self, inference: Inference, store: ResponseStore, conversations: Conversations | None = None,
-                 lease_s: float = 30.0, tools: ToolRouter | None = None, limits: LoopLimits | None = None) -> None:
+                 lease_s: float = 30.0, tools: ToolRouter | None = None, limits: LoopLimits | None = None,
+                 files: FilesProvider | None = None) -> None:
         self.inference = inference
         self.store = store
         self.conversations = conversations
         self.lease_s = lease_s
         self.tools = tools
+        self.files = files
         self.limits = limits or LoopLimits()
         self.renderers: Mapping[str, Renderer] = tools.renderers if tools is not None else {}
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -151,6 +158,7 @@ class ResponsesEngine:
         response = response_object(request, new_id("resp"), status, conversation_id=request.conversation_id)
         response["tools"] = public_tools(request, self.tools)[0]
         turn = Turn(request, response, input_items, context.items, context.ancestors, context.chat, self.renderers)
+        await self.read_files(turn)
         if not request.background:
             await self.open_tools(turn)
             if turn.tools is not None:
@@ -160,6 +168,16 @@ class ResponsesEngine:
                     await turn.tools.aclose()
                     raise
         return turn
+
+    async def read_files(self, turn: Turn) -> None:
+        """Read in the files the context names by id, for the model (the stored items keep the
+        ids). Found while the context is converted, which is done here once and then reused."""
+        turn.messages()
+        if turn.chat is not None and turn.chat.file_ids:
+            history = turn.history if turn.history_chat is None else []  # a cached context was read in already
+            turn.seen = (await with_files_read(history, self.files) if history else turn.history,
+                         await with_files_read(turn.input_items, self.files))
+            turn.chat = None
 
     async def open_tools(self, turn: Turn) -> None:
         if any(tool.get("type") != "function" for tool in turn.request.tools or ()):

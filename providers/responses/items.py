@@ -46,15 +46,20 @@ class ChatContext:
     always give the same messages (the items' own ids are random)."""
     deferred: tuple[tuple[str, str, str], ...] = ()
     """(key, name, arguments) of calls whose result a later item gives (an approval pending)."""
+    file_ids: bool = False
+    """Whether a message names a file by id (`input_file`/`input_image` with `file_id`), which
+    the model cannot read as it is: the engine reads such files in and converts again."""
 
     def extend(self, items: Iterable[Mapping[str, Any]]) -> ChatContext:
         messages = list(self.messages)
         pending_reasoning = list(self.pending_reasoning)
-        server_calls, deferred = self.server_calls, self.deferred
+        server_calls, deferred, file_ids = self.server_calls, self.deferred, self.file_ids
         for item in items:
             kind = item.get("type")
             if kind == "message":
                 message = _chat_message(item)
+                if not file_ids and message["content"].__class__ is list:  # only messages of several parts
+                    file_ids = any(part.get("file_id") for part in item["content"])
                 if pending_reasoning and message["role"] == "assistant":
                     message["reasoning_content"] = "".join(pending_reasoning)
                     pending_reasoning = []
@@ -67,7 +72,7 @@ class ChatContext:
                 pending_reasoning.extend(_reasoning_text(item))
             elif (render := self.renderers.get(str(kind))) is not None and (exchange := render(item)) is not None:
                 server_calls, deferred = _append_exchange(messages, exchange, server_calls, deferred, pending_reasoning)
-        return ChatContext(tuple(messages), tuple(pending_reasoning), self.renderers, server_calls, deferred)
+        return ChatContext(tuple(messages), tuple(pending_reasoning), self.renderers, server_calls, deferred, file_ids)
 
     def messages_with(self, instructions: str | None) -> list[dict[str, Any]]:
         """The messages to send: `instructions` (this turn's only) as the system message first."""
