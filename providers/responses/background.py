@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from providers.responses.store import StoredResponse
@@ -41,9 +42,37 @@ class Background:
         self.engine = engine
         self.store = engine.store
         self._tasks: dict[str, asyncio.Task[Any]] = {}
+        self._watchers: dict[str, list[asyncio.Queue[Event | None]]] = {}
 
     def is_running(self, response_id: str) -> bool:
         return response_id in self._tasks
+
+    async def start_streamed(self, turn: Turn) -> AsyncIterator[Event]:
+        """Start it as `start` does, and stream its events as they are produced (`background`
+        with `stream`). The response goes on if this stream's client leaves; it can be followed
+        again with `GET /v1/responses/{id}?stream=true&starting_after=N`."""
+        watcher: asyncio.Queue[Event | None] = asyncio.Queue()
+        self._watchers.setdefault(turn.response["id"], []).append(watcher)
+        try:
+            await self.start(turn)
+        except BaseException:
+            self._unwatch(turn.response["id"], watcher)
+            raise
+        return self._watch(turn.response["id"], watcher)
+
+    async def _watch(self, response_id: str, watcher: asyncio.Queue[Event | None]) -> AsyncIterator[Event]:
+        try:
+            while (event := await watcher.get()) is not None:
+                yield event
+        finally:
+            self._unwatch(response_id, watcher)
+
+    def _unwatch(self, response_id: str, watcher: asyncio.Queue[Event | None]) -> None:
+        watchers = self._watchers.get(response_id, [])
+        if watcher in watchers:
+            watchers.remove(watcher)
+        if not watchers:
+            self._watchers.pop(response_id, None)
 
     async def start(self, turn: Turn) -> dict[str, Any]:
         """Store the response as queued and produce it after the request returns."""
@@ -71,6 +100,8 @@ class Background:
         try:
             async for event in self.engine.stream(turn):
                 batch.append(event)
+                for watcher in self._watchers.get(response_id, ()):
+                    watcher.put_nowait(event)
                 if event["type"].startswith(_LOGGED):
                     await self.store.append_events(response_id, batch)
                     batch = []
@@ -79,6 +110,8 @@ class Background:
             raise
         finally:
             heartbeat.cancel()
+            for watcher in self._watchers.get(response_id, ()):
+                watcher.put_nowait(None)
 
     def _heartbeat(self, response_id: str) -> asyncio.Task[None]:
         current = asyncio.current_task()

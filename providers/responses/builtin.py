@@ -56,7 +56,10 @@ class BuiltinResponses:
         return await self.engine.run(turn)
 
     async def stream_response(self, request: CreateResponse) -> AsyncIterator[Event]:
-        return self.engine.stream(await self.engine.prepare(request))
+        turn = await self.engine.prepare(request)
+        if request.background:
+            return await self.engine.background.start_streamed(turn)
+        return self.engine.stream(turn)
 
     async def get_response(self, response_id: str) -> dict[str, Any]:
         return (await self.store.get(response_id)).response

@@ -37,6 +37,29 @@ def test_a_running_background_response_can_be_streamed_and_resumed(client: opena
     assert [event.sequence_number for event in resumed] == list(range(6, len(events)))
 
 
+def test_a_background_response_can_be_streamed_as_it_is_created_and_resumed_after(client: openai.OpenAI) -> None:
+    stream = client.responses.create(model="fake-model", input="[tokens:8] [slow:20]", background=True, stream=True)
+    events = list(stream)
+    assert events[0].type == "response.created" and events[-1].type == "response.completed"
+    assert [event.sequence_number for event in events] == list(range(len(events)))
+    assert events[-1].response.background is True and events[-1].response.output_text == "tok1 tok2 tok3 tok4 tok5 tok6 tok7 tok8"
+    resumed = list(client.responses.retrieve(events[0].response.id, stream=True, starting_after=4))
+    assert [event.sequence_number for event in resumed] == list(range(5, len(events)))
+
+
+def test_a_streamed_background_response_goes_on_when_its_client_leaves(client: openai.OpenAI) -> None:
+    stream = client.responses.create(model="fake-model", input="[tokens:30] [slow:30]", background=True, stream=True)
+    response_id = ""
+    for event in stream:
+        if event.type == "response.created":
+            response_id = event.response.id
+        if event.type == "response.output_text.delta":
+            break
+    stream.close()
+    wait_for(lambda: client.responses.retrieve(response_id).status == "completed")
+    assert client.responses.retrieve(response_id).output_text.endswith("tok30")
+
+
 def test_a_background_response_can_be_cancelled_and_stays_cancelled(client: openai.OpenAI) -> None:
     queued = client.responses.create(model="fake-model", input="[tokens:40] [slow:100]", background=True)
     wait_for(lambda: client.responses.retrieve(queued.id).status == "in_progress")

@@ -75,11 +75,6 @@ class CreateResponse(BaseModel):
             )
         validate_id(self.previous_response_id, "previous_response_id", "resp")
         validate_id(self.conversation_id, "conversation", "conv")
-        if self.background and self.stream:
-            raise InvalidRequestError(
-                "Streaming a background response is not supported: create it with background=true, then stream it with "
-                "GET /v1/responses/{id}?stream=true.", param="stream", code="invalid_value",
-            )
         if self.background and self.store is False:
             raise InvalidRequestError("Background responses must be stored: remove store=false.", param="background", code="invalid_value")
         validate_metadata(self.metadata)
