@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.routing import APIRoute
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
+from starlette.routing import compile_path
 
 from providers.spec import Api
 from runtime.apis import SURFACES
@@ -33,16 +36,19 @@ def create_app(stack: Stack) -> FastAPI:
         redoc_url=None,
         openapi_url="/openapi.json",
     )
-    app.include_router(system_router(stack, app))
+    routers: list[tuple[APIRouter, str, list[str]]] = [(system_router(stack, app), "", [])]
     for api in stack.plan.served_apis:
         surface = SURFACES.get(api)
         if surface is not None and surface.router is not None:
-            app.include_router(surface.router(stack.impls[api]), prefix="/v1", tags=[api.value])
+            routers.append((surface.router(stack.impls[api]), "/v1", [api.value]))
     for api, inactive in stack.plan.unavailable_apis().items():
         surface = SURFACES.get(api)
         if surface is not None and surface.router is not None:
             stand_in = (NoModels if api is Api.inference else Unavailable)(unavailable_message(api, inactive))
-            app.include_router(surface.router(stand_in), prefix="/v1", tags=[api.value])
+            routers.append((surface.router(stand_in), "/v1", [api.value]))
+    for router, prefix, tags in routers:
+        app.include_router(router, prefix=prefix, tags=list(tags))
+    app.state.route_methods = [entry for router, prefix, _ in routers for entry in _route_methods(router, prefix)]
     install_error_handlers(app)
     server = stack.plan.config.server
     if server.cors is not None:
@@ -102,7 +108,9 @@ async def _http_error(request: Request, error: Exception) -> JSONResponse:
     if error.status_code == 404:
         message = f"Unknown route: {request.method} {request.url.path}"
     elif error.status_code == 405:
-        message = f"Method {request.method} is not allowed on {request.url.path}"
+        allowed = _allowed_methods(request)
+        message = f"Method {request.method} is not allowed on {request.url.path} (allowed: {', '.join(allowed)})"
+        error.headers = {**dict(error.headers or {}), "Allow": ", ".join(allowed)}
     else:
         message = str(error.detail)
     return JSONResponse(
@@ -110,3 +118,13 @@ async def _http_error(request: Request, error: Exception) -> JSONResponse:
         status_code=error.status_code,
         headers=dict(error.headers or {}),
     )
+
+
+def _allowed_methods(request: Request) -> list[str]:
+    """Every method some route serves at this path: Starlette's 405 names only the first route's."""
+    table: list[tuple[re.Pattern[str], set[str]]] = getattr(request.app.state, "route_methods", [])
+    return sorted({method for pattern, methods in table if pattern.match(request.url.path) for method in methods})
+
+
+def _route_methods(router: APIRouter, prefix: str) -> list[tuple[re.Pattern[str], set[str]]]:
+    return [(compile_path(prefix + route.path)[0], set(route.methods or ())) for route in router.routes if isinstance(route, APIRoute)]

@@ -50,3 +50,14 @@ def test_a_field_of_the_wrong_type_is_a_400_naming_it(openai_client: openai.Open
         openai_client.post(path, cast_to=object, body=body)
     assert error.value.status_code in (400, 404)
     assert error.value.param, error.value.message
+
+
+@pytest.mark.parametrize(("messages", "param"), [
+    (["hi"], "messages[0]"),
+    ([{"role": "user", "content": "a"}, {"role": "robot", "content": "b"}], "messages[1].role"),
+    ([{"content": "no role"}], "messages[0].role"),
+])
+def test_chat_messages_that_are_not_messages_are_400s(openai_client: openai.OpenAI, text_model: str, messages: Any, param: str) -> None:
+    with pytest.raises(openai.BadRequestError) as error:
+        openai_client.chat.completions.create(model=text_model, messages=messages, store=True)
+    assert error.value.param == param

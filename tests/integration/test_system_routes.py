@@ -60,6 +60,17 @@ def test_a_wrong_method_is_a_405_in_the_openai_error_shape(openai_client: openai
     assert "POST" in error.value.message
 
 
+@pytest.mark.parametrize(("method", "path", "allowed"), [
+    ("DELETE", "/chat/completions", "GET, POST"),  # two routes serve this path: both are named
+    ("PATCH", "/files/file-x", "DELETE, GET"),
+    ("PUT", "/conversations/conv_x/items", "GET, POST"),
+])
+def test_a_405_lists_every_method_the_path_serves(openai_client: openai.OpenAI, method: str, path: str, allowed: str) -> None:
+    response = openai_client._client.request(method, f"{openai_client.base_url}{path.lstrip('/')}")
+    assert response.status_code == 405 and response.headers["allow"] == allowed
+    assert response.json()["error"]["message"].endswith(f"(allowed: {allowed})")
+
+
 def test_a_body_over_the_size_limit_is_a_413(openai_client: openai.OpenAI) -> None:
     with pytest.raises(openai.APIStatusError) as error:
         openai_client.with_options(max_retries=0).post("/health", cast_to=object, body={"padding": "x" * 70_000})

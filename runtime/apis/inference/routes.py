@@ -28,6 +28,7 @@ T = TypeVar("T")
 JSON = "application/json"
 # OpenAI documents no maximum `limit` for stored chat completions (clients ask for 1,000).
 CHAT_LIST_MAX = 1000
+_ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 
 
 def _body_schema(required: list[str], properties: dict[str, Any]) -> dict[str, Any]:
@@ -125,6 +126,14 @@ def _check_chat_body(body: dict[str, Any]) -> None:
         raise InvalidRequestError("Missing required parameter: 'messages'.", param="messages", code="missing_required_parameter")
     if not isinstance(messages, list) or not messages:
         raise InvalidRequestError("Invalid 'messages': expected a non-empty array of messages.", param="messages", code="invalid_value")
+    for index, message in enumerate(messages):
+        if message.__class__ is not dict:
+            raise InvalidRequestError(f"Invalid type for 'messages[{index}]': expected an object.", param=f"messages[{index}]",
+                                      code="invalid_type")
+        if message.get("role") not in _ROLES:
+            raise InvalidRequestError(
+                f"Invalid value for 'messages[{index}].role': {str(message.get('role'))[:40]!r} (expected one of: {', '.join(_ROLES)}).",
+                param=f"messages[{index}].role", code="invalid_value")
     for flag in ("stream", "store"):
         if body.get(flag) is not None and not isinstance(body[flag], bool):
             raise InvalidRequestError(f"Invalid type for '{flag}': expected a boolean.", param=flag, code="invalid_type")
@@ -195,7 +204,9 @@ def _metadata_filter(request: Request) -> dict[str, str]:
 def _store_messages(completion_id: str, messages: list[Any]) -> list[dict[str, Any]]:
     shaped = []
     for index, message in enumerate(messages):
-        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(message, dict):  # stored before messages were checked: shown as the text it was
+            message = {"role": "user", "content": message if isinstance(message, str) else json.dumps(message)}
+        content = message.get("content")
         parts = content if isinstance(content, list) else None
         text = content if isinstance(content, str) else None
         if parts is not None:

@@ -81,3 +81,12 @@ def test_a_stream_that_breaks_after_it_started_ends_with_an_error_event(served: 
     assert events[0].startswith('data: {"id":"c"')
     assert '"code": "upstream_stream_error"' in events[1]
     assert "data: [DONE]" not in events
+
+
+def test_stored_messages_that_are_not_objects_are_listed_as_text() -> None:
+    # Stored before messages were checked: listing them must not fail.
+    from runtime.apis.inference.routes import _store_messages
+
+    shaped = _store_messages("chatcmpl-1", ["plain", [1, 2], {"role": "user", "content": "ok"}])
+    assert [(message["id"], message["content"]) for message in shaped] == [
+        ("chatcmpl-1-0", "plain"), ("chatcmpl-1-1", "[1, 2]"), ("chatcmpl-1-2", "ok")]
