@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from providers.inference.local import tool_calls
-from providers.inference.local.packaged import model_file
+from providers.inference.local.packaged import model_file, require_module
 from providers.inference.local.worker import ModelWorker
 from providers.spec import Api, ProviderContext, ProviderSpec
 from runtime import fastjson
@@ -222,12 +222,7 @@ def _response_format(value: Any) -> dict[str, Any] | None:
 
 @contextlib.asynccontextmanager
 async def create(context: ProviderContext[LlamaCppConfig]) -> AsyncIterator[LlamaCppModel]:
-    import importlib.util
-
-    from providers.inference.local.packaged import MissingModel
-
-    if importlib.util.find_spec("llama_cpp") is None:
-        raise MissingModel("llama-cpp-python is not installed: pip install llama-cpp-python (or this project's extra: pip install -e '.[local]')")
+    require_module("llama_cpp", "llama-cpp-python")
     provider = LlamaCppModel(context.config, model_file(context.config.model, ".gguf"))  # found now, loaded on first use
     try:
         yield provider

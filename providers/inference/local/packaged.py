@@ -3,10 +3,11 @@ downloaded. A missing package is an error that says what to install."""
 
 from __future__ import annotations
 
+import importlib.util
 from importlib import metadata
 from pathlib import Path
 
-__all__ = ["MissingModel", "model_file", "packaged_file"]
+__all__ = ["MissingModel", "model_file", "packaged_file", "require_module"]
 
 
 class MissingModel(RuntimeError):
@@ -39,3 +40,9 @@ def packaged_file(distribution: str, suffix: str) -> Path:
             if path.is_file():
                 return path
     raise MissingModel(f"the package {distribution!r} has no file ending in {suffix}")
+
+
+def require_module(module: str, distribution: str) -> None:
+    """A start-up check, without importing it (that waits for first use): the module is installed."""
+    if importlib.util.find_spec(module) is None:
+        raise MissingModel(f"{distribution} is not installed: pip install {distribution} (or this project's extra: pip install -e '.[local]')")

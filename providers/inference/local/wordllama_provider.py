@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from providers.inference.local.packaged import packaged_file
+from providers.inference.local.packaged import packaged_file, require_module
 from providers.inference.local.worker import ModelWorker
 from providers.spec import Api, ProviderContext, ProviderSpec
 from runtime import fastjson
@@ -103,12 +103,7 @@ def _not_chat(model_id: str) -> InvalidRequestError:
 
 @contextlib.asynccontextmanager
 async def create(context: ProviderContext[WordLlamaConfig]) -> AsyncIterator[WordLlamaEmbeddings]:
-    import importlib.util
-
-    from providers.inference.local.packaged import MissingModel
-
-    if importlib.util.find_spec("wordllama") is None:  # checked at start, loaded on first use
-        raise MissingModel("wordllama is not installed: pip install wordllama (or this project's extra: pip install -e '.[local]')")
+    require_module("wordllama", "wordllama")  # checked at start, loaded on first use
     provider = WordLlamaEmbeddings(context.config)
     try:
         yield provider
