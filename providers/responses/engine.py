@@ -32,7 +32,7 @@ from runtime.apis.files.protocol import FilesProvider
 from runtime.apis.responses.models import CreateResponse, response_object
 from runtime.apis.tool_runtime.protocol import ToolContext
 from runtime.apis.tool_runtime.router import ToolRouter
-from runtime.errors import APIError, InvalidRequestError, NotFoundError
+from runtime.errors import APIError, InvalidRequestError, NotFoundError, UpstreamError
 
 __all__ = ["Inference", "ResponsesEngine", "Turn"]
 
@@ -286,12 +286,12 @@ class ResponsesEngine:
                        max_tokens: int | None) -> AsyncIterator[Event]:
             if not stream:
                 raw = await self._with_truncation(turn, partial(self.inference.chat_completion, echo_model=False), False, offered, max_tokens)
-                for event in translator.feed_completion(fastjson.loads(raw)):
+                for event in translator.feed_completion(_upstream_json(raw)):
                     yield event
                 return
             chunks = await self._with_truncation(turn, partial(self.inference.stream_chat_completion, echo_model=False), True, offered, max_tokens)
             async for chunk in chunks:
-                for event in translator.feed(fastjson.loads(chunk)):
+                for event in translator.feed(_upstream_json(chunk)):
                     yield event
 
         return call
@@ -452,6 +452,19 @@ RESPONSE_ERROR_CODES = frozenset({
     "image_content_policy_violation", "invalid_image_mode", "image_file_too_large", "unsupported_image_media_type",
     "empty_image_file", "failed_to_download_image", "image_file_not_found",
 })
+
+
+def _upstream_json(raw: bytes) -> dict[str, Any]:
+    """A chat completion or chunk from the model server; one that is not a JSON object is the
+    server's fault: a 502 (or, in a stream, `response.failed`), never a 500 of ours."""
+    try:
+        value = fastjson.loads(raw)
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        raise UpstreamError(f"The model server answered with malformed data, not a JSON object: {raw[:120]!r}",
+                            status_code=502, code="upstream_malformed")
+    return value
 
 
 def _finalize(response: dict[str, Any], loop: ToolLoop, status: str | None = None, error: dict[str, Any] | None = None) -> None:

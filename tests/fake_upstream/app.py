@@ -62,7 +62,7 @@ _ERROR_TYPES = {
     429: "rate_limit_error",
 }
 _TOKEN_PIECE = re.compile(r"\s*\S+")
-_DIRECTIVE_START = re.compile(r"\[(tokens|tool|error|slow|cut|context_overflow|reasoning|refusal|again)")
+_DIRECTIVE_START = re.compile(r"\[(tokens|tool|error|slow|cut|context_overflow|reasoning|refusal|again|garbage)")
 _NUMBER_ARG = re.compile(r":(\d+)\]")
 _TOOL_NAME = re.compile(r":([A-Za-z0-9_.\-]+)\s*")
 _CLOSE = re.compile(r"\s*\]")
@@ -178,13 +178,15 @@ class Directives:
     refusal: bool = False
     again: bool = False
     """Call the [tool:...] tools again after their results (a model that never stops calling)."""
+    garbage: bool = False
+    """Answer with a body cut off mid-JSON, or a stream whose second event is not JSON."""
 
 
 def parse_directives(text: str) -> Directives:
     """Split `text` into its directives and the remaining text (stripped).
 
     Known: [tokens:N] [tool:NAME {json}] [error:STATUS] [slow:MS] [cut:N] [context_overflow]
-    [reasoning] [refusal] [again]. Anything malformed stays in the text verbatim.
+    [reasoning] [refusal] [again] [garbage]. Anything malformed stays in the text verbatim.
     """
     if "[" not in text:
         return Directives(text.strip())
@@ -208,7 +210,7 @@ def _apply_directive(directives: Directives, name: str, text: str, pos: int) -> 
     """Record directive `name` whose arguments start at `pos`; its end, or None when malformed."""
     if name == "tool":
         return _apply_tool(directives, text, pos)
-    if name in ("context_overflow", "reasoning", "refusal", "again"):
+    if name in ("context_overflow", "reasoning", "refusal", "again", "garbage"):
         if not text.startswith("]", pos):
             return None
         setattr(directives, name, True)
@@ -320,6 +322,7 @@ class ChatPlan:
     top_logprobs: int
     slow_ms: int
     cut: int | None
+    garbage: bool = False
 
     def usage(self) -> JSON:
         reasoning_tokens = count_tokens(self.reasoning) * len(self.choices) if self.reasoning else 0
@@ -365,6 +368,7 @@ def plan_chat(body: object, digest: str) -> ChatPlan:
         top_logprobs=_int_field(body, "top_logprobs") or 0,
         slow_ms=directives.slow_ms,
         cut=directives.cut,
+        garbage=directives.garbage,
     )
 
 
@@ -684,10 +688,13 @@ def answer_chat(raw: bytes) -> Reply | StreamReply:
     except UpstreamError as error:
         return error_reply(error)
     if body.get("stream") is not True:
-        return Reply(200, dumps(render_completion(plan)), slow_ms=plan.slow_ms)
+        answer = dumps(render_completion(plan))
+        return Reply(200, answer[: len(answer) // 2] if plan.garbage else answer, slow_ms=plan.slow_ms)
     options = body.get("stream_options")
     include_usage = isinstance(options, dict) and options.get("include_usage") is True
     events = [sse_event(chunk) for chunk in render_chunks(plan, include_usage)]
+    if plan.garbage:
+        events[1] = b"data: {this is not json\n\n"
     events.append(_DONE)
     return StreamReply(tuple(events), plan.slow_ms, plan.cut)
 

@@ -177,3 +177,10 @@ def test_malformed_requests_are_400s_naming_the_parameter(openai_client: openai.
     with pytest.raises(openai.BadRequestError) as error:
         openai_client.post("/chat/completions", cast_to=object, body=body)
     assert error.value.param == param
+
+
+@pytest.mark.parametrize("store", [False, True])
+def test_a_body_cut_short_by_the_model_server_is_a_502(openai_client: openai.OpenAI, text_model: str, store: bool) -> None:
+    with pytest.raises(openai.APIStatusError) as error:
+        openai_client.chat.completions.create(model=text_model, messages=[{"role": "user", "content": "[garbage] cut"}], store=store)
+    assert error.value.status_code == 502 and error.value.code == "upstream_malformed"

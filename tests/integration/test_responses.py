@@ -330,3 +330,18 @@ def test_an_id_that_is_not_a_response_id_is_a_400(openai_client: openai.OpenAI) 
         with pytest.raises(openai.BadRequestError) as error:
             call()
         assert error.value.param == "response_id" and "Expected an ID that begins with 'resp'" in error.value.message
+
+
+def test_a_malformed_answer_from_the_model_server_is_a_502(openai_client: openai.OpenAI, text_model: str) -> None:
+    with pytest.raises(openai.APIStatusError) as error:
+        openai_client.responses.create(model=text_model, input="[garbage] broken body")
+    assert error.value.status_code == 502 and error.value.code == "upstream_malformed"
+
+
+def test_a_malformed_chunk_fails_the_streamed_response_and_is_stored_failed(openai_client: openai.OpenAI, text_model: str) -> None:
+    events = list(openai_client.responses.create(model=text_model, input="[garbage] [tokens:4] broken stream", stream=True))
+    final = events[-1]
+    assert final.type == "response.failed" and final.response.status == "failed"
+    assert final.response.error is not None and final.response.error.code == "server_error"
+    assert "malformed" in final.response.error.message
+    assert openai_client.responses.retrieve(final.response.id).status == "failed"  # not cancelled, not in_progress

@@ -21,7 +21,7 @@ from runtime import fastjson
 from runtime.apis.inference.chunks import ChunkAccumulator
 from runtime.apis.inference.protocol import InferenceProvider, UpstreamModel, UpstreamRequest
 from runtime.apis.inference.store import ChatCompletionStore, new_completion_id
-from runtime.errors import APIError, InvalidRequestError, NotFoundError
+from runtime.errors import APIError, InvalidRequestError, NotFoundError, UpstreamError
 
 if TYPE_CHECKING:
     from runtime.apis import ApiContext
@@ -162,6 +162,8 @@ class InferenceRouter:
         the upstream's: for callers that only read the output, which saves a re-encoding)."""
         provider_id, request, requested = await self._route(body, raw)
         result = await self._call(provider_id, self.providers[provider_id].chat_completion(request))
+        if result[:1] != b"{" or result.rstrip()[-1:] != b"}":  # a body cut short (the bytes are passed on unparsed)
+            raise _malformed(provider_id, result)
         if body.get("store") is True:
             return await self._store_completion(result, body, requested)
         if requested is not None and echo_model:
@@ -169,9 +171,12 @@ class InferenceRouter:
         return result
 
     async def _store_completion(self, result: bytes, body: Mapping[str, Any], model: str | None) -> bytes:
-        completion = fastjson.loads(result)
+        try:
+            completion = fastjson.loads(result)
+        except ValueError:
+            completion = None
         if not isinstance(completion, dict):
-            return result  # not a completion: nothing to store, the caller reports it
+            raise _malformed(str(body.get("model")), result)
         upstream_id = completion.get("id")
         completion["id"] = new_completion_id()
         if model is not None:
@@ -257,6 +262,11 @@ def _with_model(result: bytes, model: str) -> bytes:
 async def _chunks_with_model(chunks: AsyncIterator[bytes], model: str) -> AsyncIterator[bytes]:
     async for chunk in chunks:
         yield _with_model(chunk, model)
+
+
+def _malformed(provider: str, body: bytes) -> UpstreamError:
+    return UpstreamError(f"The model server ({provider}) answered with malformed data, not a JSON object: {body[:120]!r}",
+                         status_code=502, code="upstream_malformed")
 
 
 def _text_or_none(value: Any) -> str | None:
