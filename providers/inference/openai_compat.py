@@ -27,7 +27,10 @@ class OpenAICompatConfig(BaseModel):
 
     base_url: str = Field(min_length=1, description="The server's OpenAI-compatible base URL, ending in /v1")
     api_key: SecretStr | None = None
-    timeout_s: float = Field(default=300.0, gt=0, description="Longest wait for an upstream answer (or the next chunk)")
+    timeout_s: float = Field(default=300.0, gt=0, description=(
+        "Longest wait for an answer, or for a stream's first chunk: a model may work long on a long prompt"))
+    stream_gap_timeout_s: float = Field(default=30.0, gt=0, description=(
+        "Longest wait between two chunks of a stream once it has started: a stalled stream fails this soon"))
     connect_timeout_s: float = Field(default=5.0, gt=0)
     max_connections: int = Field(default=256, ge=1)
     headers: dict[str, str] = Field(default_factory=dict, description="Extra headers sent upstream")
@@ -40,14 +43,16 @@ class OpenAICompatAdapter:
     AsyncClient's per-request work (URL parsing, header merging) cost more than the transport."""
 
     def __init__(self, provider_id: str, transport: httpx2.AsyncBaseTransport, base_url: str,
-                 headers: Mapping[str, str], timeout_s: float, connect_timeout_s: float) -> None:
+                 headers: Mapping[str, str], timeout_s: float, connect_timeout_s: float, stream_gap_timeout_s: float = 30.0) -> None:
         self.provider_id = provider_id
         self.transport = transport
         self.timeout_s = timeout_s
+        self.stream_gap_timeout_s = stream_gap_timeout_s
         base = base_url.rstrip("/") + "/"
         self._urls = {path: httpx2.URL(base + path) for path in ("chat/completions", "embeddings", "models")}
         self._headers = [(k.lower().encode(), v.encode()) for k, v in {**headers, **_JSON_HEADERS}.items()]
         self._timeout = {"connect": connect_timeout_s, "read": timeout_s, "write": timeout_s, "pool": timeout_s}
+        self._stream_timeout = {**self._timeout, "gap": stream_gap_timeout_s}
 
     async def chat_completion(self, request: UpstreamRequest) -> bytes:
         return await self._post("chat/completions", request)
@@ -56,11 +61,17 @@ class OpenAICompatAdapter:
         return await self._post("embeddings", request)
 
     async def stream_chat_completion(self, request: UpstreamRequest) -> AsyncIterator[bytes]:
-        upstream = self._request("POST", "chat/completions", request.payload())
+        upstream = self._request("POST", "chat/completions", request.payload(), self._stream_timeout)
         response = await self._send(upstream)
         try:
             async for data in iter_sse_data(response.aiter_bytes()):
                 yield data
+        except httpx2.ReadTimeout as error:
+            raise UpstreamError(
+                f"inference provider '{self.provider_id}': the stream from {upstream.url} stalled (nothing within "
+                f"{self.timeout_s:g} s of the start, or {self.stream_gap_timeout_s:g} s between chunks)",
+                status_code=504, code="upstream_timeout",
+            ) from error
         except httpx2.HTTPError as error:
             raise UpstreamError(
                 f"inference provider '{self.provider_id}': the stream from {upstream.url} broke off: {_reason(error)}",
@@ -90,9 +101,9 @@ class OpenAICompatAdapter:
         finally:
             await response.aclose()
 
-    def _request(self, method: str, path: str, payload: bytes | None) -> httpx2.Request:
+    def _request(self, method: str, path: str, payload: bytes | None, timeout: Mapping[str, float] | None = None) -> httpx2.Request:
         return httpx2.Request(method, self._urls[path], headers=self._headers, content=payload,
-                              extensions={"timeout": self._timeout})
+                              extensions={"timeout": timeout or self._timeout})
 
     async def _send(self, request: httpx2.Request) -> httpx2.Response:
         try:
@@ -161,6 +172,7 @@ async def open_adapter(context: ProviderContext[OpenAICompatConfig]) -> AsyncIte
         headers["authorization"] = f"Bearer {config.api_key.get_secret_value()}"
     transport = context.http_transport(max_connections=config.max_connections, connect_timeout=config.connect_timeout_s)
     try:
-        yield OpenAICompatAdapter(context.provider_id, transport, config.base_url, headers, config.timeout_s, config.connect_timeout_s)
+        yield OpenAICompatAdapter(context.provider_id, transport, config.base_url, headers, config.timeout_s, config.connect_timeout_s,
+                                  config.stream_gap_timeout_s)
     finally:
         await transport.aclose()

@@ -292,11 +292,16 @@ class Connection(asyncio.Protocol):
 
 
 class ResponseStream(httpx2.AsyncByteStream):
-    """The response body, chunk by chunk as received; releases or closes the connection at the end."""
+    """The response body, chunk by chunk as received; releases or closes the connection at the end.
 
-    def __init__(self, conn: Connection, timeout: float | None) -> None:
+    `timeout` bounds the wait for the first body bytes, `gap` (when given) each wait after them: a
+    model may think long before its first token, but a stream that has started and then stalls
+    should fail within the gap."""
+
+    def __init__(self, conn: Connection, timeout: float | None, gap: float | None = None) -> None:
         self._conn: Connection | None = conn
         self._timeout = timeout
+        self._gap = gap
 
     def __aiter__(self) -> AsyncIterator[bytes]:
         return self
@@ -327,6 +332,8 @@ class ResponseStream(httpx2.AsyncByteStream):
             chunk = b"".join(chunks)
             chunks.clear()
         conn.consumed(len(chunk))
+        if self._gap is not None:
+            self._timeout, self._gap = self._gap, None
         return chunk
 
     def _abort(self, conn: Connection) -> None:

@@ -39,8 +39,9 @@ class PooledTransport(httpx2.AsyncBaseTransport):
     not ask to close it; a response closed before its end arrived closes its connection.
 
     Timeouts come from `request.extensions["timeout"]` (connect, read, pool; httpx2's client
-    always sets them); without it, `connect_timeout` applies and reads and pool waits are
-    unbounded. Write timeouts are not enforced: the write is buffered by asyncio.
+    always sets them; and `gap`, ours, for the waits between body chunks after the first);
+    without it, `connect_timeout` applies and reads and pool waits are unbounded. Write timeouts
+    are not enforced: the write is buffered by asyncio.
 
     A request on a reused connection that the server closed before sending any byte (the
     keep-alive race) is retried once on a fresh connection, as browsers and urllib3 do.
@@ -79,11 +80,13 @@ class PooledTransport(httpx2.AsyncBaseTransport):
         url = request.url
         pool = self._pools.get((url.scheme, url.netloc)) or self._new_pool(url)
         timeouts = request.extensions.get("timeout")
+        gap_timeout = None
         if timeouts is None:
             connect_timeout, read_timeout, pool_timeout = self._connect_timeout, None, None
         else:
             connect_timeout = timeouts.get("connect", self._connect_timeout)
             read_timeout, pool_timeout = timeouts.get("read"), timeouts.get("pool")
+            gap_timeout = timeouts.get("gap")  # ours: between two body chunks, once the first came
         head = _encode_head(request, pool.host_header)
         try:
             body = request.content
@@ -97,7 +100,7 @@ class PooledTransport(httpx2.AsyncBaseTransport):
             return httpx2.Response(
                 conn.status,
                 headers=conn.headers,
-                stream=ResponseStream(conn, read_timeout),
+                stream=ResponseStream(conn, read_timeout, gap_timeout),
                 extensions={"http_version": _HTTP11},
             )
         except BaseException:

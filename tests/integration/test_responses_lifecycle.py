@@ -216,3 +216,29 @@ def test_a_chain_continues_after_a_restart_with_the_same_context(upstream: FakeU
     assert in_memory.usage is not None and from_store.usage is not None
     assert from_store.usage.input_tokens == in_memory.usage.input_tokens == 2 + 4 + 1 + 3 + 1
     assert upstream.bodies()[-1]["messages"] == upstream.bodies()[-2]["messages"]
+
+
+def test_a_stream_that_stalls_after_it_started_fails_within_the_gap(upstream: FakeUpstream, tmp_path: Path) -> None:
+    """A model may take long to its first chunk (timeout_s), but once streaming, a gap longer
+    than stream_gap_timeout_s fails the stream instead of holding it for the whole timeout."""
+    from builder.load import parse_config
+    from builder.resolve import resolve
+    from runtime.library_client import LibraryClient
+
+    env = live_env(upstream, tmp_path)
+    document = {"version": 1, "name": "gaps", "providers": {
+        "inference": [{"provider_id": "fake", "provider_type": "openai", "config": {
+            "base_url": upstream.base_url, "api_key": "k", "timeout_s": 30, "stream_gap_timeout_s": 0.4}}],
+        "responses": [{"provider_id": "builtin", "provider_type": "builtin"}]}}
+    with LibraryClient(resolve(parse_config(document, env), env)) as stack:
+        client = stack.openai(max_retries=0)
+        # The fake sends each chunk 1 s after the previous one: the first is awaited, the second stalls.
+        with pytest.raises(openai.APIError, match="stalled"):
+            list(client.chat.completions.create(model="fake-model", messages=[{"role": "user", "content": "[tokens:5] [slow:1000]"}],
+                                                stream=True))
+        events = list(client.responses.create(model="fake-model", input="[tokens:5] [slow:1000]", stream=True))
+        assert events[-1].type == "response.failed" and "stalled" in (events[-1].response.error.message or "")  # type: ignore[union-attr]
+        # Steady chunks within the gap go through.
+        steady = list(client.chat.completions.create(model="fake-model", messages=[{"role": "user", "content": "[tokens:3] [slow:100]"}],
+                                                     stream=True))
+        assert "".join(chunk.choices[0].delta.content or "" for chunk in steady if chunk.choices) == "tok1 tok2 tok3"
