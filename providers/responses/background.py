@@ -167,6 +167,11 @@ class Background:
                     continue
                 input_items = await self.store.items_of(stored.id, "input")
                 turn = Turn(request, stored.response, input_items, history, stored.ancestors, renderers=engine.renderers)
+                try:
+                    await engine.read_files(turn)
+                except APIError as error:  # a file it names was deleted meanwhile
+                    await self._fail_orphan(stored, f"This background response could not be resumed: {error.message}")
+                    continue
                 log.info("resuming queued background response %s", stored.id)
                 self.spawn(turn)
             else:
