@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+import asyncio
+from collections.abc import Awaitable, Mapping, Sequence
+from typing import Any, TypeVar
 
+from starlette.requests import Request
 from starlette.responses import Response
 
 from runtime import fastjson
 from runtime.errors import InvalidRequestError
 
-__all__ = ["JSONBytes", "cursor_page", "parse_json_object", "validate_id", "validate_limit", "validate_metadata", "validate_order"]
+__all__ = ["JSONBytes", "cursor_page", "parse_json_object", "unless_disconnected", "validate_id", "validate_limit", "validate_metadata",
+           "validate_order"]
+
+T = TypeVar("T")
 
 MAX_METADATA_PAIRS = 16
 MAX_METADATA_KEY = 64
@@ -92,3 +97,29 @@ class JSONBytes(Response):
 
     def render(self, content: Any) -> bytes:
         return fastjson.dumps(content)
+
+
+async def unless_disconnected(request: Request, work: Awaitable[T]) -> T | None:
+    """Await `work`, cancelling it if the client goes away first (the upstream call with it);
+    None when the client went away."""
+    current = asyncio.current_task()
+    gone = False
+
+    async def watch() -> None:
+        nonlocal gone
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+        gone = True
+        if current is not None:
+            current.cancel()
+
+    watcher = asyncio.create_task(watch())
+    try:
+        return await work
+    except asyncio.CancelledError:
+        if not gone or current is None:
+            raise
+        current.uncancel()
+        return None
+    finally:
+        watcher.cancel()

@@ -728,24 +728,36 @@ class _HideDeliberateDrops(logging.Filter):
 _HIDE_DELIBERATE_DROPS = _HideDeliberateDrops()
 
 
-async def stream_events(reply: StreamReply) -> AsyncIterator[bytes]:
-    """The SSE events, each after `slow_ms`; for `[cut:N]` N events then a dropped connection."""
+async def stream_events(reply: StreamReply, left: Callable[[], None] = lambda: None) -> AsyncIterator[bytes]:
+    """The SSE events, each after `slow_ms`; for `[cut:N]` N events then a dropped connection.
+    `left` is called if the client goes away before the last event."""
     delay = reply.slow_ms / 1000
-    for count, event in enumerate(reply.events):
-        if reply.cut is not None and count >= reply.cut:
-            raise StreamCut(f"stream cut after {reply.cut} chunks")
-        if delay:
-            await asyncio.sleep(delay)
-        yield event
+    finished = False
+    try:
+        for count, event in enumerate(reply.events):
+            if reply.cut is not None and count >= reply.cut:
+                raise StreamCut(f"stream cut after {reply.cut} chunks")
+            if delay:
+                await asyncio.sleep(delay)
+            yield event
+        finished = True
+    finally:
+        if not finished and reply.cut is None:
+            left()
     if reply.cut is not None:
         raise StreamCut(f"stream cut after {reply.cut} chunks")
 
 
-async def respond(reply: Reply | StreamReply) -> Response:
+async def respond(reply: Reply | StreamReply, request: Request | None = None, left: Callable[[], None] = lambda: None) -> Response:
     if isinstance(reply, StreamReply):
-        return StreamingResponse(stream_events(reply), media_type=_SSE_TYPE, headers=_SSE_HEADERS)
+        return StreamingResponse(stream_events(reply, left), media_type=_SSE_TYPE, headers=_SSE_HEADERS)
     if reply.slow_ms:
-        await asyncio.sleep(reply.slow_ms / 1000)
+        deadline = asyncio.get_running_loop().time() + reply.slow_ms / 1000
+        while (wait := deadline - asyncio.get_running_loop().time()) > 0:
+            await asyncio.sleep(min(wait, 0.01))
+            if request is not None and await request.is_disconnected():
+                left()  # the client gave up waiting: nobody reads the answer
+                break
     return Response(reply.body, reply.status, reply.headers, _JSON_TYPE)
 
 
@@ -770,9 +782,11 @@ class ReplyCache:
 class FakeUpstreamApp:
     """The endpoints. `recorded`, when given, receives every request; `api_key` makes auth required."""
 
-    def __init__(self, api_key: str | None = None, recorded: list[RecordedRequest] | None = None) -> None:
+    def __init__(self, api_key: str | None = None, recorded: list[RecordedRequest] | None = None,
+                 abandoned: list[str] | None = None) -> None:
         self._authorization = f"Bearer {api_key}" if api_key is not None else None
         self._recorded = recorded
+        self._abandoned = abandoned
         self._chat = ReplyCache(answer_chat)
         self._embeddings = ReplyCache(answer_embeddings)
 
@@ -796,7 +810,11 @@ class FakeUpstreamApp:
 
     async def chat_completions(self, request: Request) -> Response:
         raw = await request.body()
-        return await respond(self._admit(request, raw) or self._chat(raw))
+        return await respond(self._admit(request, raw) or self._chat(raw), request, lambda: self._left(request))
+
+    def _left(self, request: Request) -> None:
+        if self._abandoned is not None:
+            self._abandoned.append(request.url.path)
 
     async def embeddings(self, request: Request) -> Response:
         raw = await request.body()
@@ -818,10 +836,12 @@ _UNAUTHORIZED = error_reply(
 )
 
 
-def create_app(api_key: str | None = None, recorded: list[RecordedRequest] | None = None) -> Starlette:
-    """The fake upstream as an ASGI app, serving /v1/models, /v1/chat/completions and /v1/embeddings."""
+def create_app(api_key: str | None = None, recorded: list[RecordedRequest] | None = None,
+               abandoned: list[str] | None = None) -> Starlette:
+    """The fake upstream as an ASGI app, serving /v1/models, /v1/chat/completions and /v1/embeddings.
+    `abandoned` receives the path of every answer whose client left before it was whole."""
     logging.getLogger("uvicorn.error").addFilter(_HIDE_DELIBERATE_DROPS)
-    handlers = FakeUpstreamApp(api_key, recorded)
+    handlers = FakeUpstreamApp(api_key, recorded, abandoned)
     return Starlette(
         routes=[
             Route("/v1/chat/completions", handlers.chat_completions, methods=["POST"]),

@@ -69,6 +69,8 @@ class FakeUpstream:
     port: int
     api_key: str | None = None
     requests: list[RecordedRequest] = field(default_factory=list)
+    abandoned: list[str] = field(default_factory=list)
+    """Paths of the answers whose client left before they were whole (a slow answer, a stream)."""
 
     @property
     def url(self) -> str:
@@ -90,7 +92,7 @@ def running_fake_upstream(api_key: str | None = None, host: str = "127.0.0.1") -
     sock = bind_socket(host, 0)
     upstream = FakeUpstream(host, sock.getsockname()[1], api_key)
     ready = threading.Event()
-    server = build_server(create_app(api_key, upstream.requests), ready.set)
+    server = build_server(create_app(api_key, upstream.requests, upstream.abandoned), ready.set)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="fake-upstream", daemon=True)
     thread.start()
     try:

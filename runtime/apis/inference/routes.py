@@ -7,15 +7,16 @@ request whose model needs no renaming is forwarded as the very bytes the client 
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from runtime.apis.common import JSONBytes, cursor_page, parse_json_object, validate_limit, validate_metadata, validate_order
+from runtime.apis.common import (
+    JSONBytes, cursor_page, parse_json_object, unless_disconnected, validate_limit, validate_metadata, validate_order,
+)
 from runtime.errors import APIError, InvalidRequestError
 from runtime.sse import DONE, EventStreamResponse, sse_frame
 
@@ -24,7 +25,6 @@ if TYPE_CHECKING:
 
 __all__ = ["router"]
 
-T = TypeVar("T")
 JSON = "application/json"
 # OpenAI documents no maximum `limit` for stored chat completions (clients ask for 1,000).
 CHAT_LIST_MAX = 1000
@@ -64,8 +64,8 @@ def router(impl: InferenceRouter) -> APIRouter:
         body = parse_json_object(raw)
         _check_chat_body(body)
         if body.get("stream") is True:
-            return await _sse_response(await impl.stream_chat_completion(body, raw))
-        return _json_or_gone(await _unless_disconnected(request, impl.chat_completion(body, raw)))
+            return await _sse_response(request, await impl.stream_chat_completion(body, raw))
+        return _json_or_gone(await unless_disconnected(request, impl.chat_completion(body, raw)))
 
     @routes.get("/chat/completions", summary="List stored chat completions")
     async def list_chat_completions(
@@ -106,7 +106,7 @@ def router(impl: InferenceRouter) -> APIRouter:
         body = parse_json_object(raw)
         if "input" not in body:
             raise InvalidRequestError("Missing required parameter: 'input'.", param="input", code="missing_required_parameter")
-        return _json_or_gone(await _unless_disconnected(request, impl.embeddings(body, raw)))
+        return _json_or_gone(await unless_disconnected(request, impl.embeddings(body, raw)))
 
     @routes.get("/models", summary="List models")
     async def list_models() -> Response:
@@ -141,15 +141,26 @@ def _check_chat_body(body: dict[str, Any]) -> None:
         validate_metadata(body.get("metadata"))
 
 
-async def _sse_response(chunks: AsyncIterator[bytes]) -> Response:
+async def _sse_response(request: Request, chunks: AsyncIterator[bytes]) -> Response:
     # The first chunk is awaited before the 200 goes out, so an upstream that refuses the
-    # request (a 400, a 429) is answered with its own status instead of a broken stream.
+    # request (a 400, a 429) is answered with its own status instead of a broken stream. A
+    # client that leaves meanwhile cancels the upstream call (it may be long: a long prompt).
     iterator = aiter(chunks)
     try:
-        first = await anext(iterator)
+        first = await unless_disconnected(request, anext(iterator))
     except StopAsyncIteration:
         first = None
+    else:
+        if first is None:
+            await _close(iterator)
+            return Response(status_code=499)
     return EventStreamResponse(_frames(first, iterator))
+
+
+async def _close(iterator: AsyncIterator[bytes]) -> None:
+    close = getattr(iterator, "aclose", None)
+    if close is not None:
+        await close()
 
 
 async def _frames(first: bytes | None, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
@@ -168,32 +179,6 @@ async def _frames(first: bytes | None, rest: AsyncIterator[bytes]) -> AsyncItera
 def _json_or_gone(body: bytes | None) -> Response:
     # 499 (client closed request) is never seen by the client; it is what the server logs show.
     return Response(status_code=499) if body is None else Response(body, media_type=JSON)
-
-
-async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T | None:
-    """Await `work`, cancelling it if the client goes away first (the upstream call with it);
-    None when the client went away."""
-    current = asyncio.current_task()
-    gone = False
-
-    async def watch() -> None:
-        nonlocal gone
-        while (await request.receive())["type"] != "http.disconnect":
-            pass
-        gone = True
-        if current is not None:
-            current.cancel()
-
-    watcher = asyncio.create_task(watch())
-    try:
-        return await work
-    except asyncio.CancelledError:
-        if not gone or current is None:
-            raise
-        current.uncancel()
-        return None
-    finally:
-        watcher.cancel()
 
 
 def _metadata_filter(request: Request) -> dict[str, str]:

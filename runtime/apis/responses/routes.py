@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from runtime.apis.responses.models import CreateResponse
-from runtime.apis.common import JSONBytes, validate_id, validate_limit, validate_order
+from runtime.apis.common import JSONBytes, unless_disconnected, validate_id, validate_limit, validate_order
 from runtime.apis.responses.protocol import ResponsesProvider
 from runtime import fastjson
 from runtime.errors import APIError
@@ -22,10 +22,14 @@ def router(impl: ResponsesProvider) -> APIRouter:
     routes = APIRouter()
 
     @routes.post("/responses", summary="Create a response (streamed as events with `stream: true`)")
-    async def create_response(request: CreateResponse) -> Response:
+    async def create_response(request: CreateResponse, http: Request) -> Response:
         if request.stream:
             return _sse(await impl.stream_response(request))
-        return JSONBytes(await impl.create_response(request))
+        if request.background:
+            return JSONBytes(await impl.create_response(request))
+        # A client that leaves before the answer cancels it (its model and tool calls with it).
+        answer = await unless_disconnected(http, impl.create_response(request))
+        return Response(status_code=499) if answer is None else JSONBytes(answer)
 
     @routes.post("/responses/input_tokens", summary="Count the input tokens a response would use")
     async def count_input_tokens(request: CreateResponse) -> Response:
