@@ -14,13 +14,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from providers.responses.background import TERMINAL
 from providers.responses.engine import ResponsesEngine
 from providers.responses.loop import LoopLimits
-from providers.responses.replay import replay_events
 from providers.responses.request import chat_request
 from runtime.apis.responses.models import CreateResponse
 from providers.responses.store import ResponseStore
 from providers.responses.translate import Event
 from providers.spec import Api, ProviderContext, ProviderSpec
 from runtime.apis.common import cursor_page
+from runtime.errors import InvalidRequestError
 
 __all__ = ["BUILTIN", "BuiltinResponses"]
 
@@ -68,7 +68,9 @@ class BuiltinResponses:
         stored = await self.store.get(response_id)
         after = -1 if starting_after is None else starting_after
         if not stored.background:
-            return _iterate([event for event in replay_events(stored.response) if event["sequence_number"] > after])
+            # Only a background response keeps its event log; replaying made-up events under
+            # made-up sequence numbers would mislead a client resuming at one of them (OpenAI refuses too).
+            raise InvalidRequestError("This response cannot be streamed because it was not created with background=true.", param="stream")
         return self._follow(response_id, after)
 
     async def _follow(self, response_id: str, after: int) -> AsyncIterator[Event]:
@@ -111,11 +113,6 @@ class BuiltinResponses:
         body = {**chat_request(request, turn.messages(), stream=False, offered=offered), "max_completion_tokens": 1}
         completion = json.loads(await self.engine.inference.chat_completion(body))
         return {"object": "response.input_tokens", "input_tokens": int((completion.get("usage") or {}).get("prompt_tokens") or 0)}
-
-
-async def _iterate(events: list[Event]) -> AsyncIterator[Event]:
-    for event in events:
-        yield event
 
 
 @contextlib.asynccontextmanager

@@ -240,12 +240,14 @@ def test_item_references_resolve_to_stored_items(openai_client: openai.OpenAI, t
     assert second.usage is not None and second.usage.input_tokens == 3 + 2  # "You said: referenced" + "and now"
 
 
-def test_a_stored_stream_replays_from_a_sequence_number(openai_client: openai.OpenAI, text_model: str) -> None:
+def test_only_a_background_response_can_be_streamed_again(openai_client: openai.OpenAI, text_model: str) -> None:
+    """A plain response keeps no event log: OpenAI refuses to stream it again, and so do we,
+    rather than invent events a client might resume from."""
     response = openai_client.responses.create(model=text_model, input="[tokens:3] replay")
-    replayed = list(openai_client.responses.retrieve(response.id, stream=True))
-    assert [event.type for event in replayed] == [*TEXT_EVENTS[:4], "response.output_text.delta", *TEXT_EVENTS[-4:]]
-    later = list(openai_client.responses.retrieve(response.id, stream=True, starting_after=5))
-    assert [event.sequence_number for event in later] == [6, 7, 8]
+    with pytest.raises(openai.BadRequestError) as refused:
+        list(openai_client.responses.retrieve(response.id, stream=True))
+    assert refused.value.status_code == 400 and refused.value.param == "stream"
+    assert "background=true" in refused.value.message
 
 
 def test_input_tokens_are_counted_by_the_model(openai_client: openai.OpenAI, text_model: str) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from providers.responses.replay import replay_events
 from providers.responses.translate import StreamTranslator, output_from_completion, usage_from_chat
 
 
@@ -108,18 +107,3 @@ def test_usage_maps_to_the_responses_shape() -> None:
     assert usage == {"input_tokens": 10, "input_tokens_details": {"cached_tokens": 4}, "output_tokens": 5,
                      "output_tokens_details": {"reasoning_tokens": 2}, "total_tokens": 15}
     assert usage_from_chat(None) is None
-
-
-def test_a_stored_response_replays_as_the_events_of_one_delta_per_part() -> None:
-    translator, _ = run(chunk(content="Hi"), chunk(tool_calls=[{"index": 0, "id": "c1", "function": {"name": "f", "arguments": "{}"}}]))
-    response = {"id": "resp_1", "status": "completed", "output": translator.output, "usage": None}
-    events = replay_events(response)
-    assert [e["type"] for e in events] == [
-        "response.created", "response.in_progress",
-        "response.output_item.added", "response.content_part.added", "response.output_text.delta", "response.output_text.done",
-        "response.content_part.done", "response.output_item.done",
-        "response.output_item.added", "response.function_call_arguments.delta", "response.function_call_arguments.done",
-        "response.output_item.done", "response.completed",
-    ]
-    assert [e["sequence_number"] for e in events] == list(range(13))
-    assert events[0]["response"]["output"] == [] and events[-1]["response"] is response
