@@ -472,6 +472,8 @@ def _finalize(response: dict[str, Any], loop: ToolLoop, status: str | None = Non
     status = status or loop.status
     response["status"] = status
     response["usage"] = usage_from_chat(loop.usage())
+    if loop.service_tier is not None:
+        response["service_tier"] = loop.service_tier
     response["error"] = error
     response["incomplete_details"] = {"reason": loop.incomplete_reason or "max_output_tokens"} if status == "incomplete" else None
     if status == "completed":

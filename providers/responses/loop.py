@@ -60,6 +60,8 @@ class ToolLoop:
     status: str = "in_progress"
     incomplete_reason: str | None = None
     usages: list[dict[str, Any]] = field(default_factory=list)
+    service_tier: str | None = None
+    """The tier the upstream last reported serving this response at."""
     translator: StreamTranslator | None = None
     """The model turn under way, if any: what `close` finishes when the response stops early."""
     _calls_run: int = 0
@@ -110,6 +112,7 @@ class ToolLoop:
             self.output.extend(translator.output)
             if translator.usage:
                 self.usages.append(translator.usage)
+            self.service_tier = translator.service_tier or self.service_tier
             if cut:
                 self.status, self.incomplete_reason = "incomplete", "max_output_tokens"
                 return

@@ -35,6 +35,7 @@ def chat_request(request: CreateResponse, messages: list[dict[str, Any]], *, str
         "user": request.user,
         "safety_identifier": request.safety_identifier,
         "prompt_cache_key": request.prompt_cache_key,
+        "service_tier": request.service_tier,
         "reasoning_effort": (request.reasoning or {}).get("effort"),
         "response_format": _response_format(request.text),
     }

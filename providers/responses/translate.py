@@ -75,6 +75,8 @@ class StreamTranslator:
     _server: dict[int, ServerCall] = field(default_factory=dict)
     finish_reason: str | None = None
     usage: dict[str, Any] | None = None
+    service_tier: str | None = None
+    """The tier the upstream says served the call (OpenAI answers it; many servers do not)."""
 
     @property
     def output(self) -> list[dict[str, Any]]:
@@ -88,6 +90,8 @@ class StreamTranslator:
     def feed(self, chunk: Mapping[str, Any]) -> list[Event]:
         if chunk.get("usage"):
             self.usage = dict(chunk["usage"])
+        if isinstance(chunk.get("service_tier"), str):
+            self.service_tier = chunk["service_tier"]
         choices = chunk.get("choices") or ()
         choice = next((c for c in choices if c.get("index", 0) == 0), None)
         if choice is None:
@@ -119,6 +123,8 @@ class StreamTranslator:
             events = self.feed({"choices": [{"index": 0, "delta": {**message, "tool_calls": tool_calls},
                                              "logprobs": choice.get("logprobs"), "finish_reason": choice.get("finish_reason")}]})
         self.usage = dict(completion["usage"]) if completion.get("usage") else None
+        if isinstance(completion.get("service_tier"), str):
+            self.service_tier = completion["service_tier"]
         return events
 
     def finish(self, status: str = "completed") -> list[Event]:

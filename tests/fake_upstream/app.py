@@ -323,6 +323,8 @@ class ChatPlan:
     slow_ms: int
     cut: int | None
     garbage: bool = False
+    service_tier: str | None = None
+    """Answered as OpenAI does when the request names one ("auto" is served at "default")."""
 
     def usage(self) -> JSON:
         reasoning_tokens = count_tokens(self.reasoning) * len(self.choices) if self.reasoning else 0
@@ -369,7 +371,16 @@ def plan_chat(body: object, digest: str) -> ChatPlan:
         slow_ms=directives.slow_ms,
         cut=directives.cut,
         garbage=directives.garbage,
+        service_tier=_served_tier(body.get("service_tier")),
     )
+
+
+def _served_tier(asked: object) -> str | None:
+    if asked is None:
+        return None
+    if asked not in ("auto", "default", "flex", "scale", "priority"):
+        raise invalid_value("service_tier", f"Invalid value: {asked!r}. Supported values are: 'auto', 'default', 'flex', 'scale' and 'priority'.")
+    return "default" if asked == "auto" else str(asked)
 
 
 def _last_user_text(messages: list[Any], texts: list[str]) -> str:
@@ -473,7 +484,12 @@ def render_completion(plan: ChatPlan) -> JSON:
         "choices": [_render_choice(plan, choice) for choice in plan.choices],
         "usage": plan.usage(),
         "system_fingerprint": "fp_fake",
+        **_tier(plan),
     }
+
+
+def _tier(plan: ChatPlan) -> JSON:
+    return {} if plan.service_tier is None else {"service_tier": plan.service_tier}
 
 
 def _render_choice(plan: ChatPlan, choice: ChoicePlan) -> JSON:
@@ -504,6 +520,7 @@ def render_chunks(plan: ChatPlan, include_usage: bool) -> list[JSON]:
                 "model": plan.model,
                 "choices": [],
                 "usage": plan.usage(),
+                **_tier(plan),
             }
         )
     return chunks
@@ -516,6 +533,7 @@ def _chunk(plan: ChatPlan, index: int, delta: JSON, logprobs: JSON | None, finis
         "created": CREATED,
         "model": plan.model,
         "choices": [{"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}],
+        **_tier(plan),
     }
 
 

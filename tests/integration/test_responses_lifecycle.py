@@ -259,3 +259,18 @@ def test_a_client_that_leaves_cancels_the_upstream_call(live: StackTarget, upstr
     client.close()
     wait_for(lambda: len(upstream.abandoned) > before, timeout=3)  # well before the 4 s answer
     assert upstream.abandoned[-1] == "/v1/chat/completions"
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_service_tier_reaches_the_upstream_and_the_response_says_which_served_it(client: openai.OpenAI, upstream: FakeUpstream,
+                                                                               stream: bool) -> None:
+    if stream:
+        with client.responses.stream(model="fake-model", input="tiered", service_tier="auto") as events:
+            response = events.get_final_response()
+    else:
+        response = client.responses.create(model="fake-model", input="tiered", service_tier="auto")
+    assert upstream.bodies()[-1]["service_tier"] == "auto"
+    assert response.service_tier == "default"  # what the upstream says it served "auto" at, as OpenAI does
+    assert client.responses.retrieve(response.id).service_tier == "default"
+    flex = client.responses.create(model="fake-model", input="tiered", service_tier="flex")
+    assert flex.service_tier == "flex" and upstream.bodies()[-1]["service_tier"] == "flex"
