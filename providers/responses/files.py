@@ -19,12 +19,15 @@ async def with_files_read(items: Sequence[dict[str, Any]], files: FilesProvider 
     instead: a text file or a PDF as text, an image as a data URL."""
     read: list[dict[str, Any]] = []
     for index, item in enumerate(items):
-        parts = item.get("content") if item.get("type") == "message" else None
-        if not parts or not any(isinstance(part, dict) and part.get("file_id") and part.get("type") in _FILE_PARTS for part in parts):
+        # A message's content, or a function output's parts (which may carry files too).
+        field = "content" if item.get("type") == "message" else "output" if item.get("type") == "function_call_output" else None
+        parts = item.get(field) if field is not None else None
+        if field is None or not isinstance(parts, list) or not any(isinstance(part, dict) and part.get("file_id") and part.get("type") in _FILE_PARTS
+                                                  for part in parts):
             read.append(item)
             continue
-        content = [await _read_part(part, files, f"input[{index}].content[{number}]") for number, part in enumerate(parts)]
-        read.append({**item, "content": content})
+        content = [await _read_part(part, files, f"input[{index}].{field}[{number}]") for number, part in enumerate(parts)]
+        read.append({**item, field: content})
     return read
 
 

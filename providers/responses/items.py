@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,7 +67,13 @@ class ChatContext:
             elif kind == "function_call":
                 _append_tool_call(messages, item)
             elif kind == "function_call_output":
-                messages.append({"role": "tool", "tool_call_id": item["call_id"], "content": _output_text(item["output"])})
+                output = item["output"]
+                if output.__class__ is str:
+                    _append_tool_message(messages, {"role": "tool", "tool_call_id": item["call_id"], "content": output})
+                else:
+                    text, attachments = _output_parts(output)
+                    file_ids = file_ids or any(part.get("file_id") for part in attachments)
+                    _append_tool_message(messages, {"role": "tool", "tool_call_id": item["call_id"], "content": text}, attachments)
             elif kind == "reasoning":
                 pending_reasoning.extend(_reasoning_text(item))
             elif (render := self.renderers.get(str(kind))) is not None and (exchange := render(item)) is not None:
@@ -107,10 +113,40 @@ def _append_exchange(
         pending_reasoning.clear()
     messages += [assistant, {"role": "tool", "tool_call_id": call_id, "content": exchange.output}]
     if exchange.attachments:
-        # Chat tool messages carry text only: what else the tool returned follows as user content.
-        parts = [_chat_part(part) for part in exchange.attachments]
-        messages.append({"role": "user", "content": [{"type": "text", "text": f"(Returned by {name}:)"}, *parts]})
+        messages.append(_attachments_message(name, exchange.attachments))
     return server_calls, deferred
+
+
+def _attachments_message(name: str, parts: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    # Chat tool messages carry text only: the images and files a tool returned follow as user content.
+    return {"role": "user", "content": [{"type": "text", "text": f"(Returned by {name}:)"}, *map(_chat_part, parts)]}
+
+
+def _append_tool_message(messages: list[dict[str, Any]], message: dict[str, Any], attachments: Sequence[Mapping[str, Any]] = ()) -> None:
+    """Put a tool message straight after its call's assistant message and the tool messages
+    already there: chat models refuse a call not immediately followed by its results, and a
+    client may send an output after a later user message. Its attachments follow the results."""
+    call_id = message["tool_call_id"]
+    index = len(messages) - 1
+    while index >= 0 and not _has_call(messages[index], call_id):
+        index -= 1
+    if index < 0:  # a result whose call is not in the context: left where it came
+        messages.append(message)
+        if attachments:
+            messages.append(_attachments_message(call_id, attachments))
+        return
+    position = index + 1
+    while position < len(messages) and messages[position]["role"] == "tool":
+        position += 1
+    messages.insert(position, message)
+    if attachments:
+        name = next(call["function"]["name"] for call in messages[index]["tool_calls"] if call["id"] == call_id)
+        messages.insert(position + 1, _attachments_message(name, attachments))
+
+
+def _has_call(message: Mapping[str, Any], call_id: str) -> bool:
+    calls = message.get("tool_calls")
+    return calls is not None and message["role"] == "assistant" and any(call["id"] == call_id for call in calls)
 
 
 def _chat_message(item: Mapping[str, Any]) -> dict[str, Any]:
@@ -163,12 +199,14 @@ def _append_tool_call(messages: list[dict[str, Any]], item: Mapping[str, Any]) -
         messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
 
 
-def _output_text(output: Any) -> str:
-    if isinstance(output, str):
-        return output
-    if isinstance(output, list):
-        return "".join(part.get("text", "") for part in output if isinstance(part, Mapping))
-    return json.dumps(output)
+def _output_parts(output: Any) -> tuple[str, list[Mapping[str, Any]]]:
+    """A function output's text, and its image and file parts (OpenAI allows all three)."""
+    if not isinstance(output, list):
+        return json.dumps(output), []
+    parts = [part for part in output if isinstance(part, Mapping)]
+    text = "".join(part.get("text", "") for part in parts if part.get("type") in ("input_text", "output_text", "text"))
+    attachments = [part for part in parts if part.get("type") in ("input_image", "input_file")]
+    return (text or ("(see the content that follows)" if attachments else "")), attachments
 
 
 def _reasoning_text(item: Mapping[str, Any]) -> list[str]:

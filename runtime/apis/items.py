@@ -23,6 +23,7 @@ _PART_TYPES = {
     "reasoning_text": ("text",),
     "summary_text": ("text",),
 }
+_OUTPUT_PART_TYPES = ("input_text", "input_image", "input_file")
 # Items of server-side tools and other hosted features, by the id prefix an item of the type gets
 # when the client sent it without one: kept and replayed as context (their tool runtime reads them).
 _PASSIVE_TYPES = {
@@ -63,7 +64,7 @@ def normalize_item(item: Any, where: str) -> dict[str, Any]:
         return {"status": "completed", **item, "type": "function_call", "id": item.get("id") or new_id("fc")}
     if kind == "function_call_output":
         _require(item, where, ("call_id", "output"))
-        return {"status": "completed", **item, "id": item.get("id") or new_id("fco")}
+        return {"status": "completed", **item, "output": _normalize_output(item["output"], f"{where}.output"), "id": item.get("id") or new_id("fco")}
     if kind == "reasoning":
         return {"summary": [], **item, "id": item.get("id") or new_id("rs")}
     if kind == "item_reference":
@@ -72,6 +73,21 @@ def normalize_item(item: Any, where: str) -> dict[str, Any]:
     if kind in _PASSIVE_TYPES:
         return {**item, "id": item.get("id") or new_id(_PASSIVE_TYPES[kind])}
     raise InvalidRequestError(f"Invalid value for '{where}.type': unknown input item type {kind!r}.", param=f"{where}.type", code="invalid_value")
+
+
+def _normalize_output(output: Any, where: str) -> Any:
+    """A function's output: a string, or text, image and file parts (as OpenAI allows)."""
+    if isinstance(output, str):
+        return output
+    if not isinstance(output, list):
+        raise InvalidRequestError(f"Invalid type for '{where}': expected a string or an array of content parts.", param=where,
+                                  code="invalid_type")
+    parts = [_normalize_part(part, f"{where}[{index}]") for index, part in enumerate(output)]
+    for index, part in enumerate(parts):
+        if part["type"] not in _OUTPUT_PART_TYPES:
+            raise InvalidRequestError(f"Invalid value for '{where}[{index}].type': expected one of: {', '.join(_OUTPUT_PART_TYPES)}.",
+                                      param=f"{where}[{index}].type", code="invalid_value")
+    return parts
 
 
 def _require(item: Mapping[str, Any], where: str, keys: Iterable[str]) -> None:
@@ -109,8 +125,11 @@ def _normalize_part(part: Any, where: str) -> dict[str, Any]:
     for key in _PART_TYPES[kind]:
         if not isinstance(part.get(key), str):
             raise InvalidRequestError(f"Missing required parameter: '{where}.{key}'.", param=f"{where}.{key}", code="missing_required_parameter")
-    if kind == "input_image" and not (part.get("image_url") or part.get("file_id")):
-        raise InvalidRequestError(f"Missing required parameter: '{where}.image_url' (or file_id).", param=f"{where}.image_url", code="missing_required_parameter")
+    if kind == "input_image":
+        if not (part.get("image_url") or part.get("file_id")):
+            raise InvalidRequestError(f"Missing required parameter: '{where}.image_url' (or file_id).", param=f"{where}.image_url",
+                                      code="missing_required_parameter")
+        return {"detail": "auto", **part}  # as OpenAI stores it (its SDK requires `detail`)
     if kind == "output_text":
         return {"annotations": [], **part}
     return dict(part)

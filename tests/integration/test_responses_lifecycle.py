@@ -274,3 +274,31 @@ def test_service_tier_reaches_the_upstream_and_the_response_says_which_served_it
     assert client.responses.retrieve(response.id).service_tier == "default"
     flex = client.responses.create(model="fake-model", input="tiered", service_tier="flex")
     assert flex.service_tier == "flex" and upstream.bodies()[-1]["service_tier"] == "flex"
+
+
+def test_a_function_output_with_an_image_reaches_the_model_right_after_its_call(client: openai.OpenAI, upstream: FakeUpstream) -> None:
+    """OpenAI allows image and file parts in a function's output; chat models need each call's
+    result straight after it, even when the client sent a user message first."""
+    import io
+
+    from fake_mcp.servers import PNG
+
+    image_id = client.files.create(file=("screen.png", io.BytesIO(PNG)), purpose="user_data").id
+    asked = client.responses.create(model="fake-model", input="[tool:shot {}] look", tools=[
+        {"type": "function", "name": "shot", "parameters": {"type": "object", "properties": {}}}])
+    [call] = [item for item in asked.output if item.type == "function_call"]
+    answered = client.responses.create(model="fake-model", previous_response_id=asked.id, input=[
+        {"role": "user", "content": "quickly"},
+        {"type": "function_call_output", "call_id": call.call_id, "output": [
+            {"type": "input_text", "text": "here it is"}, {"type": "input_image", "file_id": image_id}]},
+    ])
+    assert answered.status == "completed"
+    messages = upstream.bodies()[-1]["messages"]
+    roles = [message["role"] for message in messages]
+    assert roles[-4:] == ["assistant", "tool", "user", "user"]
+    assert messages[-3] == {"role": "tool", "tool_call_id": call.call_id, "content": "here it is"}
+    image = messages[-2]["content"][1]
+    assert image["type"] == "image_url" and image["image_url"]["url"].startswith("data:image/png;base64,")
+    assert messages[-1]["content"] == "quickly"
+    [stored] = [item for item in client.responses.input_items.list(answered.id).data if item.type == "function_call_output"]
+    assert stored.output[1].file_id == image_id  # type: ignore[union-attr,index]  # the stored input keeps the id

@@ -59,3 +59,43 @@ def test_a_context_continued_item_by_item_equals_the_whole_conversion_and_is_nev
         assert head.extend(items[cut:]).messages_with("sys") == chat_messages(items, "sys")
         # A call merged into the head's last assistant message went into a copy of it.
         assert head == before
+
+
+def test_a_function_output_sent_after_a_later_user_message_follows_its_call() -> None:
+    """Chat models refuse a tool call not immediately followed by its results."""
+    items = normalize_input([
+        {"type": "function_call", "call_id": "a", "name": "w", "arguments": "{}"},
+        {"type": "function_call", "call_id": "b", "name": "w", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "a", "output": "sun"},
+        {"role": "user", "content": "also, hurry"},
+        {"type": "function_call_output", "call_id": "b", "output": "rain"},
+    ])
+    assert [(m["role"], m.get("tool_call_id")) for m in chat_messages(items, None)] == [
+        ("assistant", None), ("tool", "a"), ("tool", "b"), ("user", None)]
+
+
+def test_images_and_files_a_function_returns_follow_its_calls_results() -> None:
+    items = normalize_input([
+        {"type": "function_call", "call_id": "a", "name": "shot", "arguments": "{}"},
+        {"type": "function_call", "call_id": "b", "name": "w", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "a", "output": [
+            {"type": "input_text", "text": "the screen:"},
+            {"type": "input_image", "image_url": "data:image/png;base64,AAAA"}]},
+        {"type": "function_call_output", "call_id": "b", "output": [{"type": "input_file", "file_data": "data:application/pdf;base64,AA",
+                                                                     "filename": "w.pdf"}]},
+    ])
+    messages = chat_messages(items, None)
+    assert messages[1:3] == [{"role": "tool", "tool_call_id": "a", "content": "the screen:"},
+                             {"role": "tool", "tool_call_id": "b", "content": "(see the content that follows)"}]
+    attached = {message["content"][0]["text"]: message["content"][1] for message in messages[3:]}
+    assert attached == {"(Returned by shot:)": {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA", "detail": "auto"}},
+                        "(Returned by w:)": {"type": "file", "file": {"file_data": "data:application/pdf;base64,AA", "filename": "w.pdf"}}}
+    assert all(message["role"] == "user" for message in messages[3:]) and len(messages) == 5
+
+
+def test_a_function_output_naming_a_file_by_id_is_read_in() -> None:
+    items = normalize_input([
+        {"type": "function_call", "call_id": "a", "name": "shot", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "a", "output": [{"type": "input_image", "file_id": "file-abc"}]},
+    ])
+    assert ChatContext().extend(items).file_ids

@@ -29,6 +29,9 @@ def test_easy_messages_get_their_full_form() -> None:
     ([{"type": "function_call", "name": "f", "arguments": "{}"}], "input[0].call_id"),
     ([{"type": "function_call_output", "call_id": "c"}], "input[0].output"),
     ([{"role": "user", "content": [{"type": "input_image"}]}], "input[0].content[0].image_url"),
+    ([{"type": "function_call_output", "call_id": "c", "output": 5}], "input[0].output"),
+    ([{"type": "function_call_output", "call_id": "c", "output": [{"type": "refusal", "refusal": "no"}]}], "input[0].output[0].type"),
+    ([{"type": "function_call_output", "call_id": "c", "output": [{"type": "input_image"}]}], "input[0].output[0].image_url"),
     (42, "input"),
 ])
 def test_malformed_items_name_the_offending_field(raw: object, param: str) -> None:
@@ -37,3 +40,10 @@ def test_malformed_items_name_the_offending_field(raw: object, param: str) -> No
     assert error.value.param == param
 
 
+
+
+def test_a_function_output_may_carry_text_image_and_file_parts() -> None:
+    [item] = normalize_input([{"type": "function_call_output", "call_id": "c", "output": [
+        {"type": "input_text", "text": "see"}, {"type": "input_image", "file_id": "file-1"}, {"type": "input_file", "file_id": "file-2"}]}])
+    assert item["output"] == [{"type": "input_text", "text": "see"}, {"type": "input_image", "file_id": "file-1", "detail": "auto"},
+                              {"type": "input_file", "file_id": "file-2"}]
