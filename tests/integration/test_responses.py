@@ -267,6 +267,8 @@ def test_input_tokens_are_counted_by_the_model(openai_client: openai.OpenAI, tex
     ({"input": "x", "temperature": 3}, openai.BadRequestError, "temperature"),
     ({"input": "x", "tools": [{"type": "function"}]}, openai.BadRequestError, "tools[0].name"),
     ({"input": "x", "max_output_tokens": 15}, openai.BadRequestError, "max_output_tokens"),  # OpenAI's minimum is 16
+    ({"input": "x", "max_tool_calls": 0}, openai.BadRequestError, "max_tool_calls"),  # OpenAI's minimum is 1
+    ({"input": "x", "include": ["message.output_text.logprobs", "everything"]}, openai.BadRequestError, "include[1]"),
     ({"input": "x", "previous_response_id": "not-a-response-id"}, openai.BadRequestError, "previous_response_id"),
     ({"input": "x", "conversation": "invalid-format-no-conv-prefix"}, openai.BadRequestError, "conversation"),
     ({"input": "x", "tool_choice": "invalid_choice"}, openai.BadRequestError, "tool_choice"),

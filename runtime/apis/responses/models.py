@@ -42,7 +42,7 @@ class CreateResponse(BaseModel):
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
-    max_tool_calls: int | None = Field(default=None, ge=0)
+    max_tool_calls: int | None = Field(default=None, ge=1)  # OpenAI's minimum
     max_output_tokens: int | None = Field(default=None, ge=16)  # OpenAI's minimum
     temperature: float | None = Field(default=None, ge=0, le=2)
     top_p: float | None = Field(default=None, ge=0, le=1)
@@ -81,6 +81,7 @@ class CreateResponse(BaseModel):
         _check_tool_choice(self.tool_choice, self.tools or [])
         _check_tools(self.tools or [])
         _check_text_format(self.text)
+        _check_include(self.include or [])
 
     def wants_logprobs(self) -> bool:
         return bool(self.top_logprobs) or "message.output_text.logprobs" in (self.include or [])
@@ -133,6 +134,21 @@ def _check_tools(tools: list[dict[str, Any]]) -> None:
             raise InvalidRequestError(f"Missing required parameter: 'tools[{index}].name'.", param=f"tools[{index}].name", code="missing_required_parameter")
         if tool.get("parameters") is not None and not isinstance(tool["parameters"], dict):
             raise InvalidRequestError(f"Invalid type for 'tools[{index}].parameters': expected a JSON schema object.", param=f"tools[{index}].parameters", code="invalid_type")
+
+
+# What `include` may ask for (openai.types.responses.ResponseIncludable); the ones of tools that do
+# not run here are accepted and add nothing, as when OpenAI has nothing of the kind to include.
+INCLUDABLE = ("file_search_call.results", "web_search_call.results", "web_search_call.action.sources", "message.input_image.image_url",
+              "computer_call_output.output.image_url", "code_interpreter_call.outputs", "reasoning.encrypted_content",
+              "message.output_text.logprobs")
+
+
+def _check_include(include: list[str]) -> None:
+    for index, value in enumerate(include):
+        if value not in INCLUDABLE:
+            supported = ", ".join(repr(known) for known in INCLUDABLE)
+            raise InvalidRequestError(f"Invalid value: {value[:80]!r}. Supported values are: {supported}.", param=f"include[{index}]",
+                                      code="invalid_value")
 
 
 def _check_text_format(text: dict[str, Any] | None) -> None:
