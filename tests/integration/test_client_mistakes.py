@@ -61,3 +61,29 @@ def test_chat_messages_that_are_not_messages_are_400s(openai_client: openai.Open
     with pytest.raises(openai.BadRequestError) as error:
         openai_client.chat.completions.create(model=text_model, messages=messages, store=True)
     assert error.value.param == param
+
+
+@pytest.mark.parametrize(("field", "value", "code"), [
+    ("temperature", 2.5, "decimal_above_max_value"),
+    ("top_p", -0.1, "decimal_below_min_value"),
+    ("presence_penalty", "high", "invalid_type"),
+    ("frequency_penalty", True, "invalid_type"),
+    ("n", 0, "integer_below_min_value"),
+    ("n", 1.5, "invalid_type"),
+    ("max_tokens", 0, "integer_below_min_value"),
+    ("max_completion_tokens", -3, "integer_below_min_value"),
+    ("top_logprobs", 21, "integer_above_max_value"),
+])
+def test_chat_numbers_out_of_range_are_400s_as_openai_words_them(openai_client: openai.OpenAI, text_model: str, field: str, value: Any,
+                                                                 code: str) -> None:
+    """Checked before the upstream: some servers clamp a bad value silently where OpenAI refuses it."""
+    with pytest.raises(openai.BadRequestError) as error:
+        openai_client.chat.completions.create(model=text_model, messages=[{"role": "user", "content": "hi"}], extra_body={field: value})
+    assert error.value.param == field and error.value.code == code
+
+
+def test_chat_numbers_at_their_bounds_pass(openai_client: openai.OpenAI, text_model: str) -> None:
+    completion = openai_client.chat.completions.create(model=text_model, messages=[{"role": "user", "content": "bounds"}],
+                                                       temperature=2, top_p=0, presence_penalty=-2, frequency_penalty=2.0, n=1,
+                                                       max_tokens=64, extra_body={"vendor_knob": 7})
+    assert completion.choices[0].message.content

@@ -137,8 +137,46 @@ def _check_chat_body(body: dict[str, Any]) -> None:
     for flag in ("stream", "store"):
         if body.get(flag) is not None and not isinstance(body[flag], bool):
             raise InvalidRequestError(f"Invalid type for '{flag}': expected a boolean.", param=flag, code="invalid_type")
+    for name in _NUMBERS.keys() & body.keys():  # usually one or two keys: a set intersection, no loop over all
+        _check_number(name, body[name])
     if body.get("store") is True:
         validate_metadata(body.get("metadata"))
+
+
+# The standard numeric parameters: (integer?, minimum, maximum), OpenAI's bounds. Checked here so a
+# mistake gets OpenAI's 400 whatever the upstream would have done with it (some clamp silently).
+_NUMBERS: dict[str, tuple[bool, float, float | None]] = {
+    "temperature": (False, 0, 2), "top_p": (False, 0, 1), "presence_penalty": (False, -2, 2), "frequency_penalty": (False, -2, 2),
+    "n": (True, 1, 128), "max_tokens": (True, 1, None), "max_completion_tokens": (True, 1, None), "top_logprobs": (True, 0, 20),
+}
+
+
+def _check_number(name: str, value: Any) -> None:
+    if value is None:
+        return
+    integer, low, high = _NUMBERS[name]
+    kind = "integer" if integer else "decimal"
+    if value.__class__ is not int and (integer or value.__class__ is not float):
+        raise InvalidRequestError(f"Invalid type for '{name}': expected {'an' if integer else 'a'} {kind}, but got {_json_type(value)} instead.",
+                                  param=name, code="invalid_type")
+    if value < low:
+        raise InvalidRequestError(f"Invalid '{name}': {kind} below minimum value. Expected a value >= {low:g}, but got {value} instead.",
+                                  param=name, code=f"{kind}_below_min_value")
+    if high is not None and value > high:
+        raise InvalidRequestError(f"Invalid '{name}': {kind} above maximum value. Expected a value <= {high:g}, but got {value} instead.",
+                                  param=name, code=f"{kind}_above_max_value")
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, (list, tuple)):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return "a decimal" if isinstance(value, float) else "a value of another type"
 
 
 async def _sse_response(request: Request, chunks: AsyncIterator[bytes]) -> Response:
