@@ -12,6 +12,7 @@ from runtime.errors import InvalidRequestError
 __all__ = ["with_files_read"]
 
 _FILE_PARTS = ("input_file", "input_image")
+_PARTS_FIELD = {"message": "content", "function_call_output": "output"}  # where an item's parts are, for the items that have them
 
 
 async def with_files_read(items: Sequence[dict[str, Any]], files: FilesProvider | None) -> list[dict[str, Any]]:
@@ -19,8 +20,7 @@ async def with_files_read(items: Sequence[dict[str, Any]], files: FilesProvider 
     instead: a text file or a PDF as text, an image as a data URL."""
     read: list[dict[str, Any]] = []
     for index, item in enumerate(items):
-        # A message's content, or a function output's parts (which may carry files too).
-        field = "content" if item.get("type") == "message" else "output" if item.get("type") == "function_call_output" else None
+        field = _PARTS_FIELD.get(item.get("type", ""))
         parts = item.get(field) if field is not None else None
         if field is None or not isinstance(parts, list) or not any(isinstance(part, dict) and part.get("file_id") and part.get("type") in _FILE_PARTS
                                                   for part in parts):

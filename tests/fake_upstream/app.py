@@ -750,7 +750,6 @@ async def stream_events(reply: StreamReply, left: Callable[[], None] = lambda: N
     """The SSE events, each after `slow_ms`; for `[cut:N]` N events then a dropped connection.
     `left` is called if the client goes away before the last event."""
     delay = reply.slow_ms / 1000
-    finished = False
     try:
         for count, event in enumerate(reply.events):
             if reply.cut is not None and count >= reply.cut:
@@ -758,10 +757,9 @@ async def stream_events(reply: StreamReply, left: Callable[[], None] = lambda: N
             if delay:
                 await asyncio.sleep(delay)
             yield event
-        finished = True
-    finally:
-        if not finished and reply.cut is None:
-            left()
+    except (GeneratorExit, asyncio.CancelledError):  # the client went away mid-stream
+        left()
+        raise
     if reply.cut is not None:
         raise StreamCut(f"stream cut after {reply.cut} chunks")
 

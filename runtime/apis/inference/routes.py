@@ -157,7 +157,8 @@ def _check_number(name: str, value: Any) -> None:
     integer, low, high = _NUMBERS[name]
     kind = "integer" if integer else "decimal"
     if value.__class__ is not int and (integer or value.__class__ is not float):
-        raise InvalidRequestError(f"Invalid type for '{name}': expected {'an' if integer else 'a'} {kind}, but got {_json_type(value)} instead.",
+        got = _JSON_TYPES.get(value.__class__, "null")
+        raise InvalidRequestError(f"Invalid type for '{name}': expected {'an' if integer else 'a'} {kind}, but got {got} instead.",
                                   param=name, code="invalid_type")
     if value < low:
         raise InvalidRequestError(f"Invalid '{name}': {kind} below minimum value. Expected a value >= {low:g}, but got {value} instead.",
@@ -167,16 +168,8 @@ def _check_number(name: str, value: Any) -> None:
                                   param=name, code=f"{kind}_above_max_value")
 
 
-def _json_type(value: Any) -> str:
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, (list, tuple)):
-        return "an array"
-    if isinstance(value, dict):
-        return "an object"
-    return "a decimal" if isinstance(value, float) else "a value of another type"
+# Parsed JSON holds exactly these classes (a bool is not looked up as an int).
+_JSON_TYPES = {bool: "a boolean", str: "a string", list: "an array", dict: "an object", float: "a decimal", int: "an integer"}
 
 
 async def _sse_response(request: Request, chunks: AsyncIterator[bytes]) -> Response:
