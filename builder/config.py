@@ -62,7 +62,7 @@ class PostgresBackend(_Strict):
 
 BackendConfig = Annotated[SqliteBackend | PostgresBackend, Field(discriminator="type")]
 
-STORE_NAMES = ("responses", "conversations", "chat_completions", "files", "metadata")
+STORE_NAMES = ("responses", "conversations", "chat_completions", "files", "vector_stores", "metadata")
 
 
 class StoresConfig(_Strict):
@@ -72,6 +72,7 @@ class StoresConfig(_Strict):
     conversations: str = "default"
     chat_completions: str = "default"
     files: str = "default"
+    vector_stores: str = "default"
     metadata: str = "default"
 
 

@@ -30,7 +30,7 @@ from runtime import fastjson
 from runtime.apis.items import new_id, normalize_input
 from runtime.apis.files.protocol import FilesProvider
 from runtime.apis.responses.models import CreateResponse, response_object
-from runtime.apis.tool_runtime.protocol import ToolContext
+from runtime.apis.tool_runtime.protocol import Citations, ToolContext
 from runtime.apis.tool_runtime.router import ToolRouter
 from runtime.errors import APIError, InvalidRequestError, NotFoundError, UpstreamError
 
@@ -185,8 +185,9 @@ class ResponsesEngine:
             turn.tools = await RequestTools.open(turn.request, self.tools, context)
 
     def _loop(self, turn: Turn, *, stream: bool) -> ToolLoop:
-        def translator(first_index: int, is_server: Callable[[str], bool]) -> StreamTranslator:
-            return StreamTranslator(first_output_index=first_index, with_logprobs=turn.request.wants_logprobs(), is_server=is_server)
+        def translator(first_index: int, is_server: Callable[[str], bool], citations: Callable[[], Citations | None] | None) -> StreamTranslator:
+            return StreamTranslator(first_output_index=first_index, with_logprobs=turn.request.wants_logprobs(), is_server=is_server,
+                                    citations=citations)
 
         return ToolLoop(turn.response["output"], self._model_turn(turn, stream), turn.tools, translator, self.limits,
                         max_tool_calls=turn.request.max_tool_calls, max_output_tokens=turn.request.max_output_tokens)

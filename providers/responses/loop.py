@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 from providers.responses.tools import RequestTools
 from providers.responses.translate import Event, StreamTranslator
-from runtime.apis.tool_runtime.protocol import ItemSink, ModelCall, ToolSession
+from runtime.apis.tool_runtime.protocol import Citations, ItemSink, ModelCall, ToolSession
 
 __all__ = ["LoopLimits", "ModelTurn", "ToolLoop", "run_steps"]
 
@@ -53,7 +53,8 @@ class ToolLoop:
     output: list[dict[str, Any]]
     model: ModelTurn
     tools: RequestTools | None
-    make_translator: Callable[[int, Callable[[str], bool]], StreamTranslator]
+    make_translator: Callable[[int, Callable[[str], bool], Callable[[], Citations | None] | None], StreamTranslator]
+    """(first output index, is_server, citations) -> the translator of a model turn."""
     limits: LoopLimits = field(default_factory=LoopLimits)
     max_tool_calls: int | None = None
     max_output_tokens: int | None = None
@@ -102,7 +103,8 @@ class ToolLoop:
             calls_left = self.max_tool_calls is None or self._calls_run < self.max_tool_calls
             offered = self.tools.chat_tools(first_turn=iteration == 1, server_calls_left=calls_left) if self.tools else None
             is_server = self.tools.is_server if self.tools is not None and calls_left else _never
-            translator = self.translator = self.make_translator(len(self.output), is_server)
+            citations = self.tools.citations if self.tools is not None and self.tools.has_server_tools else None
+            translator = self.translator = self.make_translator(len(self.output), is_server, citations)
             async for event in self.model(translator, offered, budget):
                 yield event
             cut = translator.finish_reason == "length"

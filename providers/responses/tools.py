@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runtime.apis.responses.models import CreateResponse
-from runtime.apis.tool_runtime.protocol import FunctionSpec, ModelCall, ToolContext, ToolSession
+from runtime.apis.tool_runtime.protocol import Citations, FunctionSpec, ModelCall, ToolContext, ToolSession
 from runtime.apis.tool_runtime.router import ToolRouter
 from runtime.errors import InvalidRequestError
 
@@ -158,6 +158,14 @@ class RequestTools:
         if len(tools) == 1 or (choice.get("type") == "function"):
             return tools, {"type": "function", "function": {"name": tools[0]["function"]["name"]}}
         return tools, "required"
+
+    def citations(self) -> Citations | None:
+        """What ties the next part of the answer to its sources (the first session with any)."""
+        for session, _ in self.sessions:
+            citations = session.citations()
+            if citations is not None:
+                return citations
+        return None
 
     def pending_calls(self) -> list[tuple[ToolSession, ModelCall]]:
         return [(session, call) for session, _ in self.sessions for call in session.pending_calls()]

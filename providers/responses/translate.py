@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runtime.apis.items import new_id
+from runtime.apis.tool_runtime.protocol import Citations
 
 __all__ = ["PART_EVENTS", "Event", "ServerCall", "StreamTranslator", "output_from_completion", "usage_from_chat"]
 
@@ -33,6 +34,8 @@ class _Part:
     kind: str  # output_text | refusal | reasoning_text
     text: list[str] = field(default_factory=list)
     logprobs: list[dict[str, Any]] = field(default_factory=list)
+    annotations: list[dict[str, Any]] = field(default_factory=list)
+    citations: Citations | None = None
 
 
 @dataclass
@@ -69,6 +72,8 @@ class StreamTranslator:
     with_logprobs: bool = False
     make_id: Callable[[str], str] = new_id
     is_server: Callable[[str], bool] = _client_side
+    citations: Callable[[], Citations | None] | None = None
+    """Gives each output_text part what turns its source markers into annotations (None: no sources)."""
     items: list[_Item] = field(default_factory=list)
     _open: _Item | None = None
     _calls: dict[int, _Item] = field(default_factory=dict)
@@ -146,9 +151,18 @@ class StreamTranslator:
         current = self._open
         if not current.parts or current.parts[-1].kind != part_kind:
             events += _close_part(current)
-            current.parts.append(_Part(part_kind))
+            citations = self.citations() if self.citations is not None and part_kind == "output_text" else None
+            current.parts.append(_Part(part_kind, citations=citations))
             events.append(_part_event("response.content_part.added", current, _part_body(current.parts[-1], done=False)))
         part = current.parts[-1]
+        if part.citations is not None:
+            text, annotations = part.citations.feed(text)
+            part.logprobs.extend(logprobs)
+            if text:
+                part.text.append(text)
+                events.append(_delta_event(current, part, text, logprobs))
+            events += _annotation_events(current, part, annotations)
+            return events
         part.text.append(text)
         part.logprobs.extend(logprobs)
         events.append(_delta_event(current, part, text, logprobs))
@@ -217,7 +231,8 @@ def _part_body(part: _Part, *, done: bool) -> dict[str, Any]:
         return {"type": "refusal", "refusal": text}
     if part.kind == "reasoning_text":
         return {"type": "reasoning_text", "text": text}
-    return {"type": "output_text", "text": text, "annotations": [], "logprobs": list(part.logprobs) if done else []}
+    return {"type": "output_text", "text": text, "annotations": list(part.annotations) if done else [],
+            "logprobs": list(part.logprobs) if done else []}
 
 
 def _part_event(kind: str, item: _Item, part: dict[str, Any]) -> Event:
@@ -234,10 +249,27 @@ def _delta_event(item: _Item, part: _Part, text: str, logprobs: list[dict[str, A
     return {"type": "response.reasoning_text.delta", **base}
 
 
+def _annotation_events(item: _Item, part: _Part, annotations: list[dict[str, Any]]) -> list[Event]:
+    events: list[Event] = []
+    for annotation in annotations:
+        events.append({"type": "response.output_text.annotation.added", "item_id": item.item["id"], "output_index": item.output_index,
+                       "content_index": len(item.parts) - 1, "annotation_index": len(part.annotations), "annotation": annotation})
+        part.annotations.append(annotation)
+    return events
+
+
 def _close_part(item: _Item) -> list[Event]:
     if not item.parts:
         return []
     part = item.parts[-1]
+    events: list[Event] = []
+    if part.citations is not None:
+        held, annotations = part.citations.finish()
+        part.citations = None
+        if held:
+            part.text.append(held)
+            events.append(_delta_event(item, part, held, []))
+        events += _annotation_events(item, part, annotations)
     text = "".join(part.text)
     base = {"item_id": item.item["id"], "output_index": item.output_index, "content_index": len(item.parts) - 1}
     if part.kind == "output_text":
@@ -246,7 +278,7 @@ def _close_part(item: _Item) -> list[Event]:
         done = {"type": "response.refusal.done", **base, "refusal": text}
     else:
         done = {"type": "response.reasoning_text.done", **base, "text": text}
-    return [done, {"type": "response.content_part.done", **base, "part": _part_body(part, done=True)}]
+    return [*events, done, {"type": "response.content_part.done", **base, "part": _part_body(part, done=True)}]
 
 
 def _close_call(call: _Item, status: str) -> list[Event]:

@@ -26,6 +26,8 @@ from runtime.apis.responses import routes as responses_routes
 from runtime.apis.responses.protocol import ResponsesProvider
 from runtime.apis.tool_runtime.protocol import ToolRuntime
 from runtime.apis.tool_runtime.router import open_tool_router
+from runtime.apis.vector_stores import routes as vector_stores_routes
+from runtime.apis.vector_stores.protocol import VectorStoresProvider
 
 if TYPE_CHECKING:
     from builder.resolve import StackPlan
@@ -65,4 +67,5 @@ SURFACES: dict[Api, ApiSurface] = {
     Api.conversations: ApiSurface(Api.conversations, conversations_routes.router, protocol=ConversationsProvider),
     Api.tool_runtime: ApiSurface(Api.tool_runtime, None, open_tool_router, ToolRuntime),
     Api.files: ApiSurface(Api.files, files_routes.router, protocol=FilesProvider, body_limits=files_routes.upload_limits),
+    Api.vector_stores: ApiSurface(Api.vector_stores, vector_stores_routes.router, protocol=VectorStoresProvider),
 }

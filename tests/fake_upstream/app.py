@@ -62,7 +62,7 @@ _ERROR_TYPES = {
     429: "rate_limit_error",
 }
 _TOKEN_PIECE = re.compile(r"\s*\S+")
-_DIRECTIVE_START = re.compile(r"\[(tokens|tool|error|slow|cut|context_overflow|reasoning|refusal|again|garbage)")
+_DIRECTIVE_START = re.compile(r"\[(tokens|tool|error|slow|cut|context_overflow|reasoning|refusal|again|garbage|answer)")
 _NUMBER_ARG = re.compile(r":(\d+)\]")
 _TOOL_NAME = re.compile(r":([A-Za-z0-9_.\-]+)\s*")
 _CLOSE = re.compile(r"\s*\]")
@@ -180,13 +180,16 @@ class Directives:
     """Call the [tool:...] tools again after their results (a model that never stops calling)."""
     garbage: bool = False
     """Answer with a body cut off mid-JSON, or a stream whose second event is not JSON."""
+    answer: str | None = None
+    """What to answer once the tools have answered (instead of echoing their result)."""
 
 
 def parse_directives(text: str) -> Directives:
     """Split `text` into its directives and the remaining text (stripped).
 
     Known: [tokens:N] [tool:NAME {json}] [error:STATUS] [slow:MS] [cut:N] [context_overflow]
-    [reasoning] [refusal] [again] [garbage]. Anything malformed stays in the text verbatim.
+    [reasoning] [refusal] [again] [garbage] [answer {"text": ...}]. Anything malformed stays in
+    the text verbatim.
     """
     if "[" not in text:
         return Directives(text.strip())
@@ -210,6 +213,8 @@ def _apply_directive(directives: Directives, name: str, text: str, pos: int) -> 
     """Record directive `name` whose arguments start at `pos`; its end, or None when malformed."""
     if name == "tool":
         return _apply_tool(directives, text, pos)
+    if name == "answer":
+        return _apply_answer(directives, text, pos)
     if name in ("context_overflow", "reasoning", "refusal", "again", "garbage"):
         if not text.startswith("]", pos):
             return None
@@ -230,6 +235,19 @@ def _apply_directive(directives: Directives, name: str, text: str, pos: int) -> 
     else:
         return None
     return number.end()
+
+
+def _apply_answer(directives: Directives, text: str, pos: int) -> int | None:
+    start = len(text) - len(text[pos:].lstrip())
+    try:
+        value, end = _DECODER.raw_decode(text, start)
+    except ValueError:
+        return None
+    close = _CLOSE.match(text, end)
+    if not isinstance(value, dict) or not isinstance(value.get("text"), str) or close is None:
+        return None
+    directives.answer = value["text"]
+    return close.end()
 
 
 def _apply_tool(directives: Directives, text: str, pos: int) -> int | None:
@@ -403,7 +421,7 @@ def _choice_count(body: JSON) -> int:
 def base_text(directives: Directives, tool_result: str | None) -> str:
     """The answer text before per-request shaping (choices, json format, stop, max tokens)."""
     if tool_result is not None:
-        return f"Tool result: {tool_result}"
+        return directives.answer if directives.answer is not None else f"Tool result: {tool_result}"
     if directives.tokens is not None:
         return " ".join(f"tok{i}" for i in range(1, directives.tokens + 1))
     return f"You said: {directives.text}" if directives.text else DEFAULT_TEXT

@@ -147,6 +147,10 @@ class McpSession:
             item.item["content"] = attachments
         item.emit("response.mcp_call.completed")
 
+    def citations(self) -> None:
+        """MCP results are not sources to cite."""
+        return None
+
     def connection(self, server: Server) -> Connection:
         if server.connection is None:
             server.connection = self.runtime.connect(server.endpoint)

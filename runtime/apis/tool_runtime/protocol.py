@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
+    "Citations",
     "FunctionSpec",
     "ItemSink",
     "ModelCall",
@@ -131,6 +132,20 @@ class ItemSink(Protocol):
         """Place a new item at the end of the output (emits `response.output_item.added`)."""
 
 
+class Citations(Protocol):
+    """Reads the model's answer as it streams and turns the source markers it writes into
+    annotations of the text (see runtime.apis.tool_runtime.citations for the usual one).
+
+    Each call returns the text to send on (markers taken out; some may be held back until it is
+    known whether they begin a marker) and the annotations that text ends at, each with its
+    `index` into the whole answer."""
+
+    def feed(self, text: str) -> tuple[str, list[dict[str, Any]]]: ...
+
+    def finish(self) -> tuple[str, list[dict[str, Any]]]:
+        """The text still held back, and the last annotations."""
+
+
 Step = Callable[[ItemSink], Awaitable[None]]
 """Work that produces output items into the sink it is given."""
 
@@ -149,6 +164,10 @@ class ToolSession(Protocol):
 
     async def run(self, call: ModelCall, sink: ItemSink) -> None:
         """Run `call`, producing its item in `sink`; failures go on the item, not raised."""
+
+    def citations(self) -> Citations | None:
+        """For the next part of the answer: what ties it to the sources this session's calls
+        returned so far; None when they returned none (or the tool has none to cite)."""
 
     async def aclose(self) -> None: ...
 

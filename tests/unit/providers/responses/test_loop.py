@@ -52,6 +52,9 @@ class Session:
         item.item.update(output=await self.behaviours[call.name](), status="completed")
         item.emit("response.fake_call.completed")
 
+    def citations(self) -> None:
+        return None
+
     async def aclose(self) -> None:
         self.closed = True
 
@@ -88,8 +91,9 @@ def make_loop(model: Model, session: Session, *, user_functions: Sequence[str] =
     request_tools = RequestTools(request, [(session, frozenset({"fake"}))])
     counter = itertools.count(1)
 
-    def translator(first: int, is_server: Callable[[str], bool]) -> StreamTranslator:
-        return StreamTranslator(first_output_index=first, is_server=is_server, make_id=lambda prefix: f"{prefix}_{next(counter)}")
+    def translator(first: int, is_server: Callable[[str], bool], citations: Any) -> StreamTranslator:
+        return StreamTranslator(first_output_index=first, is_server=is_server, make_id=lambda prefix: f"{prefix}_{next(counter)}",
+                                citations=citations)
 
     return ToolLoop([], model, request_tools, translator, limits, max_tool_calls=max_tool_calls)
 

@@ -32,6 +32,9 @@ class Session:
     async def run(self, call: ModelCall, sink: Any) -> None:
         pass
 
+    def citations(self) -> None:
+        return None
+
     async def aclose(self) -> None:
         pass
 

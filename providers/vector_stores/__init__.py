@@ -1,0 +1,1 @@
+"""Providers of the Vector stores API."""

@@ -1,0 +1,191 @@
+"""Ingestion as a durable job: a vector store file is `in_progress` until a worker has extracted,
+chunked and indexed it, then `completed`, or `failed` with `last_error` saying why.
+
+A worker claims a file by taking its lease (the row's `lease_owner`/`lease_until`, with a fresh
+`attempt` token) and keeps renewing it while it works. A process that dies mid-ingestion leaves
+an expired lease: any worker (this process after a restart, another replica) claims the file
+again, and the new attempt removes the rows the dead one wrote. Every write of a worker is
+conditional on still holding the lease, so a file deleted, re-attached or cancelled meanwhile
+is never marked by a stale worker; its rows are removed instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+
+from providers.vector_stores.builtin.chunking import chunk_text
+from providers.vector_stores.builtin.extract import ExtractionError, text_pieces
+from providers.vector_stores.builtin.tables import chunks, files
+from runtime.apis.files.protocol import FilesProvider
+from runtime.errors import NotFoundError
+from runtime.ids import random_hex
+from runtime.storage import Database
+
+__all__ = ["Ingestor", "Job"]
+
+log = logging.getLogger("stack")
+
+INSERT_BATCH = 64
+
+
+@dataclass(frozen=True)
+class Job:
+    vector_store_id: str
+    file_id: str
+    filename: str
+    attempt: str
+    chunk_tokens: int
+    overlap_tokens: int
+
+
+class _LeaseLost(Exception):
+    """The file was deleted, re-attached or cancelled under the worker."""
+
+
+class Ingestor:
+    """Runs `workers` ingestion tasks; `wake()` when a file is attached."""
+
+    def __init__(self, db: Database, files_api: FilesProvider, *, workers: int, lease_s: float, poll_s: float) -> None:
+        self.db = db
+        self.files_api = files_api
+        self.owner = f"ingest-{random_hex(8)}"
+        self.lease_s = lease_s
+        self.poll_s = poll_s
+        self._wake = asyncio.Event()
+        self._workers = workers
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def start(self) -> None:
+        self._tasks = [asyncio.get_running_loop().create_task(self._work()) for _ in range(self._workers)]
+
+    async def stop(self) -> None:
+        """Stop working; files under way keep their lease, which expires, and are taken up again
+        by the next start (or another replica)."""
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def _work(self) -> None:
+        while True:
+            try:
+                job = await self._claim()
+            except Exception:
+                log.exception("claiming an ingestion job failed; trying again in %.0f s", self.poll_s)
+                job = None
+            if job is None:
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), self.poll_s)
+                continue
+            await self.run(job)
+
+    async def _claim(self) -> Job | None:
+        now = time.time()
+        claimable = sa.and_(files.c.status == "in_progress", sa.or_(files.c.lease_until.is_(None), files.c.lease_until < now))
+        candidates = await self.db.fetch_all(sa.select(files).where(claimable).order_by(files.c.seq).limit(8))
+        for row in candidates:
+            attempt = random_hex(12)
+            claimed = await self.db.execute(
+                files.update()
+                .where(files.c.seq == row["seq"], files.c.attempt == row["attempt"], claimable)
+                .values(attempt=attempt, lease_owner=self.owner, lease_until=now + self.lease_s))
+            if claimed:
+                return Job(row["vector_store_id"], row["file_id"], row["filename"], attempt, row["chunk_tokens"], row["overlap_tokens"])
+        return None
+
+    def _mine(self, job: Job) -> sa.ColumnElement[bool]:
+        return sa.and_(files.c.vector_store_id == job.vector_store_id, files.c.file_id == job.file_id, files.c.attempt == job.attempt,
+                       files.c.status == "in_progress")
+
+    async def run(self, job: Job) -> None:
+        """Ingest one claimed file to its end: completed, failed, or given up (lease lost)."""
+        work = asyncio.current_task()
+        lost = False
+
+        async def keep_lease() -> None:
+            nonlocal lost
+            while True:
+                await asyncio.sleep(self.lease_s / 3)
+                renewed = await self.db.execute(files.update().where(self._mine(job)).values(lease_until=time.time() + self.lease_s))
+                if not renewed:
+                    lost = True
+                    if work is not None:
+                        work.cancel()
+                    return
+
+        keeper = asyncio.get_running_loop().create_task(keep_lease())
+        try:
+            await self._ingest(job)
+        except _LeaseLost:
+            await self._discard(job)
+        except asyncio.CancelledError:
+            if not lost or work is None:
+                raise  # shutting down: the lease expires and the file is taken up again
+            work.uncancel()
+            await self._discard(job)
+        except ExtractionError as error:
+            await self._finish(job, "failed", {"code": error.code, "message": error.message}, 0)
+        except Exception as error:
+            log.exception("ingesting %s into %s failed", job.file_id, job.vector_store_id)
+            await self._finish(job, "failed", {"code": "server_error", "message": f"The file could not be processed ({type(error).__name__})."}, 0)
+        finally:
+            keeper.cancel()
+            await asyncio.gather(keeper, return_exceptions=True)
+
+    async def _ingest(self, job: Job) -> None:
+        # Rows of earlier attempts (a crash) go first: a file's rows are only ever its current attempt's.
+        await self.db.execute(chunks.delete().where(chunks.c.vector_store_id == job.vector_store_id, chunks.c.file_id == job.file_id,
+                                                    chunks.c.attempt != job.attempt))
+        try:
+            content = await self.files_api.file_content(job.file_id)
+        except NotFoundError:
+            raise ExtractionError("invalid_file", f"The file {job.file_id} no longer exists in the Files API.") from None
+        position = 0
+        usage = 0
+        batch: list[dict[str, object]] = []
+        async for text in chunk_text(text_pieces(content.chunks, job.filename), job.chunk_tokens, job.overlap_tokens):
+            batch.append({"vector_store_id": job.vector_store_id, "file_id": job.file_id, "attempt": job.attempt, "position": position,
+                          "text": text})
+            position += 1
+            usage += len(text.encode())
+            if len(batch) >= INSERT_BATCH:
+                await self._insert(job, batch)
+                batch = []
+        if batch:
+            await self._insert(job, batch)
+        if position == 0:
+            raise ExtractionError("invalid_file", f"No text could be extracted from {job.filename}.")
+        await self._finish(job, "completed", None, usage)
+
+    async def _insert(self, job: Job, rows: list[dict[str, object]]) -> None:
+        def write(conn: sa.Connection) -> None:
+            if not conn.execute(files.update().where(self._mine(job)).values(lease_until=time.time() + self.lease_s)).rowcount:
+                raise _LeaseLost()
+            conn.execute(chunks.insert(), rows)
+
+        await self.db.write(write)
+
+    async def _finish(self, job: Job, status: str, error: dict[str, str] | None, usage: int) -> None:
+        def write(conn: sa.Connection) -> None:
+            done = conn.execute(files.update().where(self._mine(job)).values(
+                status=status, last_error=error, usage_bytes=usage, lease_owner=None, lease_until=None)).rowcount
+            if not done or status != "completed":
+                conn.execute(chunks.delete().where(chunks.c.vector_store_id == job.vector_store_id, chunks.c.file_id == job.file_id,
+                                                   chunks.c.attempt == job.attempt))
+
+        await self.db.write(write)
+
+    async def _discard(self, job: Job) -> None:
+        await self.db.execute(chunks.delete().where(chunks.c.vector_store_id == job.vector_store_id, chunks.c.file_id == job.file_id,
+                                                    chunks.c.attempt == job.attempt))
+

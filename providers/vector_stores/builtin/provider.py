@@ -1,0 +1,296 @@
+"""The built-in vector stores: stores, their files and batches, on the `vector_stores` store."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+
+from providers.vector_stores.builtin import search as keyword
+from providers.vector_stores.builtin.ingest import Ingestor
+from providers.vector_stores.builtin.tables import batches, chunks, files, stores
+from runtime.apis.files.protocol import FilesProvider
+from runtime.apis.vector_stores.models import CreateBatch, CreateStore, FileSpec, Search, UpdateStore
+from runtime.apis.vector_stores.protocol import FILE_STATUSES, Page, SearchHit
+from runtime.errors import InvalidRequestError, NotFoundError
+from runtime.ids import random_hex
+from runtime.storage import Database
+
+__all__ = ["BuiltinVectorStores"]
+
+DAY_S = 86_400
+ACTIVE_EVERY_S = 60  # last_active_at is written at most this often per store
+
+
+class BuiltinVectorStores:
+    """Implements runtime.apis.vector_stores.protocol.VectorStoresProvider."""
+
+    def __init__(self, db: Database, files_api: FilesProvider, ingestor: Ingestor) -> None:
+        self.db = db
+        self.files_api = files_api
+        self.ingestor = ingestor
+
+    # --- stores ----------------------------------------------------------------------------------
+
+    async def create_store(self, request: CreateStore) -> dict[str, Any]:
+        named = await self._filenames(request.files)
+        now = int(time.time())
+        store_id = f"vs_{random_hex(16)}"
+        row = {"id": store_id, "created_at": now, "name": request.name, "description": request.description,
+               "metadata": request.metadata or {}, "expires_after_days": request.expires_after_days, "last_active_at": now}
+
+        def write(conn: sa.Connection) -> None:
+            conn.execute(stores.insert().values(row))
+            for spec, filename in zip(request.files, named, strict=True):
+                conn.execute(files.insert().values(_file_row(store_id, spec, filename, now, None)))
+
+        await self.db.write(write)
+        if request.files:
+            self.ingestor.wake()
+        return await self.get_store(store_id)
+
+    async def list_stores(self, page: Page) -> tuple[list[dict[str, Any]], bool]:
+        rows, has_more = await _page(self.db, stores, sa.true(), stores.c.id, page)
+        counts = await self._counts([row["id"] for row in rows])
+        return [_public_store(row, counts.get(row["id"], {})) for row in rows], has_more
+
+    async def get_store(self, store_id: str) -> dict[str, Any]:
+        row = await self._store(store_id)
+        return _public_store(row, (await self._counts([store_id])).get(store_id, {}))
+
+    async def update_store(self, store_id: str, request: UpdateStore) -> dict[str, Any]:
+        await self._store(store_id)
+        values = dict(request.fields)
+        if "metadata" in values and values["metadata"] is None:
+            values["metadata"] = {}
+        if values:
+            values["last_active_at"] = int(time.time())
+            await self.db.execute(stores.update().where(stores.c.id == store_id).values(values))
+        return await self.get_store(store_id)
+
+    async def delete_store(self, store_id: str) -> dict[str, Any]:
+        await self._store(store_id)
+
+        def write(conn: sa.Connection) -> None:
+            conn.execute(chunks.delete().where(chunks.c.vector_store_id == store_id))
+            conn.execute(files.delete().where(files.c.vector_store_id == store_id))
+            conn.execute(batches.delete().where(batches.c.vector_store_id == store_id))
+            conn.execute(stores.delete().where(stores.c.id == store_id))
+
+        await self.db.write(write)
+        return {"id": store_id, "object": "vector_store.deleted", "deleted": True}
+
+    async def _store(self, store_id: str) -> sa.RowMapping:
+        row = await self.db.fetch_one(sa.select(stores).where(stores.c.id == store_id))
+        if row is None:
+            raise NotFoundError(f"No vector store found with id '{store_id}'.", param="vector_store_id", code="not_found")
+        return row
+
+    async def _counts(self, store_ids: list[str]) -> dict[str, dict[str, int]]:
+        """Per store: files by status, and the bytes of the completed ones."""
+        if not store_ids:
+            return {}
+        query = (sa.select(files.c.vector_store_id, files.c.status, sa.func.count().label("n"), sa.func.sum(files.c.usage_bytes).label("bytes"))
+                 .where(files.c.vector_store_id.in_(store_ids)).group_by(files.c.vector_store_id, files.c.status))
+        counts: dict[str, dict[str, int]] = {}
+        for row in await self.db.fetch_all(query):
+            entry = counts.setdefault(row["vector_store_id"], {})
+            entry[row["status"]] = int(row["n"])
+            entry["usage_bytes"] = entry.get("usage_bytes", 0) + int(row["bytes"] or 0)
+        return counts
+
+    # --- files -----------------------------------------------------------------------------------
+
+    async def _filenames(self, specs: Sequence[FileSpec]) -> list[str]:
+        """Each file's name, from the Files API (an unknown file is a 404, before anything is written)."""
+        names = await asyncio.gather(*(self.files_api.get_file(spec.file_id) for spec in specs))
+        return [str(meta["filename"]) for meta in names]
+
+    async def attach_file(self, store_id: str, spec: FileSpec) -> dict[str, Any]:
+        await self._store(store_id)
+        (filename,) = await self._filenames([spec])
+        await self._attach(store_id, [spec], [filename], None)
+        return await self.get_file(store_id, spec.file_id)
+
+    async def _attach(self, store_id: str, specs: Sequence[FileSpec], names: Sequence[str], batch_id: str | None,
+                      batch_row: Mapping[str, Any] | None = None) -> None:
+        now = int(time.time())
+
+        def write(conn: sa.Connection) -> None:
+            if batch_row is not None:
+                conn.execute(batches.insert().values(dict(batch_row)))
+            for spec, filename in zip(specs, names, strict=True):
+                # Attaching again starts over: the old attempt's chunks go, the new attempt writes its own.
+                conn.execute(chunks.delete().where(chunks.c.vector_store_id == store_id, chunks.c.file_id == spec.file_id))
+                conn.execute(files.delete().where(files.c.vector_store_id == store_id, files.c.file_id == spec.file_id))
+                conn.execute(files.insert().values(_file_row(store_id, spec, filename, now, batch_id)))
+            conn.execute(stores.update().where(stores.c.id == store_id).values(last_active_at=now))
+
+        await self.db.write(write)
+        self.ingestor.wake()
+
+    async def list_files(self, store_id: str, status: str | None, page: Page, batch_id: str | None = None) -> tuple[list[dict[str, Any]], bool]:
+        await self._store(store_id)
+        if batch_id is not None:
+            await self._batch(store_id, batch_id)
+        where = [files.c.vector_store_id == store_id]
+        if status is not None:
+            where.append(files.c.status == status)
+        if batch_id is not None:
+            where.append(files.c.batch_id == batch_id)
+        rows, has_more = await _page(self.db, files, sa.and_(*where), files.c.file_id, page, scope=files.c.vector_store_id == store_id)
+        return [_public_file(row) for row in rows], has_more
+
+    async def get_file(self, store_id: str, file_id: str) -> dict[str, Any]:
+        return _public_file(await self._file(store_id, file_id))
+
+    async def _file(self, store_id: str, file_id: str) -> sa.RowMapping:
+        row = await self.db.fetch_one(sa.select(files).where(files.c.vector_store_id == store_id, files.c.file_id == file_id))
+        if row is None:
+            await self._store(store_id)
+            raise NotFoundError(f"No file found with id '{file_id}' in vector store '{store_id}'.", param="file_id", code="not_found")
+        return row
+
+    async def update_file(self, store_id: str, file_id: str, attributes: dict[str, Any] | None) -> dict[str, Any]:
+        await self._file(store_id, file_id)
+        await self.db.execute(files.update().where(files.c.vector_store_id == store_id, files.c.file_id == file_id)
+                              .values(attributes=attributes or {}))
+        return await self.get_file(store_id, file_id)
+
+    async def detach_file(self, store_id: str, file_id: str) -> dict[str, Any]:
+        await self._file(store_id, file_id)
+
+        def write(conn: sa.Connection) -> None:
+            conn.execute(chunks.delete().where(chunks.c.vector_store_id == store_id, chunks.c.file_id == file_id))
+            conn.execute(files.delete().where(files.c.vector_store_id == store_id, files.c.file_id == file_id))
+
+        await self.db.write(write)
+        return {"id": file_id, "object": "vector_store.file.deleted", "deleted": True}
+
+    async def file_content(self, store_id: str, file_id: str) -> list[str]:
+        row = await self._file(store_id, file_id)
+        rows = await self.db.fetch_all(sa.select(chunks.c.text).where(
+            chunks.c.vector_store_id == store_id, chunks.c.file_id == file_id, chunks.c.attempt == row["attempt"])
+            .order_by(chunks.c.position))
+        return [r["text"] for r in rows] if row["status"] == "completed" else []
+
+    # --- batches ---------------------------------------------------------------------------------
+
+    async def create_batch(self, store_id: str, request: CreateBatch) -> dict[str, Any]:
+        await self._store(store_id)
+        names = await self._filenames(request.files)
+        batch_id = f"vsfb_{random_hex(16)}"
+        batch = {"id": batch_id, "vector_store_id": store_id, "created_at": int(time.time()), "cancelled": False}
+        await self._attach(store_id, request.files, names, batch_id, batch)
+        return await self.get_batch(store_id, batch_id)
+
+    async def get_batch(self, store_id: str, batch_id: str) -> dict[str, Any]:
+        row = await self._batch(store_id, batch_id)
+        query = (sa.select(files.c.status, sa.func.count().label("n")).where(files.c.vector_store_id == store_id, files.c.batch_id == batch_id)
+                 .group_by(files.c.status))
+        counts = {r["status"]: int(r["n"]) for r in await self.db.fetch_all(query)}
+        status = "in_progress" if counts.get("in_progress") else "cancelled" if row["cancelled"] else "completed"
+        return {"id": batch_id, "object": "vector_store.files_batch", "created_at": row["created_at"], "vector_store_id": store_id,
+                "status": status, "file_counts": _file_counts(counts)}
+
+    async def _batch(self, store_id: str, batch_id: str) -> sa.RowMapping:
+        row = await self.db.fetch_one(sa.select(batches).where(batches.c.id == batch_id, batches.c.vector_store_id == store_id))
+        if row is None:
+            await self._store(store_id)
+            raise NotFoundError(f"No file batch found with id '{batch_id}' in vector store '{store_id}'.", param="batch_id", code="not_found")
+        return row
+
+    async def cancel_batch(self, store_id: str, batch_id: str) -> dict[str, Any]:
+        await self._batch(store_id, batch_id)
+
+        def write(conn: sa.Connection) -> None:
+            conn.execute(batches.update().where(batches.c.id == batch_id).values(cancelled=True))
+            # A worker on one of these files loses its lease at its next write and removes its rows.
+            conn.execute(files.update().where(files.c.vector_store_id == store_id, files.c.batch_id == batch_id,
+                                              files.c.status == "in_progress")
+                         .values(status="cancelled", lease_owner=None, lease_until=None))
+
+        await self.db.write(write)
+        return await self.get_batch(store_id, batch_id)
+
+    # --- search ----------------------------------------------------------------------------------
+
+    async def search(self, store_ids: Sequence[str], request: Search) -> list[SearchHit]:
+        rows = await self.db.fetch_all(sa.select(stores).where(stores.c.id.in_(list(store_ids))))
+        found = {row["id"]: row for row in rows}
+        now = int(time.time())
+        for store_id in store_ids:
+            row = found.get(store_id)
+            if row is None:
+                raise NotFoundError(f"No vector store found with id '{store_id}'.", param="vector_store_id", code="not_found")
+            expires_at = _expires_at(row)
+            if expires_at is not None and expires_at <= now:
+                raise InvalidRequestError(f"Vector store '{store_id}' has expired.", param="vector_store_id", code="vector_store_expired")
+        stale = [store_id for store_id in store_ids if found[store_id]["last_active_at"] < now - ACTIVE_EVERY_S]
+        if stale:
+            await self.db.execute(stores.update().where(stores.c.id.in_(stale)).values(last_active_at=now))
+        best: dict[tuple[str, str, str], SearchHit] = {}
+        for text in request.queries:
+            query = keyword.keyword_query(text)
+            if query is None:
+                continue
+            statement = keyword.keyword_statement(self.db.dialect, query, store_ids, request.filters, request.max_num_results)
+            for row in await self.db.fetch_all(statement):
+                hit = SearchHit(row["vector_store_id"], row["file_id"], row["filename"], keyword.score(query, row["text"], row["relevance"]),
+                                row["text"], row["attributes"] or {})
+                key = (hit.vector_store_id, hit.file_id, hit.text)
+                if hit.score >= request.ranking.score_threshold and (key not in best or best[key].score < hit.score):
+                    best[key] = hit
+        return sorted(best.values(), key=lambda hit: -hit.score)[:request.max_num_results]
+
+
+def _file_row(store_id: str, spec: FileSpec, filename: str, now: int, batch_id: str | None) -> dict[str, Any]:
+    return {"vector_store_id": store_id, "file_id": spec.file_id, "filename": filename, "created_at": now, "status": "in_progress",
+            "last_error": None, "usage_bytes": 0, "attributes": spec.attributes or {}, "chunk_tokens": spec.chunking.max_tokens,
+            "overlap_tokens": spec.chunking.overlap_tokens, "batch_id": batch_id, "attempt": random_hex(12), "lease_owner": None,
+            "lease_until": None}
+
+
+async def _page(db: Database, table: sa.Table, where: sa.ColumnElement[bool], id_column: sa.Column[Any], page: Page,
+                scope: sa.ColumnElement[bool] | None = None) -> tuple[list[sa.RowMapping], bool]:
+    """A cursor page by insertion order (`seq`): after/before an id of the same scope."""
+    query = sa.select(table).where(where)
+    ascending = page.order == "asc"
+    for cursor, later in ((page.after, ascending), (page.before, not ascending)):
+        if cursor is not None:
+            anchor = sa.select(table.c.seq).where(id_column == cursor, scope if scope is not None else sa.true()).scalar_subquery()
+            query = query.where(table.c.seq > anchor if later else table.c.seq < anchor)
+    query = query.order_by(table.c.seq.asc() if ascending else table.c.seq.desc()).limit(page.limit + 1)
+    rows = await db.fetch_all(query)
+    return rows[:page.limit], len(rows) > page.limit
+
+
+def _file_counts(counts: Mapping[str, int]) -> dict[str, int]:
+    by_status = {status: int(counts.get(status, 0)) for status in FILE_STATUSES}
+    return {**by_status, "total": sum(by_status.values())}
+
+
+def _expires_at(row: Any) -> int | None:
+    days = row["expires_after_days"]
+    return int(row["last_active_at"]) + int(days) * DAY_S if days else None
+
+
+def _public_store(row: Any, counts: Mapping[str, int]) -> dict[str, Any]:
+    expires_at = _expires_at(row)
+    status = ("expired" if expires_at is not None and expires_at <= time.time()
+              else "in_progress" if counts.get("in_progress") else "completed")
+    return {"id": row["id"], "object": "vector_store", "created_at": row["created_at"], "name": row["name"],
+            "description": row["description"], "usage_bytes": int(counts.get("usage_bytes", 0)), "file_counts": _file_counts(counts),
+            "status": status, "expires_after": {"anchor": "last_active_at", "days": row["expires_after_days"]} if row["expires_after_days"] else None,
+            "expires_at": expires_at, "last_active_at": row["last_active_at"], "metadata": row["metadata"] or {}}
+
+
+def _public_file(row: Any) -> dict[str, Any]:
+    return {"id": row["file_id"], "object": "vector_store.file", "created_at": row["created_at"], "vector_store_id": row["vector_store_id"],
+            "status": row["status"], "last_error": row["last_error"], "usage_bytes": row["usage_bytes"],
+            "attributes": row["attributes"] or {},
+            "chunking_strategy": {"type": "static", "static": {"max_chunk_size_tokens": row["chunk_tokens"],
+                                                                "chunk_overlap_tokens": row["overlap_tokens"]}}}

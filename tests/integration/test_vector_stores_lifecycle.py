@@ -1,0 +1,71 @@
+"""Ingestion survives the server: a kill -9 mid-ingestion leaves a file that the next server takes
+up once the dead worker's lease lapses, and finishes with no chunk written twice."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx2
+import openai
+
+from fake_upstream.server import FakeUpstream
+from runtime.testing.targets import free_port
+from support.live import CONFIG, live_env, wait_for
+
+WORDS = "keeper lamp wick fog horn tide quay mooring lens clockwork dusk dawn harbour beacon signal gale".split()
+
+
+def _server(env: dict[str, str], port: int) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-m", "runtime.cli", "run", CONFIG, "--port", str(port)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _healthy(base: str) -> bool:
+    try:
+        return httpx2.get(f"{base}/health", timeout=1).status_code == 200
+    except httpx2.HTTPError:
+        return False
+
+
+def test_an_ingestion_cut_by_kill_9_is_finished_by_the_next_server(upstream: FakeUpstream, tmp_path: Path) -> None:
+    env = live_env(upstream, tmp_path, STACK_TEST_INGEST_LEASE_S="2")
+    port = free_port()
+    base = f"http://127.0.0.1:{port}/v1"
+    client = openai.OpenAI(base_url=base, api_key="k", max_retries=0)
+    text = "\n".join(" ".join(WORDS[(line + i) % len(WORDS)] for i in range(12)) + f" line{line}." for line in range(120_000)).encode()
+    first = _server(env, port)
+    try:
+        wait_for(lambda: _healthy(base))
+        file_id = client.files.create(file=("log.txt", text), purpose="assistants").id
+        small = client.files.create(file=("small.txt", b"The beacon is lit at dusk."), purpose="assistants").id
+        store = client.vector_stores.create(file_ids=[file_id])
+        wait_for(lambda: client.vector_stores.files.retrieve(file_id, vector_store_id=store.id).status == "in_progress")
+        time.sleep(0.3)  # well into the file, not through it
+        assert client.vector_stores.files.retrieve(file_id, vector_store_id=store.id).status == "in_progress"
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    second = _server(env, port)
+    try:
+        wait_for(lambda: _healthy(base))
+        client.vector_stores.files.create(vector_store_id=store.id, file_id=small)
+        wait_for(lambda: client.vector_stores.files.retrieve(small, vector_store_id=store.id).status == "completed")
+        wait_for(lambda: client.vector_stores.files.retrieve(file_id, vector_store_id=store.id).status != "in_progress", timeout=60)
+        done = client.vector_stores.files.retrieve(file_id, vector_store_id=store.id)
+        assert done.status == "completed" and done.last_error is None
+        # Ingested again from scratch into another store: the same chunks, none twice.
+        again = client.vector_stores.create(file_ids=[file_id])
+        wait_for(lambda: client.vector_stores.retrieve(again.id).status == "completed", timeout=60)
+        resumed = [part.text for part in client.vector_stores.files.content(file_id=file_id, vector_store_id=store.id)]
+        fresh = [part.text for part in client.vector_stores.files.content(file_id=file_id, vector_store_id=again.id)]
+        assert len(resumed) == len(fresh) > 100 and resumed == fresh
+        assert done.usage_bytes == client.vector_stores.files.retrieve(file_id, vector_store_id=again.id).usage_bytes
+        hits = client.vector_stores.search(vector_store_id=store.id, query="line119999").data
+        assert hits and "line119999" in hits[0].content[0].text
+    finally:
+        second.send_signal(signal.SIGTERM)
+        second.wait(timeout=20)
