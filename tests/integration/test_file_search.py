@@ -54,7 +54,7 @@ def test_the_answer_cites_the_chunks_it_used(openai_client: openai.OpenAI, text_
     cited = [(a.type, a.file_id, a.filename, a.index) for a in part.annotations]  # type: ignore[union-attr]
     first = ("file_citation", call.results[0].file_id, call.results[0].filename, len("In fog the keeper sounds the horn"))
     assert cited[0] == first and len(cited) == 2 and cited[1][1] == store["tides.txt"]
-    assert openai_client.responses.retrieve(response.id).model_dump() == response.model_dump()
+    assert openai_client.responses.retrieve(response.id, include=["file_search_call.results"]).model_dump() == response.model_dump()
 
 
 def test_a_streamed_answer_announces_each_citation(openai_client: openai.OpenAI, text_model: str, store: dict[str, str]) -> None:
@@ -106,3 +106,20 @@ def test_a_store_that_does_not_exist_is_a_400(openai_client: openai.OpenAI, text
     with pytest.raises(openai.BadRequestError) as refused:
         openai_client.responses.create(model=text_model, input="hi", tools=[{"type": "file_search", "vector_store_ids": ["vs_nope"]}])
     assert refused.value.body["param"] == "tools[0].vector_store_ids"  # type: ignore[index]
+
+
+def test_results_are_shown_only_when_included(openai_client: openai.OpenAI, text_model: str, store: dict[str, str]) -> None:
+    response = openai_client.responses.create(model=text_model, input=ASK, tools=[file_search(store)])
+    call = response.output[0]
+    assert call.type == "file_search_call" and call.status == "completed" and call.results is None
+    assert response.output[1].content[0].annotations  # type: ignore[union-attr]  # cited all the same
+    assert openai_client.responses.retrieve(response.id).output[0].results is None  # type: ignore[union-attr]
+    shown = openai_client.responses.retrieve(response.id, include=["file_search_call.results"]).output[0]
+    assert shown.results and shown.results[0].file_id == store["guide.md"]  # type: ignore[union-attr]
+    events = list(openai_client.responses.create(model=text_model, input=ASK, tools=[file_search(store)], stream=True))
+    done = [event.item for event in events if event.type == "response.output_item.done" and event.item.type == "file_search_call"]
+    assert done and done[0].results is None  # type: ignore[union-attr]
+    assert events[-1].response.output[0].results is None  # type: ignore[union-attr]
+    with pytest.raises(openai.BadRequestError) as refused:
+        openai_client.responses.retrieve(response.id, include=["everything"])  # type: ignore[list-item]
+    assert refused.value.body["param"] == "include[0]"  # type: ignore[index]

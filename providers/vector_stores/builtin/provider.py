@@ -219,8 +219,7 @@ class BuiltinVectorStores:
     # --- search ----------------------------------------------------------------------------------
 
     async def search(self, store_ids: Sequence[str], request: Search) -> list[SearchHit]:
-        rows = await self.db.fetch_all(sa.select(stores).where(stores.c.id.in_(list(store_ids))))
-        found = {row["id"]: row for row in rows}
+        found = {row["id"]: row for row in await self.db.fetch_all(sa.select(stores).where(stores.c.id.in_(list(store_ids))))}
         now = int(time.time())
         for store_id in store_ids:
             row = found.get(store_id)
@@ -235,16 +234,20 @@ class BuiltinVectorStores:
         best: dict[tuple[str, str, str], SearchHit] = {}
         for text in request.queries:
             query = keyword.keyword_query(text)
-            if query is None:
-                continue
-            statement = keyword.keyword_statement(self.db.dialect, query, store_ids, request.filters, request.max_num_results)
-            for row in await self.db.fetch_all(statement):
-                hit = SearchHit(row["vector_store_id"], row["file_id"], row["filename"], keyword.score(query, row["text"], row["relevance"]),
-                                row["text"], row["attributes"] or {})
-                key = (hit.vector_store_id, hit.file_id, hit.text)
-                if hit.score >= request.ranking.score_threshold and (key not in best or best[key].score < hit.score):
-                    best[key] = hit
-        return sorted(best.values(), key=lambda hit: -hit.score)[:request.max_num_results]
+            # All the words first; any of them only when that finds too few.
+            matched = 0
+            while query is not None and matched < request.max_num_results:
+                statement = keyword.keyword_statement(self.db.dialect, query, store_ids, request.filters, request.max_num_results)
+                rows = await self.db.fetch_all(statement)
+                matched = len(rows)
+                for row in rows:
+                    hit = SearchHit(row["vector_store_id"], row["file_id"], row["filename"],
+                                    keyword.score(query, row["text"]), row["text"], row["attributes"] or {})
+                    key = (hit.vector_store_id, hit.file_id, hit.text)
+                    if hit.score >= request.ranking.score_threshold and (key not in best or best[key].score < hit.score):
+                        best[key] = hit
+                query = query.widened()
+        return sorted(best.values(), key=lambda hit: (-hit.score, hit.file_id, hit.text))[:request.max_num_results]
 
 
 def _file_row(store_id: str, spec: FileSpec, filename: str, now: int, batch_id: str | None) -> dict[str, Any]:

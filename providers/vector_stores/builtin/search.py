@@ -1,8 +1,12 @@
 """Keyword search over chunks, in the database's own full-text index, with attribute filters
 translated into the same query (never applied after it, which would starve `max_num_results`).
 
-Scores are in [0, 1], as OpenAI's are: half the share of the query's terms the chunk holds, half
-the engine's relevance squashed into [0, 1) (BM25 on SQLite's FTS5, ts_rank_cd on PostgreSQL).
+A query first finds the chunks holding every one of its words, which the index answers from its
+posting lists without ranking the whole corpus; only when those are too few does it widen to any
+word (ranking every chunk that holds a common word is what makes keyword search slow at scale).
+
+Candidates come in the engine's order (BM25 on SQLite's FTS5, ts_rank_cd on PostgreSQL); their
+scores (`score`) are in [0, 1], as OpenAI's are.
 """
 
 from __future__ import annotations
@@ -16,22 +20,30 @@ import sqlalchemy as sa
 
 from providers.vector_stores.builtin.tables import chunks, files
 
-__all__ = ["KeywordQuery", "filter_clause", "keyword_query", "keyword_statement", "score"]
+__all__ = ["CANDIDATES", "KeywordQuery", "filter_clause", "keyword_query", "keyword_statement", "score"]
 
 _TERM = re.compile(r"\w+", re.UNICODE)
 MAX_TERMS = 32
+CANDIDATES = 300
 
 
 @dataclass(frozen=True)
 class KeywordQuery:
     terms: tuple[str, ...]
+    every: bool = True
+    """Chunks with every term (the first pass), or with any (the second, when the first finds too few)."""
 
     def fts5(self) -> str:
-        """Any of the terms (each quoted: FTS5 syntax in a query is taken literally)."""
-        return " OR ".join(f'"{term}"' for term in self.terms)
+        """Each term quoted, so FTS5 syntax in a query is taken literally."""
+        terms = (" AND " if self.every else " OR ").join(f'"{term}"' for term in self.terms)
+        return f"text : ({terms})"
 
     def tsquery(self) -> str:
-        return " | ".join(self.terms)
+        return (" & " if self.every else " | ").join(self.terms)
+
+    def widened(self) -> KeywordQuery | None:
+        """The query that matches any of the terms, if it differs from this one."""
+        return KeywordQuery(self.terms, every=False) if self.every and len(self.terms) > 1 else None
 
 
 def keyword_query(text: str) -> KeywordQuery | None:
@@ -42,32 +54,63 @@ def keyword_query(text: str) -> KeywordQuery | None:
 def keyword_statement(dialect: str, query: KeywordQuery, store_ids: Sequence[str], filters: Mapping[str, Any] | None,
                       limit: int) -> sa.Select[Any]:
     """The best `limit` chunks of completed files of the stores, with the engine's relevance as
-    `relevance` (higher is better)."""
+    `relevance` (higher is better), among the first `CANDIDATES` chunks that match and pass the
+    filters (ranking every chunk that holds a common word is what makes keyword search slow at
+    scale; the bound keeps a search's cost flat as a store grows)."""
     joined = chunks.join(files, sa.and_(files.c.vector_store_id == chunks.c.vector_store_id, files.c.file_id == chunks.c.file_id,
                                         files.c.attempt == chunks.c.attempt))
     columns = [chunks.c.vector_store_id, chunks.c.file_id, chunks.c.text, files.c.filename, files.c.attributes]
-    where = [chunks.c.vector_store_id.in_(list(store_ids)), files.c.status == "completed"]
+    where = [files.c.status == "completed"]
     if filters is not None:
         where.append(filter_clause(dialect, filters))
     if dialect == "sqlite":
-        fts = sa.table("vector_store_chunks_fts", sa.column("rowid"))
-        match = sa.literal_column("vector_store_chunks_fts").op("MATCH")(query.fts5())
-        bm25 = sa.func.bm25(sa.literal_column("vector_store_chunks_fts"))
-        return (sa.select(*columns, (-bm25).label("relevance"))
-                .select_from(fts.join(joined, chunks.c.seq == fts.c.rowid))
-                .where(match, *where).order_by(bm25).limit(limit))
-    tsquery = sa.func.to_tsquery(sa.literal_column("'english'"), query.tsquery())
-    tsv: sa.ColumnElement[Any] = sa.literal_column("vector_store_chunks.tsv")
-    rank = sa.func.ts_rank_cd(tsv, tsquery)
-    return (sa.select(*columns, rank.label("relevance")).select_from(joined)
-            .where(tsv.op("@@")(tsquery), *where).order_by(rank.desc()).limit(limit))
+        # The stores are tested on the full-text table's own copy of the id: with no condition on
+        # the chunks for an index to serve, SQLite drives the join from the match (else it tests
+        # the match chunk by chunk).
+        fts = sa.table("vector_store_chunks_fts", sa.column("rowid"), sa.column("vector_store_id"))
+        table: sa.ColumnElement[Any] = sa.literal_column("vector_store_chunks_fts")
+        candidates = (sa.select(*columns, (-sa.func.bm25(table)).label("relevance"))
+                      .select_from(fts.join(joined, chunks.c.seq == fts.c.rowid))
+                      .where(table.op("MATCH")(query.fts5()), fts.c.vector_store_id.in_(list(store_ids)), *where)
+                      .limit(CANDIDATES).subquery())
+    else:
+        tsquery = sa.func.to_tsquery(sa.literal_column("'english'"), query.tsquery())
+        tsv: sa.ColumnElement[Any] = sa.literal_column("vector_store_chunks.tsv")
+        # Materialized, so the matches come from the GIN index (and are ranked) once, before the
+        # join: left to itself the planner may test the match chunk by chunk of every file.
+        matches = (sa.select(chunks.c.seq, chunks.c.vector_store_id, chunks.c.file_id, chunks.c.attempt, chunks.c.text,
+                             sa.func.ts_rank(tsv, tsquery).label("relevance"))
+                   .where(tsv.op("@@")(tsquery), chunks.c.vector_store_id.in_(list(store_ids))).limit(CANDIDATES)
+                   .cte("matches").prefix_with("MATERIALIZED"))
+        on_file = sa.and_(files.c.vector_store_id == matches.c.vector_store_id, files.c.file_id == matches.c.file_id,
+                          files.c.attempt == matches.c.attempt)
+        return (sa.select(matches.c.vector_store_id, matches.c.file_id, matches.c.text, files.c.filename, files.c.attributes,
+                          matches.c.relevance)
+                .select_from(matches.join(files, on_file)).where(*where).order_by(matches.c.relevance.desc()).limit(limit))
+    return sa.select(candidates).order_by(candidates.c.relevance.desc()).limit(limit)
 
 
-def score(query: KeywordQuery, text: str, relevance: float) -> float:
-    words = {word.lower() for word in _TERM.findall(text)}
-    covered = sum(1 for term in query.terms if term in words or any(word.startswith(term[:max(4, len(term) - 2)]) for word in words))
-    relevance = max(0.0, float(relevance))
-    return round(0.5 * covered / len(query.terms) + 0.5 * relevance / (relevance + 1.0), 6)
+def score(query: KeywordQuery, text: str) -> float:
+    """BM25's shape without its corpus statistics: half the share of the query's terms the chunk
+    holds, half their frequency in it, saturated and normalised by its length. A chunk's score
+    depends on the chunk and the query only, never on what other stores hold, so results are
+    ranked the same whoever shares the database (the index's own rank only picks candidates)."""
+    words = [word.lower() for word in _TERM.findall(text)]
+    if not words:
+        return 0.0
+    counts: dict[str, int] = {}
+    for word in words:
+        counts[word] = counts.get(word, 0) + 1
+    saturation = 1.2 * (0.25 + 0.75 * len(words) / 120)
+    covered = 0
+    frequency = 0.0
+    for term in query.terms:
+        stem = term[:max(4, len(term) - 2)]
+        seen = counts.get(term) or sum(n for word, n in counts.items() if word.startswith(stem))
+        if seen:
+            covered += 1
+            frequency += seen / (seen + saturation)
+    return round(0.5 * covered / len(query.terms) + 0.5 * frequency / len(query.terms), 6)
 
 
 # --- filters -----------------------------------------------------------------------------------

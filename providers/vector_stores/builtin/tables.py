@@ -76,12 +76,15 @@ chunks = sa.Table(
 )
 
 _SQLITE_FTS = (
-    "CREATE VIRTUAL TABLE IF NOT EXISTS vector_store_chunks_fts USING fts5(text, content='vector_store_chunks', "
+    # The store's id is kept (not indexed) beside the text: a match is tested against it without a
+    # lookup of the chunk, and the chunk is read only for the matches of the stores searched.
+    "CREATE VIRTUAL TABLE IF NOT EXISTS vector_store_chunks_fts USING fts5(text, vector_store_id UNINDEXED, content='vector_store_chunks', "
     "content_rowid='seq', tokenize='porter unicode61 remove_diacritics 2')",
     "CREATE TRIGGER IF NOT EXISTS vector_store_chunks_fts_insert AFTER INSERT ON vector_store_chunks BEGIN "
-    "INSERT INTO vector_store_chunks_fts(rowid, text) VALUES (new.seq, new.text); END",
+    "INSERT INTO vector_store_chunks_fts(rowid, text, vector_store_id) VALUES (new.seq, new.text, new.vector_store_id); END",
     "CREATE TRIGGER IF NOT EXISTS vector_store_chunks_fts_delete AFTER DELETE ON vector_store_chunks BEGIN "
-    "INSERT INTO vector_store_chunks_fts(vector_store_chunks_fts, rowid, text) VALUES ('delete', old.seq, old.text); END",
+    "INSERT INTO vector_store_chunks_fts(vector_store_chunks_fts, rowid, text, vector_store_id) "
+    "VALUES ('delete', old.seq, old.text, old.vector_store_id); END",
 )
 
 _POSTGRES_FTS = (

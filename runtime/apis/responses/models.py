@@ -206,3 +206,37 @@ def response_object(request: CreateResponse, response_id: str, status: str, *, c
         "usage": None,
         "user": request.user,
     }
+
+
+# Item fields a response shows only when `include` asks (OpenAI keeps them and shows them on
+# request: at creation, or later with GET's `include`). The stored item keeps them always, so a
+# chain continued later gives the model what it read.
+_INCLUDED_ONLY = {"file_search_call": ("results", "file_search_call.results")}
+
+
+def _shown_item(item: Any, include: frozenset[str]) -> Any:
+    gated = _INCLUDED_ONLY.get(str(item.get("type"))) if isinstance(item, dict) else None
+    if gated is None or gated[1] in include or item.get(gated[0]) is None:
+        return item
+    return {**item, gated[0]: None}
+
+
+def shown_response(response: dict[str, Any], include: frozenset[str]) -> dict[str, Any]:
+    """The response as the client asked to see it (a copy, where anything is left out)."""
+    output = response.get("output")
+    if not output or not any(isinstance(item, dict) and item.get("type") in _INCLUDED_ONLY for item in output):
+        return response
+    return {**response, "output": [_shown_item(item, include) for item in output]}
+
+
+def shown_event(event: dict[str, Any], include: frozenset[str]) -> dict[str, Any]:
+    """A stream event as the client asked to see it (its item or response snapshot)."""
+    item = event.get("item")
+    if item is not None:
+        shown = _shown_item(item, include)
+        return event if shown is item else {**event, "item": shown}
+    response = event.get("response")
+    if response is not None:
+        shown_snapshot = shown_response(response, include)
+        return event if shown_snapshot is response else {**event, "response": shown_snapshot}
+    return event

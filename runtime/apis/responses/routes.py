@@ -8,11 +8,11 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from runtime.apis.responses.models import CreateResponse
+from runtime.apis.responses.models import INCLUDABLE, CreateResponse, shown_event, shown_response
 from runtime.apis.common import JSONBytes, unless_disconnected, validate_id, validate_limit, validate_order
 from runtime.apis.responses.protocol import ResponsesProvider
 from runtime import fastjson
-from runtime.errors import APIError
+from runtime.errors import APIError, InvalidRequestError
 from runtime.sse import EventStreamResponse, sse_frame
 
 __all__ = ["router"]
@@ -23,13 +23,14 @@ def router(impl: ResponsesProvider) -> APIRouter:
 
     @routes.post("/responses", summary="Create a response (streamed as events with `stream: true`)")
     async def create_response(request: CreateResponse, http: Request) -> Response:
+        include = frozenset(request.include or ())
         if request.stream:
-            return _sse(await impl.stream_response(request))
+            return _sse(await impl.stream_response(request), include)
         if request.background:
-            return JSONBytes(await impl.create_response(request))
+            return JSONBytes(shown_response(await impl.create_response(request), include))
         # A client that leaves before the answer cancels it (its model and tool calls with it).
         answer = await unless_disconnected(http, impl.create_response(request))
-        return Response(status_code=499) if answer is None else JSONBytes(answer)
+        return Response(status_code=499) if answer is None else JSONBytes(shown_response(answer, include))
 
     @routes.post("/responses/input_tokens", summary="Count the input tokens a response would use")
     async def count_input_tokens(request: CreateResponse) -> Response:
@@ -40,11 +41,12 @@ def router(impl: ResponsesProvider) -> APIRouter:
         return JSONBytes(await impl.list_responses(after, validate_limit(limit), validate_order(order)))
 
     @routes.get("/responses/{response_id}", summary="Get a response, or replay its events with `stream=true`")
-    async def get_response(response_id: str, stream: bool = False, starting_after: int | None = None) -> Response:
+    async def get_response(response_id: str, http: Request, stream: bool = False, starting_after: int | None = None) -> Response:
         validate_id(response_id, "response_id", "resp")
+        include = _include_query(http)
         if stream:
-            return _sse(await impl.stream_stored_response(response_id, starting_after))
-        return JSONBytes(await impl.get_response(response_id))
+            return _sse(await impl.stream_stored_response(response_id, starting_after), include)
+        return JSONBytes(shown_response(await impl.get_response(response_id), include))
 
     @routes.delete("/responses/{response_id}", summary="Delete a stored response")
     async def delete_response(response_id: str) -> Response:
@@ -64,16 +66,26 @@ def router(impl: ResponsesProvider) -> APIRouter:
     return routes
 
 
-def _sse(events: AsyncIterator[dict[str, Any]]) -> EventStreamResponse:
-    return EventStreamResponse(_frames(events))
+def _include_query(http: Request) -> frozenset[str]:
+    """`include` of a GET, as the SDK sends it (`include[]=a&include[]=b`) or plain."""
+    values = [*http.query_params.getlist("include[]"), *http.query_params.getlist("include")]
+    for index, value in enumerate(values):
+        if value not in INCLUDABLE:
+            raise InvalidRequestError(f"Invalid value: {value[:80]!r}. Supported values are: {', '.join(INCLUDABLE)}.",
+                                      param=f"include[{index}]", code="invalid_value")
+    return frozenset(values)
 
 
-async def _frames(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
+def _sse(events: AsyncIterator[dict[str, Any]], include: frozenset[str]) -> EventStreamResponse:
+    return EventStreamResponse(_frames(events, include))
+
+
+async def _frames(events: AsyncIterator[dict[str, Any]], include: frozenset[str]) -> AsyncIterator[bytes]:
     sequence = -1
     try:
         async for event in events:
             sequence = event["sequence_number"]
-            yield sse_frame(fastjson.dumps(event), event["type"])
+            yield sse_frame(fastjson.dumps(shown_event(event, include)), event["type"])
     except APIError as error:
         # Only reached for a failure the provider could not turn into `response.failed`.
         body = {"type": "error", "code": error.code, "message": error.message, "param": error.param, "sequence_number": sequence + 1}

@@ -210,8 +210,13 @@ def _optional_str(body: Mapping[str, Any], key: str, limit: int) -> str | None:
     return value
 
 
+OGX_EXTENSIONS = frozenset({"embedding_model", "embedding_dimension", "provider_id"})
+"""Fields OGX's clients and conformance suite send on create (in `extra_body`): accepted so they
+work unmodified; this server chooses how a store is indexed itself."""
+
+
 def parse_create_store(body: Mapping[str, Any]) -> CreateStore:
-    check_unknown(body, frozenset({"name", "file_ids", "chunking_strategy", "expires_after", "metadata", "description"}))
+    check_unknown(body, frozenset({"name", "file_ids", "chunking_strategy", "expires_after", "metadata", "description"}) | OGX_EXTENSIONS)
     chunking = parse_chunking(body.get("chunking_strategy"))
     files = tuple(FileSpec(file_id, None, chunking) for file_id in _file_ids(body.get("file_ids"), "file_ids"))
     if body.get("chunking_strategy") is not None and not files:
