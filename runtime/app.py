@@ -40,12 +40,13 @@ def create_app(stack: Stack) -> FastAPI:
     for api in stack.plan.served_apis:
         surface = SURFACES.get(api)
         if surface is not None and surface.router is not None:
-            routers.append((surface.router(stack.impls[api]), "/v1", [api.value]))
+            uses = {used.value: stack.impls.get(used) for used in surface.uses}
+            routers.append((surface.router(stack.impls[api], **uses), "/v1", [api.value]))
     for api, inactive in stack.plan.unavailable_apis().items():
         surface = SURFACES.get(api)
         if surface is not None and surface.router is not None:
             stand_in = (NoModels if api is Api.inference else Unavailable)(unavailable_message(api, inactive))
-            routers.append((surface.router(stand_in), "/v1", [api.value]))
+            routers.append((surface.router(stand_in, **{used.value: None for used in surface.uses}), "/v1", [api.value]))
     for router, prefix, tags in routers:
         app.include_router(router, prefix=prefix, tags=list(tags))
     app.state.route_methods = [entry for router, prefix, _ in routers for entry in _route_methods(router, prefix)]

@@ -49,7 +49,7 @@ class ApiContext:
 @dataclass(frozen=True)
 class ApiSurface:
     api: Api
-    router: Callable[[Any], APIRouter] | None
+    router: Callable[..., APIRouter] | None
     """Builds the API's routes (mounted under /v1) over its implementation; None for an API
     that other APIs use but clients do not call (tool_runtime)."""
     combine: Callable[[ApiContext], AbstractAsyncContextManager[Any]] | None = None
@@ -59,10 +59,13 @@ class ApiSurface:
     """The runtime-checkable Protocol every provider of the API must implement."""
     body_limits: Callable[[Any], Mapping[tuple[str, str], int]] | None = None
     """Request size limits of its own for some (method, path) of the API (file uploads)."""
+    uses: tuple[Api, ...] = ()
+    """Other APIs its routes read when the stack serves them, given to `router` as keyword
+    arguments named after them (None when not served): chat reads files named by id."""
 
 
 SURFACES: dict[Api, ApiSurface] = {
-    Api.inference: ApiSurface(Api.inference, inference_routes.router, open_inference_router, InferenceProvider),
+    Api.inference: ApiSurface(Api.inference, inference_routes.router, open_inference_router, InferenceProvider, uses=(Api.files,)),
     Api.responses: ApiSurface(Api.responses, responses_routes.router, protocol=ResponsesProvider),
     Api.conversations: ApiSurface(Api.conversations, conversations_routes.router, protocol=ConversationsProvider),
     Api.tool_runtime: ApiSurface(Api.tool_runtime, None, open_tool_router, ToolRuntime),

@@ -54,3 +54,17 @@ def test_files_that_cannot_be_read_are_client_errors(openai_client: openai.OpenA
         assert error.value.status_code == 400 and getattr(error.value, "param", None) == param  # type: ignore[union-attr]
     else:
         assert error.value.status_code == 404  # type: ignore[union-attr]
+
+
+def test_chat_file_parts_naming_a_file_id_carry_the_file(openai_client: openai.OpenAI, text_model: str) -> None:
+    text_id = upload(openai_client, "notes.md", b"The keeper is called Anna.")
+    image_id = upload(openai_client, "dot.png", PNG)
+    completion = openai_client.chat.completions.create(model=text_model, messages=[{"role": "user", "content": [
+        {"type": "file", "file": {"file_id": text_id}}, {"type": "file", "file": {"file_id": image_id}},
+        {"type": "text", "text": "Who?"},
+    ]}])
+    # The fake model repeats the text parts it read: the file's, headed by its name; the image went as an image.
+    assert completion.choices[0].message.content == "You said: [File: notes.md]\nThe keeper is called Anna.Who?"
+    with pytest.raises(openai.NotFoundError):
+        openai_client.chat.completions.create(model=text_model, messages=[{"role": "user", "content": [
+            {"type": "file", "file": {"file_id": "file-missing"}}]}])

@@ -13,11 +13,12 @@ import base64
 import io
 import mimetypes
 from dataclasses import dataclass
+from typing import Any
 
 from runtime.apis.files.protocol import FilesProvider
 from runtime.errors import InvalidRequestError
 
-__all__ = ["MAX_INLINE_BYTES", "Inlined", "inline_file"]
+__all__ = ["MAX_INLINE_BYTES", "Inlined", "chat_messages_with_files", "inline_file"]
 
 MAX_INLINE_BYTES = 32 * 1024 * 1024
 """The largest file given to a model inline (an image, or a document to read as text)."""
@@ -54,6 +55,35 @@ async def inline_file(files: FilesProvider | None, file_id: str, param: str) -> 
         return Inlined(name, text=data.decode("utf-8", errors="replace"))
     raise InvalidRequestError(f"Invalid '{param}': the file {file_id} ({name}) is neither text, a PDF nor an image, which is what a model "
                               "can be given.", param=param, code="invalid_value")
+
+
+async def chat_messages_with_files(messages: list[Any], files: FilesProvider | None) -> list[Any]:
+    """Chat messages whose `file` parts name a `file_id` carry the file instead: its text (a text
+    file, a PDF) as a `text` part headed by its name, an image as an `image_url` part."""
+    read: list[Any] = []
+    for index, message in enumerate(messages):
+        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(content, list) or not any(_names_file(part) for part in content):
+            read.append(message)
+            continue
+        parts = []
+        for number, part in enumerate(content):
+            if not _names_file(part):
+                parts.append(part)
+                continue
+            param = f"messages[{index}].content[{number}].file.file_id"
+            inlined = await inline_file(files, str(part["file"]["file_id"]), param)
+            if inlined.image_url is not None:
+                parts.append({"type": "image_url", "image_url": {"url": inlined.image_url}})
+            else:
+                parts.append({"type": "text", "text": f"[File: {inlined.filename}]\n{inlined.text}"})
+        read.append({**message, "content": parts})
+    return read
+
+
+def _names_file(part: Any) -> bool:
+    return (isinstance(part, dict) and part.get("type") == "file" and isinstance(part.get("file"), dict)
+            and isinstance(part["file"].get("file_id"), str))
 
 
 def _pdf_text(data: bytes, name: str, param: str) -> str:

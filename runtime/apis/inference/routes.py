@@ -17,6 +17,8 @@ from fastapi.responses import Response
 from runtime.apis.common import (
     JSONBytes, cursor_page, parse_json_object, unless_disconnected, validate_limit, validate_metadata, validate_order,
 )
+from runtime.apis.files.inline import chat_messages_with_files
+from runtime.apis.files.protocol import FilesProvider
 from runtime.errors import APIError, InvalidRequestError
 from runtime.sse import DONE, EventStreamResponse, sse_frame
 
@@ -55,14 +57,18 @@ EMBEDDINGS_BODY = _body_schema(["model", "input"], {
 })
 
 
-def router(impl: InferenceRouter) -> APIRouter:
+def router(impl: InferenceRouter, files: FilesProvider | None = None) -> APIRouter:
     routes = APIRouter()
 
     @routes.post("/chat/completions", summary="Create a chat completion (streamed with `stream: true`)", openapi_extra=CHAT_BODY)
     async def create_chat_completion(request: Request) -> Response:
-        raw = await request.body()
+        raw: bytes | None = await request.body()
+        assert raw is not None
         body = parse_json_object(raw)
         _check_chat_body(body)
+        if b'"file_id"' in raw:  # a bytes scan: the hot path parses nothing more
+            body["messages"] = await chat_messages_with_files(body["messages"], files)
+            raw = None  # the upstream is sent the body as read in
         if body.get("stream") is True:
             return await _sse_response(request, await impl.stream_chat_completion(body, raw))
         return _json_or_gone(await unless_disconnected(request, impl.chat_completion(body, raw)))
