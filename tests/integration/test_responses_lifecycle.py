@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,7 +14,7 @@ import pytest
 
 from fake_upstream.server import FakeUpstream
 from runtime.testing.targets import StackTarget, free_port
-from support.live import CONFIG, live_env, wait_for
+from support.live import CONFIG, healthy, live_env, start_server, wait_for
 from support.scenarios import concurrent_turns_keep_their_blocks
 
 def test_a_background_response_is_queued_then_completes(client: openai.OpenAI) -> None:
@@ -107,19 +105,17 @@ def test_queued_and_interrupted_background_responses_are_recovered_after_a_crash
     env = live_env(upstream, tmp_path, STACK_TEST_LEASE_S="2")
     port = free_port()
     base = f"http://127.0.0.1:{port}/v1"
-    first = subprocess.Popen([sys.executable, "-m", "runtime.cli", "run", CONFIG, "--port", str(port)], env=env,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    first = start_server(env, port)
     try:
-        wait_for(lambda: _healthy(base))
+        wait_for(lambda: healthy(base))
         running = httpx2.post(f"{base}/responses", json={"model": "fake-model", "input": "[tokens:200] [slow:100]", "background": True}).json()
         wait_for(lambda: httpx2.get(f"{base}/responses/{running['id']}").json()["status"] == "in_progress")
     finally:
         first.send_signal(signal.SIGKILL)
         first.wait()
-    second = subprocess.Popen([sys.executable, "-m", "runtime.cli", "run", CONFIG, "--port", str(port)], env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    second = start_server(env, port)
     try:
-        wait_for(lambda: _healthy(base))
+        wait_for(lambda: healthy(base))
         wait_for(lambda: httpx2.get(f"{base}/responses/{running['id']}").json()["status"] == "failed", timeout=20)
         failed = httpx2.get(f"{base}/responses/{running['id']}").json()
         assert "server stopped" in failed["error"]["message"]
@@ -134,10 +130,9 @@ def test_a_streamed_response_cut_by_a_crash_is_marked_failed_by_the_next_server(
     env = live_env(upstream, tmp_path, STACK_TEST_LEASE_S="2")
     port = free_port()
     base = f"http://127.0.0.1:{port}/v1"
-    command = [sys.executable, "-m", "runtime.cli", "run", CONFIG, "--port", str(port)]
-    first = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    first = start_server(env, port)
     try:
-        wait_for(lambda: _healthy(base))
+        wait_for(lambda: healthy(base))
         body = {"model": "fake-model", "input": "[tokens:200] [slow:100]", "stream": True}
         with httpx2.stream("POST", f"{base}/responses", json=body, timeout=10) as stream:
             lines = stream.iter_lines()
@@ -151,22 +146,15 @@ def test_a_streamed_response_cut_by_a_crash_is_marked_failed_by_the_next_server(
         if first.poll() is None:
             first.kill()
             first.wait()
-    second = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    second = start_server(env, port)
     try:
-        wait_for(lambda: _healthy(base))
+        wait_for(lambda: healthy(base))
         wait_for(lambda: httpx2.get(f"{base}/responses/{response_id}").json()["status"] == "failed", timeout=20)
         failed = httpx2.get(f"{base}/responses/{response_id}").json()
         assert failed["error"] == {"code": "server_error", "message": "The server stopped while this response was being streamed."}
     finally:
         second.send_signal(signal.SIGTERM)
         second.wait(timeout=20)
-
-
-def _healthy(base: str) -> bool:
-    try:
-        return httpx2.get(f"{base}/health", timeout=1).status_code == 200
-    except httpx2.HTTPError:
-        return False
 
 
 def test_a_queued_background_response_left_by_a_dead_process_is_run_at_start(upstream: FakeUpstream, tmp_path: Path) -> None:

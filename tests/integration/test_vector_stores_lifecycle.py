@@ -4,31 +4,16 @@ up once the dead worker's lease lapses, and finishes with no chunk written twice
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-import httpx2
 import openai
 
 from fake_upstream.server import FakeUpstream
 from runtime.testing.targets import free_port
-from support.live import CONFIG, live_env, wait_for
+from support.live import healthy, live_env, start_server, wait_for
 
 WORDS = "keeper lamp wick fog horn tide quay mooring lens clockwork dusk dawn harbour beacon signal gale".split()
-
-
-def _server(env: dict[str, str], port: int) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-m", "runtime.cli", "run", CONFIG, "--port", str(port)], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
-def _healthy(base: str) -> bool:
-    try:
-        return httpx2.get(f"{base}/health", timeout=1).status_code == 200
-    except httpx2.HTTPError:
-        return False
 
 
 def test_an_ingestion_cut_by_kill_9_is_finished_by_the_next_server(upstream: FakeUpstream, tmp_path: Path) -> None:
@@ -37,9 +22,9 @@ def test_an_ingestion_cut_by_kill_9_is_finished_by_the_next_server(upstream: Fak
     base = f"http://127.0.0.1:{port}/v1"
     client = openai.OpenAI(base_url=base, api_key="k", max_retries=0)
     text = "\n".join(" ".join(WORDS[(line + i) % len(WORDS)] for i in range(12)) + f" line{line}." for line in range(120_000)).encode()
-    first = _server(env, port)
+    first = start_server(env, port)
     try:
-        wait_for(lambda: _healthy(base))
+        wait_for(lambda: healthy(base))
         file_id = client.files.create(file=("log.txt", text), purpose="assistants").id
         small = client.files.create(file=("small.txt", b"The beacon is lit at dusk."), purpose="assistants").id
         store = client.vector_stores.create(file_ids=[file_id])
@@ -49,9 +34,9 @@ def test_an_ingestion_cut_by_kill_9_is_finished_by_the_next_server(upstream: Fak
     finally:
         first.send_signal(signal.SIGKILL)
         first.wait()
-    second = _server(env, port)
+    second = start_server(env, port)
     try:
-        wait_for(lambda: _healthy(base))
+        wait_for(lambda: healthy(base))
         client.vector_stores.files.create(vector_store_id=store.id, file_id=small)
         wait_for(lambda: client.vector_stores.files.retrieve(small, vector_store_id=store.id).status == "completed")
         wait_for(lambda: client.vector_stores.files.retrieve(file_id, vector_store_id=store.id).status != "in_progress", timeout=60)

@@ -5,10 +5,13 @@ replayed): its environment, and waiting for a condition. The fixtures (`upstream
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
+import httpx2
 import pytest
 
 from fake_upstream.server import FakeUpstream
@@ -27,3 +30,17 @@ def wait_for(check: Callable[[], bool], timeout: float = 15.0) -> None:
             pytest.fail("condition not reached in time")
         time.sleep(0.05)
 
+
+
+def start_server(env: Mapping[str, str], port: int, config: str = CONFIG) -> subprocess.Popen[bytes]:
+    """`stack run` of `config` in a process of its own (to kill and restart), output discarded."""
+    return subprocess.Popen([sys.executable, "-m", "runtime.cli", "run", config, "--port", str(port)], env=dict(env),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def healthy(base: str) -> bool:
+    """Whether the server at `base` (…/v1) answers its health check."""
+    try:
+        return httpx2.get(f"{base}/health", timeout=1).status_code == 200
+    except httpx2.HTTPError:
+        return False
