@@ -8,7 +8,10 @@ In-process (the library client, through the openai SDK), so the numbers are the 
   `max_num_results` 10) on that store (about 1,000 chunks) and on a store of 100,000 chunks seeded
   straight into the tables (ingesting 100,000 chunks through the API would take the benchmark's whole
   budget; the rows are the same as ingestion writes);
-- search p50 with an attribute filter, at 100,000 chunks.
+- search p50 with an attribute filter, at 100,000 chunks;
+- a response whose model calls `file_search` on the 1,000-chunk store (two model calls, answered at
+  once by the fake upstream of tests/fake_upstream, and a search) beside two plain responses: what the
+  search and the tool loop add.
 
     .venv/bin/python bench/vector_stores.py [--backend sqlite|postgres|both] [--chunks 100000] [--searches 200] [--json PATH]
 
@@ -45,7 +48,7 @@ def words(count: int) -> str:
     return " ".join(RANDOM.choices(VOCABULARY, WEIGHTS, k=count))
 
 
-def config(tmp: Path, dsn: str | None) -> Path:
+def config(tmp: Path, dsn: str | None, upstream: str) -> Path:
     storage = f'storage:\n  backends:\n    pg: {{type: postgres, dsn: "{dsn}"}}\n  stores: {{files: pg, vector_stores: pg}}\n' if dsn else ""
     path = tmp / "run.yaml"
     path.write_text(f"""
@@ -53,10 +56,22 @@ name: bench-vector-stores
 state_dir: {tmp / 'state'}
 recording: {{mode: live}}
 providers:
+  inference: [{{provider_id: fake, provider_type: openai, config: {{base_url: "{upstream}", api_key: k}}}}]
+  responses: [{{provider_id: builtin, provider_type: builtin}}]
+  tool_runtime: [{{provider_id: file_search, provider_type: file_search}}]
   files: [{{provider_id: local, provider_type: local}}]
   vector_stores: [{{provider_id: builtin, provider_type: builtin, config: {{poll_s: 0.2, ingestion_workers: 2}}}}]
 {storage}""")
     return path
+
+
+def p50_ms(call: Any, count: int) -> float:
+    samples = []
+    for _ in range(count):
+        start = time.perf_counter()
+        call()
+        samples.append((time.perf_counter() - start) * 1000)
+    return statistics.median(samples)
 
 
 def timed_searches(client: Any, store_id: str, count: int, **extra: Any) -> tuple[float, float]:
@@ -102,6 +117,7 @@ def seed(stack: LibraryClient, store_id: str, chunk_count: int) -> None:
 
 
 def measure(backend: str, chunk_count: int, searches: int) -> dict[str, Any]:
+    from fake_upstream.server import running_fake_upstream
     from support.postgres import fresh_database
 
     with tempfile.TemporaryDirectory() as tmp_dir:
@@ -111,7 +127,7 @@ def measure(backend: str, chunk_count: int, searches: int) -> dict[str, Any]:
         else:
             from contextlib import nullcontext
             context = nullcontext(None)
-        with context as dsn, LibraryClient(config(tmp, dsn), env={}) as stack:
+        with context as dsn, running_fake_upstream() as upstream, LibraryClient(config(tmp, dsn, upstream.base_url), env={}) as stack:
             client = stack.openai(max_retries=0)
             ids = [client.files.create(file=(f"doc{i}.txt", io.BytesIO(words(120).encode())), purpose="assistants").id for i in range(1000)]
             size = sum(client.files.retrieve(file_id).bytes for file_id in ids[:50]) * 20
@@ -125,6 +141,14 @@ def measure(backend: str, chunk_count: int, searches: int) -> dict[str, Any]:
             counts = client.vector_stores.retrieve(store.id).file_counts
             assert counts.completed == 1000, counts
             small_p50, small_p95 = timed_searches(client, store.id, searches)
+            tools = [{"type": "file_search", "vector_store_ids": [store.id]}]
+
+            def with_search() -> None:
+                ask = f'[tool:file_search {{"queries": ["{" ".join(RANDOM.choices(VOCABULARY[:2000], k=3))}"]}}] [answer {{"text": "ok [1]."}}]'
+                client.responses.create(model="fake-model", input=ask, tools=tools)  # type: ignore[arg-type]
+
+            searched_p50 = p50_ms(with_search, 50)
+            plain_p50 = p50_ms(lambda: client.responses.create(model="fake-model", input="[tokens:2] hello"), 50)
             big = client.vector_stores.create(name="big")
             seed_start = time.perf_counter()
             seed(stack, big.id, chunk_count)
@@ -134,7 +158,8 @@ def measure(backend: str, chunk_count: int, searches: int) -> dict[str, Any]:
     return {"backend": backend, "documents": 1000, "text_bytes": size, "ingest_s": round(ingest_s, 2),
             "documents_per_s": round(1000 / ingest_s, 1), "search_p50_ms_1k": round(small_p50, 2), "search_p95_ms_1k": round(small_p95, 2),
             "chunks": chunk_count, "seed_s": round(seed_s, 1), "search_p50_ms_big": round(big_p50, 2), "search_p95_ms_big": round(big_p95, 2),
-            "filtered_search_p50_ms_big": round(filtered_p50, 2)}
+            "filtered_search_p50_ms_big": round(filtered_p50, 2), "file_search_response_p50_ms": round(searched_p50, 2),
+            "two_plain_responses_p50_ms": round(2 * plain_p50, 2), "file_search_added_ms": round(searched_p50 - 2 * plain_p50, 2)}
 
 
 def main() -> None:
