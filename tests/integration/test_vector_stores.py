@@ -77,3 +77,13 @@ def test_unknown_ids_are_404_and_bad_bodies_400(openai_client: openai.OpenAI) ->
         openai_client.vector_stores.create(chunking_strategy={"type": "static", "static": {"max_chunk_size_tokens": 50, "chunk_overlap_tokens": 0}},
                                            file_ids=["file-x"])
     assert bad.value.body["param"] == "chunking_strategy.static.max_chunk_size_tokens"  # type: ignore[index]
+
+
+def test_ogx_clients_extensions_are_accepted(openai_client: openai.OpenAI) -> None:
+    store = openai_client.vector_stores.create(name="ogx", extra_body={"embedding_model": "any", "embedding_dimension": 384,
+                                                                        "provider_id": "builtin"})
+    page = openai_client.vector_stores.search(vector_store_id=store.id, query="anything", extra_body={"search_mode": "hybrid"})
+    assert page.data == []
+    with pytest.raises(openai.BadRequestError) as bad:
+        openai_client.vector_stores.search(vector_store_id=store.id, query="anything", extra_body={"search_mode": "psychic"})
+    assert bad.value.body["param"] == "search_mode"  # type: ignore[index]

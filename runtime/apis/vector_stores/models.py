@@ -292,8 +292,15 @@ def parse_max_results(value: Any, param: str = "max_num_results") -> int:
     return int(value)
 
 
+SEARCH_MODES = ("keyword", "vector", "hybrid")
+"""OGX's `search_mode` extension: accepted so its clients work unmodified; searches are keyword
+searches until a store has embeddings (see README: Vector stores)."""
+
+
 def parse_search(body: Mapping[str, Any]) -> Search:
-    check_unknown(body, frozenset({"query", "filters", "max_num_results", "ranking_options", "rewrite_query"}))
+    check_unknown(body, frozenset({"query", "filters", "max_num_results", "ranking_options", "rewrite_query", "search_mode"}))
+    if body.get("search_mode") is not None and body["search_mode"] not in SEARCH_MODES:
+        raise _invalid(f"Invalid value for 'search_mode': expected one of {', '.join(SEARCH_MODES)}.", "search_mode")
     query = body.get("query")
     queries = [query] if isinstance(query, str) else query
     if not isinstance(queries, list) or not queries or not all(isinstance(item, str) and item.strip() for item in queries):
