@@ -106,6 +106,9 @@ class ServerConfig(_Strict):
     cors: CorsConfig | None = None
     max_request_bytes: int = Field(default=32 * 1024 * 1024, ge=1024)
     """Requests whose body is larger are refused with a 413."""
+    shutdown_grace_s: int = Field(default=30, ge=0, le=3600)
+    """On SIGTERM/SIGINT: how long requests and streams under way may take to finish (new ones
+    are refused meanwhile) before the rest are ended."""
 
 
 RECORDING_MODES = ("live", "record", "replay", "record-if-missing")

@@ -25,6 +25,12 @@ provider may use its dependencies until its own shutdown finishes:
 
     SPEC = ProviderSpec(api=Api.inference, name="my-llm", config_model=MyConfig, factory=create,
                         description="My model server")
+
+On SIGTERM the server stops accepting requests and gives those under way `server.shutdown_grace_s`
+to finish before it ends the rest and runs the shutdown hooks. An implementation that keeps state
+about work in progress may define `begin_shutdown()` (synchronous, quick), called when that grace
+period begins: work it ends from then on is ended by the shutdown, and it should record it so
+(a response `failed` with that reason rather than `cancelled`).
 """
 
 from __future__ import annotations

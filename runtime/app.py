@@ -18,7 +18,7 @@ from providers.spec import Api
 from runtime.apis import SURFACES
 from runtime.apis.unavailable import NoModels, Unavailable, unavailable_message
 from runtime.errors import APIError, error_body
-from runtime.middleware import RequestGuard
+from runtime.middleware import Draining, RequestGuard
 from runtime.stack import Stack
 from runtime.system_routes import stack_version, system_router
 
@@ -66,7 +66,8 @@ def create_app(stack: Stack) -> FastAPI:
         surface = SURFACES.get(api)
         if surface is not None and surface.body_limits is not None:
             limits.update(surface.body_limits(stack.impls[api]))
-    app.add_middleware(RequestGuard, max_body_bytes=server.max_request_bytes, route_limits=limits)
+    app.state.draining = Draining()
+    app.add_middleware(RequestGuard, max_body_bytes=server.max_request_bytes, route_limits=limits, draining=app.state.draining)
     return app
 
 

@@ -16,7 +16,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from runtime.errors import PayloadTooLargeError, error_body
 from runtime.ids import random_hex
 
-__all__ = ["RequestGuard", "new_request_id"]
+__all__ = ["Draining", "RequestGuard", "new_request_id"]
 
 log = logging.getLogger("stack")
 
@@ -25,19 +25,33 @@ def new_request_id() -> str:
     return "req_" + random_hex(12)
 
 
-class RequestGuard:
-    """Tags every response with `x-request-id`, refuses bodies over `max_body_bytes`, and turns an
-    exception that escaped every handler (a bug of ours) into a 500 naming the request id."""
+class Draining:
+    """Set when the server begins its graceful shutdown: requests that arrive after it are
+    answered 503 (in OpenAI's shape, with `connection: close`) rather than started."""
 
-    def __init__(self, app: ASGIApp, max_body_bytes: int, route_limits: Mapping[tuple[str, str], int] | None = None) -> None:
+    def __init__(self) -> None:
+        self.started = False
+
+
+class RequestGuard:
+    """Tags every response with `x-request-id`, refuses bodies over `max_body_bytes`, refuses new
+    requests while the server shuts down, and turns an exception that escaped every handler (a
+    bug of ours) into a 500 naming the request id."""
+
+    def __init__(self, app: ASGIApp, max_body_bytes: int, route_limits: Mapping[tuple[str, str], int] | None = None,
+                 draining: Draining | None = None) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
         self.route_limits = dict(route_limits or {})
         """Limits of their own for some (method, path), such as file uploads."""
+        self.draining = draining or Draining()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
+            return
+        if self.draining.started:
+            await _send_error(send, _SHUTTING_DOWN, close=True)
             return
         request_id = new_request_id()
         scope.setdefault("state", {})["request_id"] = request_id
@@ -100,12 +114,15 @@ def _too_large(limit: int) -> tuple[int, dict[str, Any]]:
     )
 
 
-async def _send_error(send: Send, error: tuple[int, dict[str, Any]]) -> None:
+_SHUTTING_DOWN = (503, error_body("The server is shutting down; send the request again (to another instance, or once it is back).",
+                                   "server_error", code="server_shutting_down"))
+
+
+async def _send_error(send: Send, error: tuple[int, dict[str, Any]], close: bool = False) -> None:
     status, body = error
     payload = json.dumps(body).encode()
-    await send({
-        "type": "http.response.start",
-        "status": status,
-        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())],
-    })
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
+    if close:
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": payload})

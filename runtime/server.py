@@ -7,7 +7,7 @@ import contextlib
 import gc
 import logging
 import signal
-from collections.abc import Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterable, Iterator
 from typing import Any
 
 import uvicorn
@@ -39,10 +39,10 @@ async def serve(plan: StackPlan, host: str | None = None, port: int | None = Non
             # use the client address, so it is off.
             proxy_headers=False,
             log_config=None,
-            timeout_graceful_shutdown=30,
+            timeout_graceful_shutdown=server_config.shutdown_grace_s,
         )
         server = _Server(config)
-        _stop_on_signals(server)
+        _stop_on_signals(server, lambda: _begin_shutdown(app, stack.impls.values()))
         log.info("serving %s on %s://%s:%d", plan.config.name, "https" if server_config.tls_certfile else "http", config.host, config.port)
         await server.serve()
     log.info("stopped")
@@ -66,13 +66,32 @@ class _Server(uvicorn.Server):
         yield
 
 
-def _stop_on_signals(server: uvicorn.Server) -> None:
+def _stop_on_signals(server: uvicorn.Server, begin: Callable[[], None]) -> None:
     loop = asyncio.get_running_loop()
+
+    def stop(sig: int) -> None:
+        begin()
+        server.handle_exit(sig, None)
+
     for sig in (signal.SIGINT, signal.SIGTERM):
         try:
-            loop.add_signal_handler(sig, server.handle_exit, sig, None)
+            loop.add_signal_handler(sig, stop, sig)
         except (NotImplementedError, RuntimeError):  # not the main thread, or no signals here
             return
+
+
+def _begin_shutdown(app: Any, implementations: Iterable[Any]) -> None:
+    """New requests are refused from now on (uvicorn stops accepting connections; a request that
+    still arrives on an open one gets a 503), and providers learn that what they end from now on
+    is ended by the shutdown (`begin_shutdown`, see providers/spec.py)."""
+    app.state.draining.started = True
+    for implementation in implementations:
+        hook = getattr(implementation, "begin_shutdown", None)
+        if callable(hook):
+            try:
+                hook()
+            except Exception:
+                log.exception("begin_shutdown of %s failed", type(implementation).__name__)
 
 
 def run_server(plan: StackPlan, host: str | None = None, port: int | None = None) -> None:

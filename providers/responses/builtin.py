@@ -102,6 +102,10 @@ class BuiltinResponses:
     async def cancel_response(self, response_id: str) -> dict[str, Any]:
         return await self.engine.background.cancel(response_id)
 
+    def begin_shutdown(self) -> None:
+        """A stream cut from now on was cut by the shutdown: it ends `failed`, saying so."""
+        self.engine.shutting_down = True
+
     async def count_input_tokens(self, request: CreateResponse) -> dict[str, Any]:
         """Exact for the model: the upstream counts the prompt of a one-token completion."""
         turn = await self.engine.prepare(request.model_copy(update={"background": False, "stream": False}))

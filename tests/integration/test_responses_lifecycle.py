@@ -157,6 +157,43 @@ def test_a_streamed_response_cut_by_a_crash_is_marked_failed_by_the_next_server(
         second.wait(timeout=20)
 
 
+def test_a_stream_cut_by_a_graceful_shutdown_ends_failed_saying_why(upstream: FakeUpstream, tmp_path: Path) -> None:
+    """SIGTERM with a stored stream under way: past the grace period the stream is cut, and its
+    response is stored `failed` with the shutdown as the reason (not `cancelled`, not left
+    `in_progress` for the next start's sweep)."""
+    env = live_env(upstream, tmp_path, STACK_TEST_SHUTDOWN_GRACE_S="1")
+    port = free_port()
+    base = f"http://127.0.0.1:{port}/v1"
+    first = start_server(env, port)
+    try:
+        wait_for(lambda: healthy(base))
+        body = {"model": "fake-model", "input": "[tokens:200] [slow:100]", "stream": True}
+        with httpx2.stream("POST", f"{base}/responses", json=body, timeout=10) as stream:
+            lines = stream.iter_lines()
+            created = next(line for line in lines if line.startswith("data: ") and '"response.created"' in line)
+            response_id = json.loads(created[6:])["response"]["id"]
+            next(line for line in lines if '"response.output_text.delta"' in line)
+            first.send_signal(signal.SIGTERM)
+            with pytest.raises(httpx2.HTTPError):  # cut once the grace period is over
+                for _ in lines:
+                    pass
+        assert first.wait(timeout=15) == 0
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    second = start_server(env, port)
+    try:
+        wait_for(lambda: healthy(base))
+        stored = httpx2.get(f"{base}/responses/{response_id}").json()
+        assert stored["status"] == "failed"
+        assert stored["error"] == {"code": "server_error", "message": "The server shut down before this response finished."}
+        assert stored["output"][0]["content"][0]["text"].startswith("tok1 tok2")  # what was produced is kept
+    finally:
+        second.send_signal(signal.SIGTERM)
+        second.wait(timeout=20)
+
+
 def test_a_queued_background_response_left_by_a_dead_process_is_run_at_start(upstream: FakeUpstream, tmp_path: Path) -> None:
     import asyncio
 

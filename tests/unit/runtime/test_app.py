@@ -12,7 +12,7 @@ from pydantic import BaseModel
 from runtime.app import install_error_handlers
 from runtime.asgi_transport import BackgroundLoop, ThreadedASGITransport
 from runtime.errors import NotFoundError, UpstreamError
-from runtime.middleware import RequestGuard
+from runtime.middleware import Draining, RequestGuard
 
 
 class Body(BaseModel):
@@ -20,7 +20,7 @@ class Body(BaseModel):
     temperature: float = 1.0
 
 
-def build_app() -> FastAPI:
+def build_app(draining: Draining | None = None) -> FastAPI:
     app = FastAPI()
 
     @app.post("/v1/things")
@@ -40,7 +40,7 @@ def build_app() -> FastAPI:
         raise KeyError("oops")
 
     install_error_handlers(app)
-    app.add_middleware(RequestGuard, max_body_bytes=1024)
+    app.add_middleware(RequestGuard, max_body_bytes=1024, draining=draining)
     return app
 
 
@@ -110,3 +110,15 @@ def test_a_streamed_oversized_body_is_refused_while_it_is_read(client: httpx2.Cl
 
     response = client.post("/v1/things", content=chunks(), headers={"content-type": "application/json"})
     assert response.status_code == 413
+
+
+def test_requests_that_arrive_during_a_shutdown_are_a_503_in_openais_shape() -> None:
+    draining = Draining()
+    with BackgroundLoop() as loop, httpx2.Client(transport=ThreadedASGITransport(build_app(draining), loop), base_url="http://app") as client:
+        assert client.post("/v1/things", json={"model": "m"}).status_code == 200
+        draining.started = True
+        refused = client.post("/v1/things", json={"model": "m"})
+    assert refused.status_code == 503 and refused.headers["connection"] == "close"
+    assert refused.json() == {"error": {"message": refused.json()["error"]["message"], "type": "server_error", "param": None,
+                                        "code": "server_shutting_down"}}
+    assert "shutting down" in refused.json()["error"]["message"]
