@@ -30,7 +30,10 @@ On SIGTERM the server stops accepting requests and gives those under way `server
 to finish before it ends the rest and runs the shutdown hooks. An implementation that keeps state
 about work in progress may define `begin_shutdown()` (synchronous, quick), called when that grace
 period begins: work it ends from then on is ended by the shutdown, and it should record it so
-(a response `failed` with that reason rather than `cancelled`).
+(a response `failed` with that reason rather than `cancelled`). It may also define `end_streams()`,
+called shortly before the grace period ends (the last two seconds of it, or its second half if it is
+shorter): what it still streams to clients should end then with a last event of its own rather
+than be cut when the server closes the connections.
 """
 
 from __future__ import annotations

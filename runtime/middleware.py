@@ -6,9 +6,11 @@ queue per request and would sit on every streamed chunk.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -26,11 +28,37 @@ def new_request_id() -> str:
 
 
 class Draining:
-    """Set when the server begins its graceful shutdown: requests that arrive after it are
-    answered 503 (in OpenAI's shape, with `connection: close`) rather than started."""
+    """The server's graceful shutdown as the routes see it. Once `started`, requests that arrive
+    are answered 503 (in OpenAI's shape, with `connection: close`) rather than started; at the end
+    of the grace period `end_streams` interrupts the streams the routes registered (`streaming`),
+    for each to send its client a last event."""
 
     def __init__(self) -> None:
         self.started = False
+        self.ending = False
+        self._streams: set[asyncio.Task[Any]] = set()
+        self.unanswered: dict[asyncio.Task[Any], Callable[[], bool]] = {}
+        """Request tasks, each with whether its response has started (RequestGuard keeps it)."""
+
+    @contextlib.contextmanager
+    def streaming(self) -> Iterator[asyncio.Task[Any] | None]:
+        """Register the current task as streaming to a client while the block runs."""
+        task = asyncio.current_task()
+        if task is not None:
+            self._streams.add(task)
+        try:
+            yield task
+        finally:
+            self._streams.discard(task)
+
+    def end_streams(self) -> None:
+        """Interrupt the registered streams, and the requests not yet answered (they get a 503)."""
+        self.ending = True
+        for task in list(self._streams):
+            task.cancel()
+        for task, started in list(self.unanswered.items()):
+            if not started():
+                task.cancel()
 
 
 class RequestGuard:
@@ -70,8 +98,17 @@ class RequestGuard:
         if declared is not None and declared > limit:
             await _send_error(send_with_id, _too_large(limit))
             return
+        task = asyncio.current_task()
+        if task is not None:
+            self.draining.unanswered[task] = lambda: started
         try:
             await self.app(scope, self._limited(receive, limit), send_with_id)
+        except asyncio.CancelledError:
+            if not self.draining.ending or started or task is None:
+                raise
+            # The shutdown's grace period is over and this request has no answer yet.
+            task.uncancel()
+            await _send_error(send_with_id, _SHUT_DOWN, close=True)
         except Exception:
             log.exception("unhandled error in %s %s (request id %s)", scope["method"], scope["path"], request_id)
             if started:
@@ -80,6 +117,9 @@ class RequestGuard:
                 send_with_id,
                 (500, error_body(f"The server had an error processing your request (request id {request_id}).", "server_error")),
             )
+        finally:
+            if task is not None:
+                self.draining.unanswered.pop(task, None)
 
     def _limited(self, receive: Receive, limit: int) -> Receive:
         received = 0
@@ -114,6 +154,8 @@ def _too_large(limit: int) -> tuple[int, dict[str, Any]]:
     )
 
 
+_SHUT_DOWN = (503, error_body("The server shut down before this request was answered; send it again.", "server_error",
+                              code="server_shutting_down"))
 _SHUTTING_DOWN = (503, error_body("The server is shutting down; send the request again (to another instance, or once it is back).",
                                    "server_error", code="server_shutting_down"))
 

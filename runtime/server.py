@@ -42,7 +42,7 @@ async def serve(plan: StackPlan, host: str | None = None, port: int | None = Non
             timeout_graceful_shutdown=server_config.shutdown_grace_s,
         )
         server = _Server(config)
-        _stop_on_signals(server, lambda: _begin_shutdown(app, stack.impls.values()))
+        _stop_on_signals(server, lambda: _begin_shutdown(app, stack.impls.values(), server_config.shutdown_grace_s))
         log.info("serving %s on %s://%s:%d", plan.config.name, "https" if server_config.tls_certfile else "http", config.host, config.port)
         await server.serve()
     log.info("stopped")
@@ -80,18 +80,32 @@ def _stop_on_signals(server: uvicorn.Server, begin: Callable[[], None]) -> None:
             return
 
 
-def _begin_shutdown(app: Any, implementations: Iterable[Any]) -> None:
+def _begin_shutdown(app: Any, implementations: Iterable[Any], grace_s: float) -> None:
     """New requests are refused from now on (uvicorn stops accepting connections; a request that
     still arrives on an open one gets a 503), and providers learn that what they end from now on
-    is ended by the shutdown (`begin_shutdown`, see providers/spec.py)."""
+    is ended by the shutdown (`begin_shutdown`, see providers/spec.py). Shortly before uvicorn
+    cancels what is left, the streams still under way are ended, each with a last event."""
+    if app.state.draining.started:
+        return  # a second signal: the first one's shutdown goes on
     app.state.draining.started = True
+    implementations = list(implementations)
+    _call_hooks(implementations, "begin_shutdown")
+
+    def end_streams() -> None:
+        app.state.draining.end_streams()
+        _call_hooks(implementations, "end_streams")
+
+    asyncio.get_running_loop().call_later(max(0.0, grace_s - min(2.0, grace_s / 2)), end_streams)
+
+
+def _call_hooks(implementations: Iterable[Any], name: str) -> None:
     for implementation in implementations:
-        hook = getattr(implementation, "begin_shutdown", None)
+        hook = getattr(implementation, name, None)
         if callable(hook):
             try:
                 hook()
             except Exception:
-                log.exception("begin_shutdown of %s failed", type(implementation).__name__)
+                log.exception("%s of %s failed", name, type(implementation).__name__)
 
 
 def run_server(plan: StackPlan, host: str | None = None, port: int | None = None) -> None:

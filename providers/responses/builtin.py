@@ -106,6 +106,10 @@ class BuiltinResponses:
         """A stream cut from now on was cut by the shutdown: it ends `failed`, saying so."""
         self.engine.shutting_down = True
 
+    def end_streams(self) -> None:
+        """The grace period is over: each stream still under way ends with `response.failed`."""
+        self.engine.end_streams()
+
     async def count_input_tokens(self, request: CreateResponse) -> dict[str, Any]:
         """Exact for the model: the upstream counts the prompt of a one-token completion."""
         turn = await self.engine.prepare(request.model_copy(update={"background": False, "stream": False}))

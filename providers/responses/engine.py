@@ -136,6 +136,10 @@ class ResponsesEngine:
         self._renewer: asyncio.Task[None] | None = None
         self._contexts: OrderedDict[str, Context] = OrderedDict()
         self.shutting_down = False
+        # The tasks streaming responses to clients, which the end of a shutdown's grace period
+        # interrupts so that each client gets a last event rather than a cut connection.
+        self._stream_tasks: set[asyncio.Task[Any]] = set()
+        self._ending_streams = False
 
     # --- preparing a turn ------------------------------------------------------------------
 
@@ -329,6 +333,9 @@ class ResponsesEngine:
         yield self._event(turn, "response.in_progress")
         loop = self._loop(turn, stream=True)
         finished = False
+        task = asyncio.current_task() if not response["background"] else None
+        if task is not None:
+            self._stream_tasks.add(task)
         try:
             if turn.prepared is None and response["background"]:
                 await self.open_tools(turn)
@@ -352,7 +359,20 @@ class ResponsesEngine:
             await self._persist_end(turn)
             finished = True
             yield self._event(turn, "response.failed")
+        except asyncio.CancelledError:
+            if not self._ending_streams or task is None or finished:
+                raise
+            # The shutdown's grace period is over: this client gets the response's end, not a cut.
+            task.uncancel()
+            for event in loop.close():
+                yield self._numbered(turn, event)
+            _finalize(response, loop, "failed", error=SHUTDOWN_ERROR)
+            await self._persist_end(turn)
+            finished = True
+            yield self._event(turn, "response.failed")
         finally:
+            if task is not None:
+                self._stream_tasks.discard(task)
             if not finished:
                 # The client went away, the response was cancelled, or the server is stopping:
                 # keep what was produced, under a terminal status.
@@ -414,6 +434,13 @@ class ResponsesEngine:
         task = asyncio.get_running_loop().create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    def end_streams(self) -> None:
+        """End every response being streamed to a client now: each is stored `failed` (the server
+        is shutting down) and its client gets that as the stream's last event."""
+        self.shutting_down = self._ending_streams = True
+        for task in list(self._stream_tasks):
+            task.cancel()
 
     async def close(self) -> None:
         """Stop background work (each marks itself failed) and wait for pending writes."""

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import signal
 import time
@@ -157,26 +158,43 @@ def test_a_streamed_response_cut_by_a_crash_is_marked_failed_by_the_next_server(
         second.wait(timeout=20)
 
 
-def test_a_stream_cut_by_a_graceful_shutdown_ends_failed_saying_why(upstream: FakeUpstream, tmp_path: Path) -> None:
-    """SIGTERM with a stored stream under way: past the grace period the stream is cut, and its
-    response is stored `failed` with the shutdown as the reason (not `cancelled`, not left
-    `in_progress` for the next start's sweep)."""
-    env = live_env(upstream, tmp_path, STACK_TEST_SHUTDOWN_GRACE_S="1")
+def test_streams_still_running_at_the_end_of_a_graceful_shutdown_end_with_a_last_event(upstream: FakeUpstream, tmp_path: Path) -> None:
+    """SIGTERM with a stored response stream, a chat stream and a plain chat request under way, each
+    longer than the grace period: before it ends, the response's client gets `response.failed`
+    saying why (and the response is stored so, with what it produced), the chat stream's client an
+    error event, the plain request a 503 in OpenAI's shape; no connection is simply cut, and the
+    server exits cleanly."""
+    env = live_env(upstream, tmp_path, STACK_TEST_SHUTDOWN_GRACE_S="2")
     port = free_port()
     base = f"http://127.0.0.1:{port}/v1"
+    slow = "[tokens:200] [slow:100]"
     first = start_server(env, port)
     try:
         wait_for(lambda: healthy(base))
-        body = {"model": "fake-model", "input": "[tokens:200] [slow:100]", "stream": True}
-        with httpx2.stream("POST", f"{base}/responses", json=body, timeout=10) as stream:
-            lines = stream.iter_lines()
-            created = next(line for line in lines if line.startswith("data: ") and '"response.created"' in line)
-            response_id = json.loads(created[6:])["response"]["id"]
-            next(line for line in lines if '"response.output_text.delta"' in line)
-            first.send_signal(signal.SIGTERM)
-            with pytest.raises(httpx2.HTTPError):  # cut once the grace period is over
-                for _ in lines:
-                    pass
+        with httpx2.stream("POST", f"{base}/responses", json={"model": "fake-model", "input": slow, "stream": True}, timeout=10) as answer, \
+                httpx2.stream("POST", f"{base}/chat/completions", json={"model": "fake-model", "stream": True,
+                                                                         "messages": [{"role": "user", "content": slow}]}, timeout=10) as chat:
+            events = (json.loads(line[6:]) for line in answer.iter_lines() if line.startswith("data: "))
+            chunks = (line[6:] for line in chat.iter_lines() if line.startswith("data: "))
+            created = next(events)
+            next(event for event in events if event["type"] == "response.output_text.delta")
+            next(chunks)
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                # A plain request whose answer takes longer than the grace period.
+                waiting = pool.submit(httpx2.post, f"{base}/chat/completions", timeout=10,
+                                      json={"model": "fake-model", "messages": [{"role": "user", "content": "[slow:8000] hi"}]})
+                time.sleep(0.3)
+                first.send_signal(signal.SIGTERM)
+                rest = list(events)
+                chat_rest = list(chunks)
+                unanswered = waiting.result()
+        assert rest[-1]["type"] == "response.failed"
+        failed = rest[-1]["response"]
+        assert failed["status"] == "failed"
+        assert failed["error"] == {"code": "server_error", "message": "The server shut down before this response finished."}
+        assert [event["sequence_number"] for event in rest] == list(range(rest[0]["sequence_number"], rest[-1]["sequence_number"] + 1))
+        assert json.loads(chat_rest[-1])["error"]["code"] == "server_shutting_down"
+        assert unanswered.status_code == 503 and unanswered.json()["error"]["code"] == "server_shutting_down"
         assert first.wait(timeout=15) == 0
     finally:
         if first.poll() is None:
@@ -185,9 +203,8 @@ def test_a_stream_cut_by_a_graceful_shutdown_ends_failed_saying_why(upstream: Fa
     second = start_server(env, port)
     try:
         wait_for(lambda: healthy(base))
-        stored = httpx2.get(f"{base}/responses/{response_id}").json()
-        assert stored["status"] == "failed"
-        assert stored["error"] == {"code": "server_error", "message": "The server shut down before this response finished."}
+        stored = httpx2.get(f"{base}/responses/{created['response']['id']}").json()
+        assert stored["status"] == "failed" and stored["error"] == failed["error"]
         assert stored["output"][0]["content"][0]["text"].startswith("tok1 tok2")  # what was produced is kept
     finally:
         second.send_signal(signal.SIGTERM)

@@ -7,6 +7,8 @@ request whose model needs no renaming is forwarded as the very bytes the client 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
@@ -19,7 +21,8 @@ from runtime.apis.common import (
 )
 from runtime.apis.files.inline import chat_messages_with_files
 from runtime.apis.files.protocol import FilesProvider
-from runtime.errors import APIError, InvalidRequestError
+from runtime.errors import APIError, InvalidRequestError, error_body
+from runtime.middleware import Draining
 from runtime.sse import DONE, EventStreamResponse, sse_frame
 
 if TYPE_CHECKING:
@@ -28,6 +31,7 @@ if TYPE_CHECKING:
 __all__ = ["router"]
 
 JSON = "application/json"
+SHUTDOWN_ERROR = error_body("The server shut down before this completion finished.", "server_error", code="server_shutting_down")
 # OpenAI documents no maximum `limit` for stored chat completions (clients ask for 1,000).
 CHAT_LIST_MAX = 1000
 _ROLES = ("system", "developer", "user", "assistant", "tool", "function")
@@ -191,7 +195,7 @@ async def _sse_response(request: Request, chunks: AsyncIterator[bytes]) -> Respo
         if first is None:
             await _close(iterator)
             return Response(status_code=499)
-    return EventStreamResponse(_frames(first, iterator))
+    return EventStreamResponse(_frames(first, iterator, getattr(request.app.state, "draining", None)))
 
 
 async def _close(iterator: AsyncIterator[bytes]) -> None:
@@ -200,16 +204,25 @@ async def _close(iterator: AsyncIterator[bytes]) -> None:
         await close()
 
 
-async def _frames(first: bytes | None, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    try:
-        if first is not None:
-            yield sse_frame(first)
-            async for chunk in rest:
-                yield sse_frame(chunk)
-    except APIError as error:
-        # The status line is gone; the SDK raises on a data event that carries an error.
-        yield sse_frame(json.dumps(error.body()).encode())
-        return
+async def _frames(first: bytes | None, rest: AsyncIterator[bytes], draining: Draining | None) -> AsyncIterator[bytes]:
+    with draining.streaming() if draining is not None else contextlib.nullcontext() as task:
+        try:
+            if first is not None:
+                yield sse_frame(first)
+                async for chunk in rest:
+                    yield sse_frame(chunk)
+        except APIError as error:
+            # The status line is gone; the SDK raises on a data event that carries an error.
+            yield sse_frame(json.dumps(error.body()).encode())
+            return
+        except asyncio.CancelledError:
+            if draining is None or not draining.ending or task is None:
+                raise
+            # The server's shutdown grace period is over: the client is told, not cut off.
+            task.uncancel()
+            await _close(rest)
+            yield sse_frame(json.dumps(SHUTDOWN_ERROR).encode())
+            return
     yield sse_frame(DONE)
 
 
