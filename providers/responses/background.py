@@ -142,13 +142,14 @@ class Background:
             await asyncio.wait([task], timeout=5)
         return (await self.store.get(response_id)).response
 
-    async def recover(self) -> None:
+    async def recover(self, at_start: bool = False) -> None:
         """Resume queued background responses nobody is running; fail those (background or
-        streamed) that were being produced when their process died (their lease lapsed)."""
+        streamed) that were being produced when their process died (their lease lapsed, or, at
+        start-up, their process on this host is gone)."""
         from providers.responses.engine import Turn
 
         engine = self.engine
-        for stored in await self.store.orphaned(time.time() - engine.lease_s):
+        for stored in await self.store.orphaned(time.time() - engine.lease_s, owners_checked=at_start):
             if engine.is_producing(stored.id):
                 continue
             if stored.status == "queued" and stored.request is not None:

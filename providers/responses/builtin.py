@@ -131,7 +131,7 @@ async def create(context: ProviderContext[BuiltinResponsesConfig]) -> AsyncItera
     engine = ResponsesEngine(context.deps[Api.inference], store, context.deps.get(Api.conversations), lease_s=context.config.lease_s,
                              tools=context.deps.get(Api.tool_runtime), limits=limits, files=context.deps.get(Api.files))
     service = BuiltinResponses(engine, context.config)
-    await engine.background.recover()
+    await engine.background.recover(at_start=True)
     sweeper = asyncio.get_running_loop().create_task(_sweep(engine))
     try:
         yield service

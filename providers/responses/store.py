@@ -14,6 +14,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from runtime.errors import NotFoundError
+from runtime.owners import owner_is_gone, process_owner
 from runtime.storage import Database, json_type
 
 __all__ = ["ResponseStore", "StoredResponse"]
@@ -34,6 +35,8 @@ responses = sa.Table(
     sa.Column("response", json_type(), nullable=False),
     sa.Column("request", json_type(), nullable=True),
     sa.Column("heartbeat_at", sa.Float, nullable=True),
+    # The process producing it (runtime.owners): a restart on its host takes it over at once.
+    sa.Column("owner", sa.String(160), nullable=True),
     # Only the responses still being produced: the sweep for orphans reads this, never the table.
     sa.Index("ix_responses_open", "heartbeat_at", sqlite_where=sa.text(_OPEN_SQL), postgresql_where=sa.text(_OPEN_SQL)),
 )
@@ -66,7 +69,7 @@ _FINISH = responses.update().where(responses.c.id == sa.bindparam("rid")).values
 _FINISH_IF = _FINISH.where(responses.c.status.in_(sa.bindparam("statuses", expanding=True)))
 _DROP_OUTPUT = items.delete().where(items.c.response_id == sa.bindparam("rid"), items.c.kind == "output")
 _RENEW = responses.update().where(responses.c.id.in_(sa.bindparam("ids", expanding=True)), sa.text(_OPEN_SQL)).values(
-    heartbeat_at=sa.bindparam("now"))
+    heartbeat_at=sa.bindparam("now"), owner=sa.bindparam("owner"))
 _CHAIN_ITEMS = sa.select(items.c.response_id, items.c.kind, items.c.position, items.c.item).where(
     items.c.response_id.in_(sa.bindparam("chain", expanding=True)))
 
@@ -105,7 +108,7 @@ class ResponseStore:
             "id": response["id"], "created_at": response["created_at"], "status": response["status"],
             "background": bool(response.get("background")), "ancestors": list(ancestors),
             "conversation_id": (response.get("conversation") or {}).get("id"), "response": response, "request": request,
-            "heartbeat_at": time.time(),
+            "heartbeat_at": time.time(), "owner": process_owner(),
         }
         item_rows = _item_rows(response["id"], "input", input_items) + _item_rows(response["id"], "output", output_items)
 
@@ -199,29 +202,31 @@ class ResponseStore:
         changed = await self.db.execute(
             responses.update()
             .where(responses.c.id == response_id, responses.c.status.in_(list(only_if_status)))
-            .values(status=status, response=response, heartbeat_at=time.time())
+            .values(status=status, response=response, heartbeat_at=time.time(), owner=process_owner())
         )
         return changed > 0
 
     async def heartbeat(self, response_id: str) -> str | None:
         """Refresh the lease of a running background response; returns its stored status."""
-        await self.db.execute(responses.update().where(responses.c.id == response_id).values(heartbeat_at=time.time()))
+        await self.db.execute(responses.update().where(responses.c.id == response_id).values(heartbeat_at=time.time(), owner=process_owner()))
         row = await self.db.fetch_one(sa.select(responses.c.status).where(responses.c.id == response_id))
         return None if row is None else str(row["status"])
 
     async def renew_leases(self, response_ids: Sequence[str]) -> None:
         """Refresh the lease of responses this process is streaming."""
-        await self.db.execute(_RENEW, {"now": time.time(), "ids": list(response_ids)})
+        await self.db.execute(_RENEW, {"now": time.time(), "ids": list(response_ids), "owner": process_owner()})
 
-    async def orphaned(self, older_than: float) -> list[StoredResponse]:
-        """Responses still queued or being produced whose lease nobody renewed."""
-        rows = await self.db.fetch_all(
-            sa.select(responses).where(
-                sa.text(_OPEN_SQL),
-                sa.or_(responses.c.heartbeat_at.is_(None), responses.c.heartbeat_at < older_than),
-            )
-        )
-        return [StoredResponse(row) for row in rows]
+    async def orphaned(self, older_than: float, *, owners_checked: bool = False) -> list[StoredResponse]:
+        """Responses still queued or being produced whose lease nobody renewed; with
+        `owners_checked`, also those whose lease runs yet but whose process is gone (a crash on
+        this host: see runtime.owners)."""
+        lapsed = sa.or_(responses.c.heartbeat_at.is_(None), responses.c.heartbeat_at < older_than)
+        if not owners_checked:
+            rows = await self.db.fetch_all(sa.select(responses).where(sa.text(_OPEN_SQL), lapsed))
+            return [StoredResponse(row) for row in rows]
+        rows = await self.db.fetch_all(sa.select(responses).where(sa.text(_OPEN_SQL)))
+        return [StoredResponse(row) for row in rows
+                if row["heartbeat_at"] is None or row["heartbeat_at"] < older_than or owner_is_gone(row["owner"])]
 
     async def append_events(self, response_id: str, batch: Sequence[dict[str, Any]]) -> None:
         if batch:

@@ -211,6 +211,38 @@ def test_streams_still_running_at_the_end_of_a_graceful_shutdown_end_with_a_last
         second.wait(timeout=20)
 
 
+def test_a_restart_on_the_same_host_takes_a_crashed_processs_responses_over_at_once(upstream: FakeUpstream, tmp_path: Path) -> None:
+    """kill -9 mid-stream with a lease of a minute: the next server on this host sees that the
+    process holding the lease is gone and marks the response failed at start-up, not a minute later."""
+    env = live_env(upstream, tmp_path, STACK_TEST_LEASE_S="60")
+    port = free_port()
+    base = f"http://127.0.0.1:{port}/v1"
+    first = start_server(env, port)
+    try:
+        wait_for(lambda: healthy(base))
+        body = {"model": "fake-model", "input": "[tokens:200] [slow:100]", "stream": True}
+        with httpx2.stream("POST", f"{base}/responses", json=body, timeout=10) as stream:
+            lines = stream.iter_lines()
+            created = next(line for line in lines if line.startswith("data: ") and '"response.created"' in line)
+            response_id = json.loads(created[6:])["response"]["id"]
+            next(line for line in lines if '"response.output_text.delta"' in line)
+            first.send_signal(signal.SIGKILL)
+            first.wait()
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    second = start_server(env, port)
+    try:
+        started = time.monotonic()
+        wait_for(lambda: healthy(base))
+        assert httpx2.get(f"{base}/responses/{response_id}").json()["status"] == "failed"  # already, at start-up
+        assert time.monotonic() - started < 30
+    finally:
+        second.send_signal(signal.SIGTERM)
+        second.wait(timeout=20)
+
+
 def test_a_queued_background_response_left_by_a_dead_process_is_run_at_start(upstream: FakeUpstream, tmp_path: Path) -> None:
     import asyncio
 

@@ -31,7 +31,7 @@ async def create(context: ProviderContext[BuiltinVectorStoresConfig]) -> AsyncIt
     await create_tables(db)
     config = context.config
     ingestor = Ingestor(db, context.deps[Api.files], workers=config.ingestion_workers, lease_s=config.lease_s, poll_s=config.poll_s)
-    ingestor.start()
+    await ingestor.start()
     try:
         yield BuiltinVectorStores(db, context.deps[Api.files], ingestor)
     finally:

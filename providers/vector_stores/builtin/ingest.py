@@ -25,6 +25,7 @@ from providers.vector_stores.builtin.tables import chunks, files
 from runtime.apis.files.protocol import FilesProvider
 from runtime.errors import NotFoundError
 from runtime.ids import random_hex
+from runtime.owners import owner_is_gone, process_owner
 from runtime.storage import Database
 
 __all__ = ["Ingestor", "Job"]
@@ -54,14 +55,22 @@ class Ingestor:
     def __init__(self, db: Database, files_api: FilesProvider, *, workers: int, lease_s: float, poll_s: float) -> None:
         self.db = db
         self.files_api = files_api
-        self.owner = f"ingest-{random_hex(8)}"
+        self.owner = process_owner()
         self.lease_s = lease_s
         self.poll_s = poll_s
         self._wake = asyncio.Event()
         self._workers = workers
         self._tasks: list[asyncio.Task[None]] = []
 
-    def start(self) -> None:
+    async def start(self) -> None:
+        """Free the files whose worker's process is gone (a crash on this host: see
+        runtime.owners), then start the workers, which take them up at once."""
+        rows = await self.db.fetch_all(sa.select(files.c.seq, files.c.attempt, files.c.lease_owner).where(
+            files.c.status == "in_progress", files.c.lease_owner.is_not(None), files.c.lease_until >= time.time()))
+        for row in rows:
+            if owner_is_gone(row["lease_owner"]):
+                await self.db.execute(files.update().where(files.c.seq == row["seq"], files.c.attempt == row["attempt"],
+                                                           files.c.status == "in_progress").values(lease_until=None))
         self._tasks = [asyncio.get_running_loop().create_task(self._work()) for _ in range(self._workers)]
 
     async def stop(self) -> None:

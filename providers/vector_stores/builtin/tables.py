@@ -47,7 +47,7 @@ files = sa.Table(
     sa.Column("overlap_tokens", sa.Integer, nullable=False),
     sa.Column("batch_id", sa.String(64), nullable=True, index=True),
     sa.Column("attempt", sa.String(32), nullable=False),
-    sa.Column("lease_owner", sa.String(64), nullable=True),
+    sa.Column("lease_owner", sa.String(160), nullable=True),
     sa.Column("lease_until", sa.Float, nullable=True),
     sa.UniqueConstraint("vector_store_id", "file_id", name="uq_vector_store_files_store_file"),
     sa.Index("ix_vector_store_files_jobs", "status", "lease_until"),
