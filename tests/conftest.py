@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import subprocess
@@ -17,8 +18,11 @@ from providers.spec import entry_point_group
 from support import specimens
 from support.entry_points import write_distribution
 
-# stevedore caches entry points per sys.path under XDG_CACHE_HOME; keep the suite's out of ~/.cache.
-os.environ.setdefault("XDG_CACHE_HOME", tempfile.mkdtemp(prefix="stack-tests-cache-"))
+# stevedore caches entry points per sys.path under XDG_CACHE_HOME; keep the suite's out of ~/.cache
+# (in a directory of its own, removed when the suite ends).
+if "XDG_CACHE_HOME" not in os.environ:
+    os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="stack-tests-cache-")
+    atexit.register(shutil.rmtree, os.environ["XDG_CACHE_HOME"], ignore_errors=True)
 
 PLUGINS_DIR = Path(__file__).parent / "plugins"
 

@@ -55,3 +55,34 @@ def test_an_ingestion_cut_by_kill_9_is_finished_by_the_next_server(upstream: Fak
     finally:
         second.send_signal(signal.SIGTERM)
         second.wait(timeout=20)
+
+
+def test_a_graceful_stop_mid_ingestion_gives_the_file_up_for_the_next_process(upstream: FakeUpstream, tmp_path: Path) -> None:
+    """SIGTERM mid-ingestion: the file stays `in_progress` with no lease held, so the next process
+    (here the next start; on a shared database any replica) takes it up at once."""
+    env = live_env(upstream, tmp_path, STACK_TEST_INGEST_LEASE_S="60")
+    port = free_port()
+    base = f"http://127.0.0.1:{port}/v1"
+    client = openai.OpenAI(base_url=base, api_key="k", max_retries=0)
+    text = "\n".join(" ".join(WORDS[(line + i) % len(WORDS)] for i in range(12)) + f" line{line}." for line in range(120_000)).encode()
+    first = start_server(env, port)
+    try:
+        wait_for(lambda: healthy(base))
+        file_id = client.files.create(file=("log.txt", text), purpose="assistants").id
+        store = client.vector_stores.create(file_ids=[file_id])
+        time.sleep(0.3)
+        assert client.vector_stores.files.retrieve(file_id, vector_store_id=store.id).status == "in_progress"
+    finally:
+        first.send_signal(signal.SIGTERM)
+        assert first.wait(timeout=30) == 0
+    import sqlite3
+
+    with sqlite3.connect(tmp_path / "integration" / "stack.db") as db:
+        assert db.execute("SELECT status, lease_owner, lease_until FROM vector_store_files").fetchall() == [("in_progress", None, None)]
+    second = start_server(env, port)
+    try:
+        wait_for(lambda: healthy(base))
+        wait_for(lambda: client.vector_stores.files.retrieve(file_id, vector_store_id=store.id).status == "completed", timeout=30)
+    finally:
+        second.send_signal(signal.SIGTERM)
+        second.wait(timeout=20)

@@ -74,12 +74,17 @@ class Ingestor:
         self._tasks = [asyncio.get_running_loop().create_task(self._work()) for _ in range(self._workers)]
 
     async def stop(self) -> None:
-        """Stop working; files under way keep their lease, which expires, and are taken up again
-        by the next start (or another replica)."""
+        """Stop working, and give up the leases of the files under way: they are taken up again
+        at once by another replica, or by the next start."""
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
+        try:
+            await self.db.execute(files.update().where(files.c.lease_owner == self.owner, files.c.status == "in_progress")
+                                  .values(lease_owner=None, lease_until=None))
+        except Exception:  # the database is gone too: the leases lapse instead
+            log.exception("could not give up the ingestion leases of this process")
 
     def wake(self) -> None:
         self._wake.set()
