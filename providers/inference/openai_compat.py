@@ -65,6 +65,11 @@ class OpenAICompatAdapter:
         response = await self._send(upstream)
         try:
             async for data in iter_sse_data(response.aiter_bytes()):
+                # Chunks pass through unparsed; one that cannot be a JSON object (a truncated or
+                # garbled event) is the upstream's error, which the client gets as an error event.
+                if (not data or data[0] != 0x7B or data[-1] != 0x7D) and not _object_like(data):  # { and }, compared as ints
+                    raise UpstreamError(f"inference provider '{self.provider_id}': the stream from {upstream.url} carried malformed "
+                                        f"data, not a JSON object: {data[:120]!r}", status_code=502, code="upstream_malformed")
                 yield data
         except httpx2.ReadTimeout as error:
             raise UpstreamError(
@@ -176,3 +181,8 @@ async def open_adapter(context: ProviderContext[OpenAICompatConfig]) -> AsyncIte
                                   config.stream_gap_timeout_s)
     finally:
         await transport.aclose()
+
+
+def _object_like(data: bytes) -> bool:
+    stripped = data.strip()
+    return stripped[:1] == b"{" and stripped[-1:] == b"}"

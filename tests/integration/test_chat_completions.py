@@ -184,3 +184,14 @@ def test_a_body_cut_short_by_the_model_server_is_a_502(openai_client: openai.Ope
     with pytest.raises(openai.APIStatusError) as error:
         openai_client.chat.completions.create(model=text_model, messages=[{"role": "user", "content": "[garbage] cut"}], store=store)
     assert error.value.status_code == 502 and error.value.code == "upstream_malformed"
+
+
+@pytest.mark.parametrize("store", [False, True])
+def test_a_malformed_chunk_in_a_stream_is_an_error_event_then_a_clean_end(openai_client: openai.OpenAI, text_model: str, store: bool) -> None:
+    stream = openai_client.chat.completions.create(model=text_model, messages=[{"role": "user", "content": "[garbage] cut"}], store=store,
+                                                   stream=True)
+    received = []
+    with pytest.raises(openai.APIError) as error:
+        for chunk in stream:
+            received.append(chunk)
+    assert "malformed" in error.value.message and len(received) == 1  # the chunk before it went through

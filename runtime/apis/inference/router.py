@@ -193,20 +193,18 @@ class InferenceRouter:
         provider_id, request, requested = await self._route(body, raw)
         chunks = self.providers[provider_id].stream_chat_completion(request)
         if body.get("store") is True:
-            return self._stored_stream(chunks, body, requested)
+            return self._stored_stream(chunks, body, requested, provider_id)
         if requested is not None and echo_model:
-            chunks = _chunks_with_model(chunks, requested)
+            chunks = _chunks_with_model(chunks, requested, provider_id)
         return chunks
 
-    async def _stored_stream(self, chunks: AsyncIterator[bytes], body: Mapping[str, Any], model: str | None) -> AsyncIterator[bytes]:
+    async def _stored_stream(self, chunks: AsyncIterator[bytes], body: Mapping[str, Any], model: str | None,
+                             provider_id: str) -> AsyncIterator[bytes]:
         completion_id = new_completion_id()
         folded = ChunkAccumulator(id=completion_id)
         upstream_id: Any = None
         async for raw in chunks:
-            chunk = fastjson.loads(raw)
-            if not isinstance(chunk, dict):
-                yield raw
-                continue
+            chunk = _chunk(raw, provider_id)
             upstream_id = upstream_id or chunk.get("id")
             chunk["id"] = completion_id
             if model is not None:
@@ -259,9 +257,23 @@ def _with_model(result: bytes, model: str) -> bytes:
     return fastjson.dumps(document)
 
 
-async def _chunks_with_model(chunks: AsyncIterator[bytes], model: str) -> AsyncIterator[bytes]:
-    async for chunk in chunks:
-        yield _with_model(chunk, model)
+def _chunk(raw: bytes, provider_id: str) -> dict[str, Any]:
+    """A stream chunk as an object; a malformed one is the upstream's error (the client gets an
+    error event and a clean end, not a cut connection)."""
+    try:
+        chunk = fastjson.loads(raw)
+    except ValueError:
+        raise _malformed(provider_id, raw) from None
+    if not isinstance(chunk, dict):
+        raise _malformed(provider_id, raw)
+    return chunk
+
+
+async def _chunks_with_model(chunks: AsyncIterator[bytes], model: str, provider_id: str) -> AsyncIterator[bytes]:
+    async for raw in chunks:
+        chunk = _chunk(raw, provider_id)
+        chunk["model"] = model
+        yield fastjson.dumps(chunk)
 
 
 def _malformed(provider: str, body: bytes) -> UpstreamError:
