@@ -172,6 +172,21 @@ def test_an_unknown_model_is_a_404_listing_the_models(openai_client: openai.Open
     ({"messages": [{"role": "user", "content": "hi"}]}, "model"),
     ({"model": "fake-model", "messages": "hi"}, "messages"),
     ({"model": "fake-model", "messages": [{"role": "user", "content": "hi"}], "stream": "yes"}, "stream"),
+    ({"model": "fake-model", "messages": [{"role": "user", "content": "hi"}], "tools": {"type": "function"}}, "tools"),
+    ({"model": "fake-model", "messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "retrieval"}]}, "tools[0].type"),
+    ({"model": "fake-model", "messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]}, "tools[0].function"),
+    ({"model": "fake-model", "messages": [{"role": "user", "content": "hi"}],
+      "tools": [{"type": "function", "function": {"name": "get weather"}}]}, "tools[0].function.name"),
+    ({"model": "fake-model", "messages": [{"role": "user", "content": "hi"}], "tool_choice": "sometimes",
+      "tools": [{"type": "function", "function": {"name": "f"}}]}, "tool_choice"),
+    ({"model": "fake-model", "messages": [{"role": "user", "content": "hi"}], "tool_choice": "required"}, "tool_choice"),
+    ({"model": "fake-model", "messages": [{"role": "user", "content": "hi"}], "tool_choice": {"type": "function"},
+      "tools": [{"type": "function", "function": {"name": "f"}}]}, "tool_choice.function.name"),
+    ({"model": "fake-model", "messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "yaml"}}, "response_format.type"),
+    ({"model": "fake-model", "messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_schema"}},
+     "response_format.json_schema"),
+    ({"model": "fake-model", "messages": [{"role": "user", "content": "hi"}],
+      "response_format": {"type": "json_schema", "json_schema": {"schema": {}}}}, "response_format.json_schema.name"),
 ])
 def test_malformed_requests_are_400s_naming_the_parameter(openai_client: openai.OpenAI, body: dict[str, Any], param: str) -> None:
     with pytest.raises(openai.BadRequestError) as error:

@@ -20,6 +20,7 @@ from runtime.apis.common import (
     JSONBytes, cursor_page, parse_json_object, unless_disconnected, validate_limit, validate_metadata, validate_order,
 )
 from runtime.apis.files.inline import chat_messages_with_files
+from runtime.apis.inference.checks import SHAPES
 from runtime.apis.files.protocol import FilesProvider
 from runtime.errors import APIError, InvalidRequestError, error_body
 from runtime.middleware import Draining
@@ -149,6 +150,8 @@ def _check_chat_body(body: dict[str, Any]) -> None:
             raise InvalidRequestError(f"Invalid type for '{flag}': expected a boolean.", param=flag, code="invalid_type")
     for name in _NUMBERS.keys() & body.keys():  # usually one or two keys: a set intersection, no loop over all
         _check_number(name, body[name])
+    for name in SHAPES.keys() & body.keys():
+        SHAPES[name](body[name], body)
     if body.get("store") is True:
         validate_metadata(body.get("metadata"))
 
