@@ -260,6 +260,8 @@ def test_input_tokens_are_counted_by_the_model(openai_client: openai.OpenAI, tex
     ({"input": "x", "previous_response_id": "resp_missing"}, openai.NotFoundError, "previous_response_id"),
     ({"input": "x", "previous_response_id": "resp_x", "conversation": "conv_x"}, openai.BadRequestError, "conversation"),
     ({"input": [{"type": "bogus"}]}, openai.BadRequestError, "input[0].type"),
+    ({"input": []}, openai.BadRequestError, "input"),
+    ({"instructions": "Be brief."}, openai.BadRequestError, "input"),
     ({"input": [{"role": "user", "content": [{"type": "input_text"}]}]}, openai.BadRequestError, "input[0].content[0].text"),
     ({"input": "x", "text": {"format": {"type": "json_schema", "name": "bad name!", "schema": {}}}}, openai.BadRequestError, "text.format.name"),
     ({"input": "x", "text": {"format": {"type": "json_schema", "name": "ok", "schema": "not a schema"}}}, openai.BadRequestError, "text.format.schema"),

@@ -75,6 +75,10 @@ class CreateResponse(BaseModel):
             )
         validate_id(self.previous_response_id, "previous_response_id", "resp")
         validate_id(self.conversation_id, "conversation", "conv")
+        if isinstance(self.input, list) and not self.input and self.previous_response_id is None and self.conversation is None:
+            # Nothing to answer: OpenAI refuses it before any model is called.
+            raise InvalidRequestError("Invalid 'input': empty array. Expected an array with minimum length 1, but got an empty array "
+                                      "instead.", param="input", code="empty_array")
         if self.background and self.store is False:
             raise InvalidRequestError("Background responses must be stored: remove store=false.", param="background", code="invalid_value")
         validate_metadata(self.metadata)
