@@ -12,11 +12,13 @@ from starlette.responses import Response
 from runtime import fastjson
 from runtime.errors import InvalidRequestError
 
-__all__ = ["JSONBytes", "cursor_page", "parse_json_object", "unless_disconnected", "validate_id", "validate_limit", "validate_metadata",
+__all__ = ["MAX_STRING", "JSONBytes", "cursor_page", "parse_json_object", "unless_disconnected", "validate_id", "validate_limit", "validate_metadata",
            "validate_order"]
 
 T = TypeVar("T")
 
+MAX_STRING = 10_485_760
+"""OpenAI's limit on one string of input, in characters (Responses' `input`, a chat message's content)."""
 MAX_METADATA_PAIRS = 16
 MAX_METADATA_KEY = 64
 MAX_METADATA_VALUE = 512

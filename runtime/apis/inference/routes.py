@@ -17,7 +17,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from runtime.apis.common import (
-    JSONBytes, cursor_page, parse_json_object, unless_disconnected, validate_limit, validate_metadata, validate_order,
+    MAX_STRING, JSONBytes, cursor_page, parse_json_object, unless_disconnected, validate_limit, validate_metadata, validate_order,
 )
 from runtime.apis.files.inline import chat_messages_with_files
 from runtime.apis.inference.checks import SHAPES
@@ -145,6 +145,11 @@ def _check_chat_body(body: dict[str, Any]) -> None:
             raise InvalidRequestError(
                 f"Invalid value for 'messages[{index}].role': {str(message.get('role'))[:40]!r} (expected one of: {', '.join(_ROLES)}).",
                 param=f"messages[{index}].role", code="invalid_value")
+        content = message.get("content")
+        if content.__class__ is str and len(content) > MAX_STRING:
+            raise InvalidRequestError(
+                f"Invalid 'messages[{index}].content': string too long. Expected a string with maximum length {MAX_STRING}, but got a "
+                f"string with length {len(content)} instead.", param=f"messages[{index}].content", code="string_above_max_length")
     for flag in ("stream", "store"):
         if body.get(flag) is not None and not isinstance(body[flag], bool):
             raise InvalidRequestError(f"Invalid type for '{flag}': expected a boolean.", param=flag, code="invalid_type")

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from runtime.apis.common import validate_id, validate_metadata
+from runtime.apis.common import MAX_STRING, validate_id, validate_metadata
 from runtime.errors import InvalidRequestError
 
 __all__ = ["CreateResponse", "ConversationRef", "response_object"]
@@ -75,6 +75,9 @@ class CreateResponse(BaseModel):
             )
         validate_id(self.previous_response_id, "previous_response_id", "resp")
         validate_id(self.conversation_id, "conversation", "conv")
+        if isinstance(self.input, str) and len(self.input) > MAX_STRING:
+            raise InvalidRequestError(f"Invalid 'input': string too long. Expected a string with maximum length {MAX_STRING}, but got a "
+                                      f"string with length {len(self.input)} instead.", param="input", code="string_above_max_length")
         if isinstance(self.input, list) and not self.input and self.previous_response_id is None and self.conversation is None:
             # Nothing to answer: OpenAI refuses it before any model is called.
             raise InvalidRequestError("Invalid 'input': empty array. Expected an array with minimum length 1, but got an empty array "

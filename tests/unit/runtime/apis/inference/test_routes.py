@@ -90,3 +90,14 @@ def test_stored_messages_that_are_not_objects_are_listed_as_text() -> None:
     shaped = _store_messages("chatcmpl-1", ["plain", [1, 2], {"role": "user", "content": "ok"}])
     assert [(message["id"], message["content"]) for message in shaped] == [
         ("chatcmpl-1-0", "plain"), ("chatcmpl-1-1", "[1, 2]"), ("chatcmpl-1-2", "ok")]
+
+
+def test_a_message_longer_than_openais_limit_is_a_400_naming_it() -> None:
+    from runtime.apis.common import MAX_STRING
+    from runtime.errors import InvalidRequestError
+
+    body = {"model": "m", "messages": [{"role": "system", "content": "ok"}, {"role": "user", "content": "x" * (MAX_STRING + 1)}]}
+    with pytest.raises(InvalidRequestError) as refused:
+        routes._check_chat_body(body)
+    assert (refused.value.param, refused.value.code) == ("messages[1].content", "string_above_max_length")
+    routes._check_chat_body({"model": "m", "messages": [{"role": "user", "content": "x" * MAX_STRING}]})  # at the limit: fine
