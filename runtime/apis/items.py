@@ -11,7 +11,7 @@ from typing import Any
 from runtime.errors import InvalidRequestError
 from runtime.ids import random_hex
 
-__all__ = ["new_id", "normalize_input", "normalize_item"]
+__all__ = ["INCLUDABLE", "INCLUDED_ONLY", "check_include", "new_id", "normalize_input", "normalize_item", "shown_item", "shown_items"]
 
 _INPUT_ROLES = ("user", "system", "developer", "assistant")
 _PART_TYPES = {
@@ -33,6 +33,42 @@ _PASSIVE_TYPES = {
     "local_shell_call": "lsh", "local_shell_call_output": "lsho", "custom_tool_call": "ctc",
     "custom_tool_call_output": "ctco", "compaction": "cmp",
 }
+
+
+# What `include` may ask for (openai.types.responses.ResponseIncludable); the ones of tools that do
+# not run here are accepted and add nothing, as when OpenAI has nothing of the kind to include.
+INCLUDABLE = ("file_search_call.results", "web_search_call.results", "web_search_call.action.sources", "message.input_image.image_url",
+              "computer_call_output.output.image_url", "code_interpreter_call.outputs", "reasoning.encrypted_content",
+              "message.output_text.logprobs")
+
+INCLUDED_ONLY = {"file_search_call": ("results", "file_search_call.results")}
+"""Item fields shown only when `include` asks (OpenAI keeps them and shows them on request); the
+stored item keeps them always, so a chain or conversation continued later gives the model what
+it read."""
+
+
+def check_include(values: Iterable[str]) -> frozenset[str]:
+    """`include` values, each one OpenAI knows (a 400 naming the first that is not)."""
+    for index, value in enumerate(values):
+        if value not in INCLUDABLE:
+            raise InvalidRequestError(f"Invalid value: {value[:80]!r}. Supported values are: {', '.join(INCLUDABLE)}.",
+                                      param=f"include[{index}]", code="invalid_value")
+    return frozenset(values)
+
+
+def shown_item(item: Any, include: frozenset[str]) -> Any:
+    """The item as the client asked to see it: a copy without the fields `include` did not ask for."""
+    gated = INCLUDED_ONLY.get(str(item.get("type"))) if isinstance(item, dict) else None
+    if gated is None or gated[1] in include or item.get(gated[0]) is None:
+        return item
+    return {**item, gated[0]: None}
+
+
+def shown_items(items: list[Any], include: frozenset[str]) -> list[Any]:
+    """`shown_item` of each; the list itself when no item has a field to leave out (the usual case)."""
+    if not any(item.__class__ is dict and item.get("type") in INCLUDED_ONLY for item in items):
+        return items
+    return [shown_item(item, include) for item in items]
 
 
 def new_id(prefix: str) -> str:

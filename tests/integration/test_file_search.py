@@ -123,3 +123,15 @@ def test_results_are_shown_only_when_included(openai_client: openai.OpenAI, text
     with pytest.raises(openai.BadRequestError) as refused:
         openai_client.responses.retrieve(response.id, include=["everything"])  # type: ignore[list-item]
     assert refused.value.body["param"] == "include[0]"  # type: ignore[index]
+
+
+def test_a_conversation_shows_search_results_only_when_included(openai_client: openai.OpenAI, text_model: str, store: dict[str, str]) -> None:
+    conversation = openai_client.conversations.create()
+    openai_client.responses.create(model=text_model, input=ASK, tools=[file_search(store)], conversation=conversation.id)
+    items = openai_client.conversations.items.list(conversation.id, order="asc").data
+    call = next(item for item in items if item.type == "file_search_call")
+    assert call.results is None  # type: ignore[union-attr]
+    shown = openai_client.conversations.items.list(conversation.id, order="asc", include=["file_search_call.results"]).data
+    assert next(item for item in shown if item.type == "file_search_call").results  # type: ignore[union-attr]
+    one = openai_client.conversations.items.retrieve(call.id, conversation_id=conversation.id, include=["file_search_call.results"])
+    assert one.results and openai_client.conversations.items.retrieve(call.id, conversation_id=conversation.id).results is None  # type: ignore[union-attr]

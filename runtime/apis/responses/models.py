@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from runtime.apis.common import MAX_STRING, validate_id, validate_metadata
+from runtime.apis.items import check_include, shown_item, shown_items
 from runtime.errors import InvalidRequestError
 
 __all__ = ["CreateResponse", "ConversationRef", "response_object"]
@@ -88,7 +89,7 @@ class CreateResponse(BaseModel):
         _check_tool_choice(self.tool_choice, self.tools or [])
         _check_tools(self.tools or [])
         _check_text_format(self.text)
-        _check_include(self.include or [])
+        check_include(self.include or [])
 
     def wants_logprobs(self) -> bool:
         return bool(self.top_logprobs) or "message.output_text.logprobs" in (self.include or [])
@@ -141,21 +142,6 @@ def _check_tools(tools: list[dict[str, Any]]) -> None:
             raise InvalidRequestError(f"Missing required parameter: 'tools[{index}].name'.", param=f"tools[{index}].name", code="missing_required_parameter")
         if tool.get("parameters") is not None and not isinstance(tool["parameters"], dict):
             raise InvalidRequestError(f"Invalid type for 'tools[{index}].parameters': expected a JSON schema object.", param=f"tools[{index}].parameters", code="invalid_type")
-
-
-# What `include` may ask for (openai.types.responses.ResponseIncludable); the ones of tools that do
-# not run here are accepted and add nothing, as when OpenAI has nothing of the kind to include.
-INCLUDABLE = ("file_search_call.results", "web_search_call.results", "web_search_call.action.sources", "message.input_image.image_url",
-              "computer_call_output.output.image_url", "code_interpreter_call.outputs", "reasoning.encrypted_content",
-              "message.output_text.logprobs")
-
-
-def _check_include(include: list[str]) -> None:
-    for index, value in enumerate(include):
-        if value not in INCLUDABLE:
-            supported = ", ".join(repr(known) for known in INCLUDABLE)
-            raise InvalidRequestError(f"Invalid value: {value[:80]!r}. Supported values are: {supported}.", param=f"include[{index}]",
-                                      code="invalid_value")
 
 
 def _check_text_format(text: dict[str, Any] | None) -> None:
@@ -215,32 +201,18 @@ def response_object(request: CreateResponse, response_id: str, status: str, *, c
     }
 
 
-# Item fields a response shows only when `include` asks (OpenAI keeps them and shows them on
-# request: at creation, or later with GET's `include`). The stored item keeps them always, so a
-# chain continued later gives the model what it read.
-_INCLUDED_ONLY = {"file_search_call": ("results", "file_search_call.results")}
-
-
-def _shown_item(item: Any, include: frozenset[str]) -> Any:
-    gated = _INCLUDED_ONLY.get(str(item.get("type"))) if isinstance(item, dict) else None
-    if gated is None or gated[1] in include or item.get(gated[0]) is None:
-        return item
-    return {**item, gated[0]: None}
-
-
 def shown_response(response: dict[str, Any], include: frozenset[str]) -> dict[str, Any]:
     """The response as the client asked to see it (a copy, where anything is left out)."""
     output = response.get("output")
-    if not output or not any(isinstance(item, dict) and item.get("type") in _INCLUDED_ONLY for item in output):
-        return response
-    return {**response, "output": [_shown_item(item, include) for item in output]}
+    shown = shown_items(output, include) if output else output
+    return response if shown is output else {**response, "output": shown}
 
 
 def shown_event(event: dict[str, Any], include: frozenset[str]) -> dict[str, Any]:
     """A stream event as the client asked to see it (its item or response snapshot)."""
     item = event.get("item")
     if item is not None:
-        shown = _shown_item(item, include)
+        shown = shown_item(item, include)
         return event if shown is item else {**event, "item": shown}
     response = event.get("response")
     if response is not None:

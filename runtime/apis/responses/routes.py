@@ -8,7 +8,8 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from runtime.apis.responses.models import INCLUDABLE, CreateResponse, shown_event, shown_response
+from runtime.apis.items import check_include
+from runtime.apis.responses.models import CreateResponse, shown_event, shown_response
 from runtime.apis.common import JSONBytes, unless_disconnected, validate_id, validate_limit, validate_order
 from runtime.apis.responses.protocol import ResponsesProvider
 from runtime import fastjson
@@ -68,12 +69,7 @@ def router(impl: ResponsesProvider) -> APIRouter:
 
 def _include_query(http: Request) -> frozenset[str]:
     """`include` of a GET, as the SDK sends it (`include[]=a&include[]=b`) or plain."""
-    values = [*http.query_params.getlist("include[]"), *http.query_params.getlist("include")]
-    for index, value in enumerate(values):
-        if value not in INCLUDABLE:
-            raise InvalidRequestError(f"Invalid value: {value[:80]!r}. Supported values are: {', '.join(INCLUDABLE)}.",
-                                      param=f"include[{index}]", code="invalid_value")
-    return frozenset(values)
+    return check_include([*http.query_params.getlist("include[]"), *http.query_params.getlist("include")])
 
 
 def _sse(events: AsyncIterator[dict[str, Any]], include: frozenset[str]) -> EventStreamResponse:
