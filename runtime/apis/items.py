@@ -5,6 +5,8 @@ Pure functions: no I/O. Both APIs share the OpenAI item shapes, so both check in
 
 from __future__ import annotations
 
+import base64
+import binascii
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -165,7 +167,39 @@ def _normalize_part(part: Any, where: str) -> dict[str, Any]:
         if not (part.get("image_url") or part.get("file_id")):
             raise InvalidRequestError(f"Missing required parameter: '{where}.image_url' (or file_id).", param=f"{where}.image_url",
                                       code="missing_required_parameter")
+        if part.get("image_url"):
+            _check_image_url(part["image_url"], f"{where}.image_url")
         return {"detail": "auto", **part}  # as OpenAI stores it (its SDK requires `detail`)
     if kind == "output_text":
         return {"annotations": [], **part}
     return dict(part)
+
+
+_IMAGE_TYPES = ("image/png", "image/jpeg", "image/jpg", "image/gif", "image/webp")
+
+
+def _check_image_url(url: Any, where: str) -> None:
+    """An image URL the model can be given, or OpenAI's code for what is wrong with it (checked here,
+    so the client gets OpenAI's answer whatever the upstream would have said)."""
+    if not isinstance(url, str):
+        raise InvalidRequestError(f"Invalid type for '{where}': expected a URL string.", param=where, code="invalid_type")
+    if url.startswith("data:"):
+        header, comma, payload = url[5:].partition(",")
+        media, _, encoding = header.partition(";")
+        if not comma or encoding != "base64":
+            raise InvalidRequestError(f"Invalid '{where}': a data URL must be base64 ('data:image/png;base64,...').", param=where,
+                                      code="invalid_image_url")
+        if media.lower() not in _IMAGE_TYPES:
+            raise InvalidRequestError(f"Invalid '{where}': unsupported image type {media[:40]!r} (expected PNG, JPEG, GIF or WebP).",
+                                      param=where, code="unsupported_image_media_type")
+        if not payload:
+            raise InvalidRequestError(f"Invalid '{where}': the image is empty.", param=where, code="empty_image_file")
+        try:
+            base64.b64decode(payload, validate=True)
+        except (binascii.Error, ValueError):
+            raise InvalidRequestError(f"Invalid '{where}': the image data is not valid base64.", param=where,
+                                      code="invalid_base64_image") from None
+        return
+    if not url.startswith(("https://", "http://")):
+        raise InvalidRequestError(f"Invalid '{where}': expected an http(s) URL or a base64 data URL, got {url[:40]!r}.", param=where,
+                                  code="invalid_image_url")

@@ -261,6 +261,10 @@ def test_input_tokens_are_counted_by_the_model(openai_client: openai.OpenAI, tex
     ({"input": "x", "previous_response_id": "resp_x", "conversation": "conv_x"}, openai.BadRequestError, "conversation"),
     ({"input": [{"type": "bogus"}]}, openai.BadRequestError, "input[0].type"),
     ({"input": []}, openai.BadRequestError, "input"),
+    ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "data:image/png;base64,@@not base64@@"}]}]},
+     openai.BadRequestError, "input[0].content[0].image_url"),
+    ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "ftp://example.com/a.png"}]}]},
+     openai.BadRequestError, "input[0].content[0].image_url"),
     ({"instructions": "Be brief."}, openai.BadRequestError, "input"),
     ({"input": [{"role": "user", "content": [{"type": "input_text"}]}]}, openai.BadRequestError, "input[0].content[0].text"),
     ({"input": "x", "text": {"format": {"type": "json_schema", "name": "bad name!", "schema": {}}}}, openai.BadRequestError, "text.format.name"),
@@ -351,3 +355,16 @@ def test_a_malformed_chunk_fails_the_streamed_response_and_is_stored_failed(open
     assert final.response.error is not None and final.response.error.code == "server_error"
     assert "malformed" in final.response.error.message
     assert openai_client.responses.retrieve(final.response.id).status == "failed"  # not cancelled, not in_progress
+
+
+@pytest.mark.parametrize(("url", "code"), [
+    ("data:image/png;base64,@@not base64@@", "invalid_base64_image"),
+    ("data:image/png;base64,", "empty_image_file"),
+    ("data:application/pdf;base64,JVBERi0=", "unsupported_image_media_type"),
+    ("data:image/png,rawbytes", "invalid_image_url"),
+    ("file:///etc/passwd", "invalid_image_url"),
+])
+def test_image_urls_the_model_cannot_take_get_openais_codes(openai_client: openai.OpenAI, text_model: str, url: str, code: str) -> None:
+    with pytest.raises(openai.BadRequestError) as refused:
+        openai_client.responses.create(model=text_model, input=[{"role": "user", "content": [{"type": "input_image", "image_url": url}]}])
+    assert (refused.value.code, refused.value.param) == (code, "input[0].content[0].image_url")

@@ -33,12 +33,12 @@ def test_chat_messages_merge_parallel_calls_and_keep_order() -> None:
 def test_images_and_files_become_chat_parts() -> None:
     [item] = normalize_input([{"role": "user", "content": [
         {"type": "input_text", "text": "look"},
-        {"type": "input_image", "image_url": "data:image/png;base64,AAA", "detail": "low"},
+        {"type": "input_image", "image_url": "data:image/png;base64,AAAA", "detail": "low"},
         {"type": "input_file", "file_data": "data:application/pdf;base64,BBB", "filename": "a.pdf"},
     ]}])
     assert chat_messages([item], None) == [{"role": "user", "content": [
         {"type": "text", "text": "look"},
-        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAA", "detail": "low"}},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA", "detail": "low"}},
         {"type": "file", "file": {"file_data": "data:application/pdf;base64,BBB", "filename": "a.pdf"}},
     ]}]
 
