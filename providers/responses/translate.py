@@ -155,17 +155,15 @@ class StreamTranslator:
             current.parts.append(_Part(part_kind, citations=citations))
             events.append(_part_event("response.content_part.added", current, _part_body(current.parts[-1], done=False)))
         part = current.parts[-1]
+        part.logprobs.extend(logprobs)
+        annotations: list[dict[str, Any]] = []
         if part.citations is not None:
             text, annotations = part.citations.feed(text)
-            part.logprobs.extend(logprobs)
-            if text:
-                part.text.append(text)
-                events.append(_delta_event(current, part, text, logprobs))
+        if text:
+            part.text.append(text)
+            events.append(_delta_event(current, part, text, logprobs))
+        if annotations:
             events += _annotation_events(current, part, annotations)
-            return events
-        part.text.append(text)
-        part.logprobs.extend(logprobs)
-        events.append(_delta_event(current, part, text, logprobs))
         return events
 
     def _open_item(self, item: dict[str, Any]) -> list[Event]:

@@ -10,9 +10,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from runtime import fastjson
+from runtime.apis.items import check_include
 from runtime.errors import InvalidRequestError
 
-__all__ = ["MAX_STRING", "JSONBytes", "cursor_page", "parse_json_object", "unless_disconnected", "validate_id", "validate_limit", "validate_metadata",
+__all__ = ["MAX_STRING", "JSONBytes", "include_query", "cursor_page", "parse_json_object", "unless_disconnected", "validate_id", "validate_limit", "validate_metadata",
            "validate_order"]
 
 T = TypeVar("T")
@@ -59,6 +60,11 @@ def validate_metadata(metadata: Any, param: str = "metadata") -> dict[str, str] 
                 param=f"{param}.{key}", code="invalid_value",
             )
     return dict(metadata)
+
+
+def include_query(request: Request) -> frozenset[str]:
+    """`include` of a GET, as the SDK sends it (`include[]=a&include[]=b`) or plain, checked."""
+    return check_include([*request.query_params.getlist("include[]"), *request.query_params.getlist("include")])
 
 
 def validate_id(value: str | None, param: str, prefix: str) -> None:

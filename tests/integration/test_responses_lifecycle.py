@@ -125,11 +125,9 @@ def test_queued_and_interrupted_background_responses_are_recovered_after_a_crash
         second.wait(timeout=20)
 
 
-def test_a_streamed_response_cut_by_a_crash_is_marked_failed_by_the_next_server(upstream: FakeUpstream, tmp_path: Path) -> None:
-    """kill -9 the server in the middle of a stored stream: the response its client saw created
-    does not stay `in_progress`; once the dead process's lease lapses it is `failed`."""
-    env = live_env(upstream, tmp_path, STACK_TEST_LEASE_S="2")
-    port = free_port()
+def _kill_mid_stream(env: dict[str, str], port: int) -> str:
+    """Start a server, stream a stored response from it and kill -9 it once text is flowing (the
+    response `in_progress`); the response's id."""
     base = f"http://127.0.0.1:{port}/v1"
     first = start_server(env, port)
     try:
@@ -138,7 +136,7 @@ def test_a_streamed_response_cut_by_a_crash_is_marked_failed_by_the_next_server(
         with httpx2.stream("POST", f"{base}/responses", json=body, timeout=10) as stream:
             lines = stream.iter_lines()
             created = next(line for line in lines if line.startswith("data: ") and '"response.created"' in line)
-            response_id = json.loads(created[6:])["response"]["id"]
+            response_id: str = json.loads(created[6:])["response"]["id"]
             next(line for line in lines if '"response.output_text.delta"' in line)
             assert httpx2.get(f"{base}/responses/{response_id}").json()["status"] == "in_progress"
             first.send_signal(signal.SIGKILL)
@@ -147,6 +145,16 @@ def test_a_streamed_response_cut_by_a_crash_is_marked_failed_by_the_next_server(
         if first.poll() is None:
             first.kill()
             first.wait()
+    return response_id
+
+
+def test_a_streamed_response_cut_by_a_crash_is_marked_failed_by_the_next_server(upstream: FakeUpstream, tmp_path: Path) -> None:
+    """kill -9 the server in the middle of a stored stream: the response its client saw created
+    does not stay `in_progress`; once the dead process's lease lapses it is `failed`."""
+    env = live_env(upstream, tmp_path, STACK_TEST_LEASE_S="2")
+    port = free_port()
+    base = f"http://127.0.0.1:{port}/v1"
+    response_id = _kill_mid_stream(env, port)
     second = start_server(env, port)
     try:
         wait_for(lambda: healthy(base))
@@ -217,21 +225,7 @@ def test_a_restart_on_the_same_host_takes_a_crashed_processs_responses_over_at_o
     env = live_env(upstream, tmp_path, STACK_TEST_LEASE_S="60")
     port = free_port()
     base = f"http://127.0.0.1:{port}/v1"
-    first = start_server(env, port)
-    try:
-        wait_for(lambda: healthy(base))
-        body = {"model": "fake-model", "input": "[tokens:200] [slow:100]", "stream": True}
-        with httpx2.stream("POST", f"{base}/responses", json=body, timeout=10) as stream:
-            lines = stream.iter_lines()
-            created = next(line for line in lines if line.startswith("data: ") and '"response.created"' in line)
-            response_id = json.loads(created[6:])["response"]["id"]
-            next(line for line in lines if '"response.output_text.delta"' in line)
-            first.send_signal(signal.SIGKILL)
-            first.wait()
-    finally:
-        if first.poll() is None:
-            first.kill()
-            first.wait()
+    response_id = _kill_mid_stream(env, port)
     second = start_server(env, port)
     try:
         started = time.monotonic()

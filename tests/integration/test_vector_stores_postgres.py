@@ -4,7 +4,6 @@ on SQLite): the same scenarios, through PostgreSQL's own full-text index."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import openai
 import pytest

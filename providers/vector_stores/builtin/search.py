@@ -57,37 +57,44 @@ def keyword_statement(dialect: str, query: KeywordQuery, store_ids: Sequence[str
     `relevance` (higher is better), among the first `CANDIDATES` chunks that match and pass the
     filters (ranking every chunk that holds a common word is what makes keyword search slow at
     scale; the bound keeps a search's cost flat as a store grows)."""
-    joined = chunks.join(files, sa.and_(files.c.vector_store_id == chunks.c.vector_store_id, files.c.file_id == chunks.c.file_id,
-                                        files.c.attempt == chunks.c.attempt))
-    columns = [chunks.c.vector_store_id, chunks.c.file_id, chunks.c.text, files.c.filename, files.c.attributes]
     where = [files.c.status == "completed"]
     if filters is not None:
         where.append(filter_clause(dialect, filters))
     if dialect == "sqlite":
-        # The stores are tested on the full-text table's own copy of the id: with no condition on
-        # the chunks for an index to serve, SQLite drives the join from the match (else it tests
-        # the match chunk by chunk).
-        fts = sa.table("vector_store_chunks_fts", sa.column("rowid"), sa.column("vector_store_id"))
-        table: sa.ColumnElement[Any] = sa.literal_column("vector_store_chunks_fts")
-        candidates = (sa.select(*columns, (-sa.func.bm25(table)).label("relevance"))
-                      .select_from(fts.join(joined, chunks.c.seq == fts.c.rowid))
-                      .where(table.op("MATCH")(query.fts5()), fts.c.vector_store_id.in_(list(store_ids)), *where)
-                      .limit(CANDIDATES).subquery())
-    else:
-        tsquery = sa.func.to_tsquery(sa.literal_column("'english'"), query.tsquery())
-        tsv: sa.ColumnElement[Any] = sa.literal_column("vector_store_chunks.tsv")
-        # Materialized, so the matches come from the GIN index (and are ranked) once, before the
-        # join: left to itself the planner may test the match chunk by chunk of every file.
-        matches = (sa.select(chunks.c.seq, chunks.c.vector_store_id, chunks.c.file_id, chunks.c.attempt, chunks.c.text,
-                             sa.func.ts_rank(tsv, tsquery).label("relevance"))
-                   .where(tsv.op("@@")(tsquery), chunks.c.vector_store_id.in_(list(store_ids))).limit(CANDIDATES)
-                   .cte("matches").prefix_with("MATERIALIZED"))
-        on_file = sa.and_(files.c.vector_store_id == matches.c.vector_store_id, files.c.file_id == matches.c.file_id,
-                          files.c.attempt == matches.c.attempt)
-        return (sa.select(matches.c.vector_store_id, matches.c.file_id, matches.c.text, files.c.filename, files.c.attributes,
-                          matches.c.relevance)
-                .select_from(matches.join(files, on_file)).where(*where).order_by(matches.c.relevance.desc()).limit(limit))
+        return _sqlite_statement(query, store_ids, where, limit)
+    return _postgres_statement(query, store_ids, where, limit)
+
+
+def _sqlite_statement(query: KeywordQuery, store_ids: Sequence[str], where: list[sa.ColumnElement[bool]], limit: int) -> sa.Select[Any]:
+    # The stores are tested on the full-text table's own copy of the id: with no condition on the
+    # chunks for an index to serve, SQLite drives the join from the match (else it tests the match
+    # chunk by chunk).
+    fts = sa.table("vector_store_chunks_fts", sa.column("rowid"), sa.column("vector_store_id"))
+    table: sa.ColumnElement[Any] = sa.literal_column("vector_store_chunks_fts")
+    joined = chunks.join(files, sa.and_(files.c.vector_store_id == chunks.c.vector_store_id, files.c.file_id == chunks.c.file_id,
+                                        files.c.attempt == chunks.c.attempt))
+    candidates = (sa.select(chunks.c.vector_store_id, chunks.c.file_id, chunks.c.text, files.c.filename, files.c.attributes,
+                            (-sa.func.bm25(table)).label("relevance"))
+                  .select_from(fts.join(joined, chunks.c.seq == fts.c.rowid))
+                  .where(table.op("MATCH")(query.fts5()), fts.c.vector_store_id.in_(list(store_ids)), *where)
+                  .limit(CANDIDATES).subquery())
     return sa.select(candidates).order_by(candidates.c.relevance.desc()).limit(limit)
+
+
+def _postgres_statement(query: KeywordQuery, store_ids: Sequence[str], where: list[sa.ColumnElement[bool]], limit: int) -> sa.Select[Any]:
+    tsquery = sa.func.to_tsquery(sa.literal_column("'english'"), query.tsquery())
+    tsv: sa.ColumnElement[Any] = sa.literal_column("vector_store_chunks.tsv")
+    # Materialized, so the matches come from the GIN index (and are ranked) once, before the join:
+    # left to itself the planner may test the match chunk by chunk of every file.
+    matches = (sa.select(chunks.c.seq, chunks.c.vector_store_id, chunks.c.file_id, chunks.c.attempt, chunks.c.text,
+                         sa.func.ts_rank(tsv, tsquery).label("relevance"))
+               .where(tsv.op("@@")(tsquery), chunks.c.vector_store_id.in_(list(store_ids))).limit(CANDIDATES)
+               .cte("matches").prefix_with("MATERIALIZED"))
+    on_file = sa.and_(files.c.vector_store_id == matches.c.vector_store_id, files.c.file_id == matches.c.file_id,
+                      files.c.attempt == matches.c.attempt)
+    return (sa.select(matches.c.vector_store_id, matches.c.file_id, matches.c.text, files.c.filename, files.c.attributes,
+                      matches.c.relevance)
+            .select_from(matches.join(files, on_file)).where(*where).order_by(matches.c.relevance.desc()).limit(limit))
 
 
 def score(query: KeywordQuery, text: str) -> float:

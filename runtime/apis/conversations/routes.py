@@ -7,9 +7,9 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from runtime.apis.common import JSONBytes, parse_json_object, validate_id, validate_limit, validate_order
+from runtime.apis.common import JSONBytes, include_query, parse_json_object, validate_id, validate_limit, validate_order
 from runtime.apis.conversations.protocol import ConversationsProvider
-from runtime.apis.items import check_include, shown_item, shown_items
+from runtime.apis.items import shown_item, shown_items
 from runtime.errors import InvalidRequestError
 
 __all__ = ["router"]
@@ -52,14 +52,14 @@ def router(impl: ConversationsProvider) -> APIRouter:
     @routes.get("/conversations/{conversation_id}/items", summary="List a conversation's items")
     async def list_items(conversation_id: str, http: Request, after: str | None = None, limit: int = 20, order: str = "desc") -> Response:
         validate_id(conversation_id, "conversation_id", "conv")
-        include = _include_query(http)
+        include = include_query(http)
         page = await impl.list_items(conversation_id, after, validate_limit(limit), validate_order(order))
         return JSONBytes({**page, "data": shown_items(page["data"], include)})
 
     @routes.get("/conversations/{conversation_id}/items/{item_id}", summary="Get an item of a conversation")
     async def get_item(conversation_id: str, item_id: str, http: Request) -> Response:
         validate_id(conversation_id, "conversation_id", "conv")
-        return JSONBytes(shown_item(await impl.get_item(conversation_id, item_id), _include_query(http)))
+        return JSONBytes(shown_item(await impl.get_item(conversation_id, item_id), include_query(http)))
 
     @routes.delete("/conversations/{conversation_id}/items/{item_id}", summary="Delete an item; returns the conversation")
     async def delete_item(conversation_id: str, item_id: str) -> Response:
@@ -67,10 +67,6 @@ def router(impl: ConversationsProvider) -> APIRouter:
         return JSONBytes(await impl.delete_item(conversation_id, item_id))
 
     return routes
-
-
-def _include_query(http: Request) -> frozenset[str]:
-    return check_include([*http.query_params.getlist("include[]"), *http.query_params.getlist("include")])
 
 
 async def _body(request: Request, allow_empty: bool = False) -> dict[str, Any]:

@@ -67,16 +67,16 @@ def router(impl: InferenceRouter, files: FilesProvider | None = None) -> APIRout
 
     @routes.post("/chat/completions", summary="Create a chat completion (streamed with `stream: true`)", openapi_extra=CHAT_BODY)
     async def create_chat_completion(request: Request) -> Response:
-        raw: bytes | None = await request.body()
-        assert raw is not None
+        raw = await request.body()
         body = parse_json_object(raw)
         _check_chat_body(body)
+        forwarded: bytes | None = raw
         if b'"file_id"' in raw:  # a bytes scan: the hot path parses nothing more
             body["messages"] = await chat_messages_with_files(body["messages"], files)
-            raw = None  # the upstream is sent the body as read in
+            forwarded = None  # the upstream is sent the body as read in
         if body.get("stream") is True:
-            return await _sse_response(request, await impl.stream_chat_completion(body, raw))
-        return _json_or_gone(await unless_disconnected(request, impl.chat_completion(body, raw)))
+            return await _sse_response(request, await impl.stream_chat_completion(body, forwarded))
+        return _json_or_gone(await unless_disconnected(request, impl.chat_completion(body, forwarded)))
 
     @routes.get("/chat/completions", summary="List stored chat completions")
     async def list_chat_completions(

@@ -8,12 +8,11 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from runtime.apis.items import check_include
 from runtime.apis.responses.models import CreateResponse, shown_event, shown_response
-from runtime.apis.common import JSONBytes, unless_disconnected, validate_id, validate_limit, validate_order
+from runtime.apis.common import JSONBytes, include_query, unless_disconnected, validate_id, validate_limit, validate_order
 from runtime.apis.responses.protocol import ResponsesProvider
 from runtime import fastjson
-from runtime.errors import APIError, InvalidRequestError
+from runtime.errors import APIError
 from runtime.sse import EventStreamResponse, sse_frame
 
 __all__ = ["router"]
@@ -44,7 +43,7 @@ def router(impl: ResponsesProvider) -> APIRouter:
     @routes.get("/responses/{response_id}", summary="Get a response, or replay its events with `stream=true`")
     async def get_response(response_id: str, http: Request, stream: bool = False, starting_after: int | None = None) -> Response:
         validate_id(response_id, "response_id", "resp")
-        include = _include_query(http)
+        include = include_query(http)
         if stream:
             return _sse(await impl.stream_stored_response(response_id, starting_after), include)
         return JSONBytes(shown_response(await impl.get_response(response_id), include))
@@ -65,11 +64,6 @@ def router(impl: ResponsesProvider) -> APIRouter:
         return JSONBytes(await impl.list_input_items(response_id, after, validate_limit(limit), validate_order(order)))
 
     return routes
-
-
-def _include_query(http: Request) -> frozenset[str]:
-    """`include` of a GET, as the SDK sends it (`include[]=a&include[]=b`) or plain."""
-    return check_include([*http.query_params.getlist("include[]"), *http.query_params.getlist("include")])
 
 
 def _sse(events: AsyncIterator[dict[str, Any]], include: frozenset[str]) -> EventStreamResponse:

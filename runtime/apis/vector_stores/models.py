@@ -6,7 +6,7 @@ field. Filters are checked here, once, so a provider only translates well-formed
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
