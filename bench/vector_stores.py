@@ -9,13 +9,19 @@ In-process (the library client, through the openai SDK), so the numbers are the 
   straight into the tables (ingesting 100,000 chunks through the API would take the benchmark's whole
   budget; the rows are the same as ingestion writes);
 - search p50 with an attribute filter, at 100,000 chunks;
+- with `--mode hybrid`, the same with the stores embedded by a local model (wordllama, 256
+  dimensions, in process; the `local` extra): ingestion then embeds every chunk, the big store's
+  chunks are seeded with their vectors, and searches are hybrid (vector and keyword, fused). On
+  PostgreSQL this needs pgvector, so the database is a `pgserver` one (PostgreSQL 16 with pgvector,
+  from PyPI) rather than the machine's server;
 - a response whose model calls `file_search` on the 1,000-chunk store (two model calls, answered at
   once by the fake upstream of tests/fake_upstream, and a search) beside two plain responses: what the
   search and the tool loop add.
 
-    .venv/bin/python bench/vector_stores.py [--backend sqlite|postgres|both] [--chunks 100000] [--searches 200] [--json PATH]
+    .venv/bin/python bench/vector_stores.py [--backend sqlite|postgres|both] [--mode keyword|hybrid|both] [--chunks 100000]
+                                            [--searches 200] [--json PATH]
 
-PostgreSQL: a fresh database on the server at 127.0.0.1:5432, dropped afterwards.
+PostgreSQL: keyword mode, a fresh database on the server at 127.0.0.1:5432, dropped afterwards.
 """
 
 from __future__ import annotations
@@ -48,15 +54,19 @@ def words(count: int) -> str:
     return " ".join(RANDOM.choices(VOCABULARY, WEIGHTS, k=count))
 
 
-def config(tmp: Path, dsn: str | None, upstream: str) -> Path:
+EMBEDDING_MODEL = "wordllama-l2-supercat"
+
+
+def config(tmp: Path, dsn: str | None, upstream: str, hybrid: bool) -> Path:
     storage = f'storage:\n  backends:\n    pg: {{type: postgres, dsn: "{dsn}"}}\n  stores: {{files: pg, vector_stores: pg}}\n' if dsn else ""
+    embeddings = ", {provider_id: local-embeddings, provider_type: wordllama}" if hybrid else ""
     path = tmp / "run.yaml"
     path.write_text(f"""
 name: bench-vector-stores
 state_dir: {tmp / 'state'}
 recording: {{mode: live}}
 providers:
-  inference: [{{provider_id: fake, provider_type: openai, config: {{base_url: "{upstream}", api_key: k}}}}]
+  inference: [{{provider_id: fake, provider_type: openai, config: {{base_url: "{upstream}", api_key: k}}}}{embeddings}]
   responses: [{{provider_id: builtin, provider_type: builtin}}]
   tool_runtime: [{{provider_id: file_search, provider_type: file_search}}]
   files: [{{provider_id: local, provider_type: local}}]
@@ -86,15 +96,21 @@ def timed_searches(client: Any, store_id: str, count: int, **extra: Any) -> tupl
 
 
 def seed(stack: LibraryClient, store_id: str, chunk_count: int) -> None:
-    """Rows as ingestion writes them: 1,000 completed files of chunk_count/1,000 chunks each."""
-    from providers.vector_stores.builtin.tables import chunks, files
-
+    """Rows as ingestion writes them: 1,000 completed files of chunk_count/1,000 chunks each (with
+    their vectors, for a store with an embedding model)."""
     from providers.spec import Api
+    from providers.vector_stores.builtin.provider import _store_model
+    from providers.vector_stores.builtin.tables import chunks, files, stores
+    from providers.vector_stores.builtin.vectors import insert_vectors
 
-    db = stack.stack.impls[Api.vector_stores].db
+    provider = stack.stack.impls[Api.vector_stores]
+    db = provider.db
     per_file = chunk_count // 1000
 
     async def run() -> None:
+        import sqlalchemy as sa
+
+        model = _store_model(await db.fetch_one(sa.select(stores).where(stores.c.id == store_id)))
         for index in range(1000):
             attempt = uuid.uuid4().hex[:12]
             file_row = {"vector_store_id": store_id, "file_id": f"file-seed{index}", "filename": f"seed{index}.txt", "created_at": 0,
@@ -104,34 +120,42 @@ def seed(stack: LibraryClient, store_id: str, chunk_count: int) -> None:
             rows = [{"vector_store_id": store_id, "file_id": f"file-seed{index}", "attempt": attempt, "position": position,
                      "text": words(120)} for position in range(per_file)]
 
-            def write(conn: Any, file_row: dict[str, Any] = file_row, rows: list[dict[str, Any]] = rows) -> None:
+            vectors = await model.embed(provider.inference, [row["text"] for row in rows]) if model else None
+
+            def write(conn: Any, file_row: dict[str, Any] = file_row, rows: list[dict[str, Any]] = rows, vectors: Any = vectors) -> None:
                 conn.execute(files.insert().values(file_row))
-                conn.execute(chunks.insert(), rows)
+                if model is None:
+                    conn.execute(chunks.insert(), rows)
+                    return
+                seqs = conn.execute(chunks.insert().returning(chunks.c.seq, sort_by_parameter_order=True), rows).scalars().all()
+                insert_vectors(conn, model.dimension, store_id, seqs, vectors)
 
             await db.write(write)
         # As autovacuum would within its naptime (a minute) of so many new rows: the planner
         # needs the table's statistics to take the full-text index.
-        await db.write(lambda conn: conn.exec_driver_sql("ANALYZE vector_store_chunks" if db.dialect == "postgresql" else "ANALYZE"))
+        await db.write(lambda conn: conn.exec_driver_sql("ANALYZE" if db.dialect == "postgresql" else "ANALYZE"))
 
     stack._running_loop().run(run(), timeout=3600)
 
 
-def measure(backend: str, chunk_count: int, searches: int) -> dict[str, Any]:
+def measure(backend: str, mode: str, chunk_count: int, searches: int) -> dict[str, Any]:
     from fake_upstream.server import running_fake_upstream
-    from support.postgres import fresh_database
+    from support.postgres import fresh_database, pgvector_database
 
-    with tempfile.TemporaryDirectory() as tmp_dir:
+    hybrid = mode == "hybrid"
+    extra = {"extra_body": {"embedding_model": EMBEDDING_MODEL}} if hybrid else {}
+    with tempfile.TemporaryDirectory(prefix="vsb") as tmp_dir:
         tmp = Path(tmp_dir)
         if backend == "postgres":
-            context = fresh_database()
+            context = pgvector_database(str(tmp)) if hybrid else fresh_database()
         else:
             from contextlib import nullcontext
             context = nullcontext(None)
-        with context as dsn, running_fake_upstream() as upstream, LibraryClient(config(tmp, dsn, upstream.base_url), env={}) as stack:
+        with context as dsn, running_fake_upstream() as upstream, LibraryClient(config(tmp, dsn, upstream.base_url, hybrid), env={}) as stack:
             client = stack.openai(max_retries=0)
             ids = [client.files.create(file=(f"doc{i}.txt", io.BytesIO(words(120).encode())), purpose="assistants").id for i in range(1000)]
             size = sum(client.files.retrieve(file_id).bytes for file_id in ids[:50]) * 20
-            store = client.vector_stores.create(name="ingest")
+            store = client.vector_stores.create(name="ingest", **extra)
             start = time.perf_counter()
             for half in (ids[:500], ids[500:]):
                 client.vector_stores.file_batches.create(vector_store_id=store.id, file_ids=half)
@@ -149,13 +173,13 @@ def measure(backend: str, chunk_count: int, searches: int) -> dict[str, Any]:
 
             searched_p50 = p50_ms(with_search, 50)
             plain_p50 = p50_ms(lambda: client.responses.create(model="fake-model", input="[tokens:2] hello"), 50)
-            big = client.vector_stores.create(name="big")
+            big = client.vector_stores.create(name="big", **extra)
             seed_start = time.perf_counter()
             seed(stack, big.id, chunk_count)
             seed_s = time.perf_counter() - seed_start
             big_p50, big_p95 = timed_searches(client, big.id, searches)
             filtered_p50, _ = timed_searches(client, big.id, searches, filters={"type": "eq", "key": "shard", "value": 3})
-    return {"backend": backend, "documents": 1000, "text_bytes": size, "ingest_s": round(ingest_s, 2),
+    return {"backend": backend, "mode": mode, "documents": 1000, "text_bytes": size, "ingest_s": round(ingest_s, 2),
             "documents_per_s": round(1000 / ingest_s, 1), "search_p50_ms_1k": round(small_p50, 2), "search_p95_ms_1k": round(small_p95, 2),
             "chunks": chunk_count, "seed_s": round(seed_s, 1), "search_p50_ms_big": round(big_p50, 2), "search_p95_ms_big": round(big_p95, 2),
             "filtered_search_p50_ms_big": round(filtered_p50, 2), "file_search_response_p50_ms": round(searched_p50, 2),
@@ -165,12 +189,14 @@ def measure(backend: str, chunk_count: int, searches: int) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backend", choices=["sqlite", "postgres", "both"], default="both")
+    parser.add_argument("--mode", choices=["keyword", "hybrid", "both"], default="both")
     parser.add_argument("--chunks", type=int, default=100_000)
     parser.add_argument("--searches", type=int, default=200)
     parser.add_argument("--json", type=Path)
     options = parser.parse_args()
     backends = ["sqlite", "postgres"] if options.backend == "both" else [options.backend]
-    results = [measure(backend, options.chunks, options.searches) for backend in backends]
+    modes = ["keyword", "hybrid"] if options.mode == "both" else [options.mode]
+    results = [measure(backend, mode, options.chunks, options.searches) for backend in backends for mode in modes]
     for result in results:
         print(json.dumps(result))
     if options.json:

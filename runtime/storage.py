@@ -18,6 +18,11 @@ commit (most of what a small write costs). A write is still atomic on its own: w
 group fails, the group is rolled back and each of its writes run again in a transaction of its
 own, so only the failing one fails.
 
+SQLite connections come from sqlean.py, a current SQLite (3.50) that loads extensions (this
+Python's own `sqlite3`, like many distributions' builds, cannot), with sqlite-vec loaded on each:
+the vector stores keep their vectors in its `vec0` tables, in the same file and transactions as
+everything else.
+
 WAL frames are copied back into the database file (a checkpoint) by a thread of each SQLite
 `Database`, every half second, instead of by whichever commit crosses SQLite's 1,000-page mark:
 that copy and its fsync took several milliseconds and landed on one request in sixty. The
@@ -27,8 +32,10 @@ automatic checkpoint stays on, further out, as a backstop.
 from __future__ import annotations
 
 import asyncio
+import functools
+import importlib.util
 import logging
-import sqlite3
+import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -37,6 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import sqlalchemy as sa
+import sqlean as sqlite3  # type: ignore[import-untyped]
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql import JSONB
 
@@ -349,6 +357,9 @@ class _Checkpointer:
 def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:
     # Take BEGIN away from the driver so the "begin" hook decides which kind to emit.
     dbapi_connection.isolation_level = None
+    raw = getattr(dbapi_connection, "driver_connection", dbapi_connection)
+    if isinstance(raw, sqlite3.Connection):  # (the async engine's connections get it from their creator)
+        _load_vec(raw)
     cursor = dbapi_connection.cursor()
     try:
         for pragma in (
@@ -361,6 +372,46 @@ def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:
             cursor.execute(f"PRAGMA {pragma}")
     finally:
         cursor.close()
+
+
+@functools.cache
+def _vec_path() -> str:
+    # The extension's file, found without importing its package (which imports NumPy: 16 MiB and 55 ms at start).
+    spec = importlib.util.find_spec("sqlite_vec")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("the sqlite-vec package is not installed (pip install sqlite-vec)")
+    return os.path.join(list(spec.submodule_search_locations)[0], "vec0")
+
+
+def _load_vec(connection: Any) -> None:
+    connection.enable_load_extension(True)
+    try:
+        connection.load_extension(_vec_path())
+    finally:
+        connection.enable_load_extension(False)
+
+
+def _sqlite_connect(path: str) -> Any:
+    connection = sqlite3.connect(path, check_same_thread=False)
+    _load_vec(connection)
+    return connection
+
+
+def _async_sqlite_dbapi(path: str) -> Any:
+    """SQLAlchemy's aiosqlite adapter over sqlean: aiosqlite's connections, run on sqlean's."""
+    import types
+
+    import aiosqlite
+    from sqlalchemy.dialects.sqlite.aiosqlite import AsyncAdapt_aiosqlite_dbapi
+
+    def connect(*_args: Any, **_kwargs: Any) -> aiosqlite.Connection:
+        return aiosqlite.Connection(lambda: _sqlite_connect(path), 64)
+
+    shim = types.SimpleNamespace(
+        Connection=aiosqlite.Connection, connect=connect,
+        **{name: getattr(sqlite3, name) for name in ("DatabaseError", "Error", "IntegrityError", "NotSupportedError",
+                                                      "OperationalError", "ProgrammingError", "sqlite_version", "sqlite_version_info")})
+    return AsyncAdapt_aiosqlite_dbapi(shim, sqlite3)  # type: ignore[arg-type]
 
 
 def _hook_sqlite(engine: sa.Engine) -> None:
@@ -392,6 +443,7 @@ def open_database(backend: SqliteBackend | PostgresBackend) -> Database:
             sa.URL.create("sqlite+pysqlite", database=str(path)),
             pool_size=6, max_overflow=10, pool_timeout=30,
             connect_args={"check_same_thread": False},  # pooled connections move between our threads
+            module=sqlite3,
             **_JSON_CODEC,
         )
         _hook_sqlite(sync)
@@ -399,7 +451,8 @@ def open_database(backend: SqliteBackend | PostgresBackend) -> Database:
         def make_async() -> AsyncEngine:
             from sqlalchemy.ext.asyncio import create_async_engine
 
-            engine = create_async_engine(url, pool_size=5, max_overflow=15, pool_timeout=30, **_JSON_CODEC)
+            engine = create_async_engine(url, pool_size=5, max_overflow=15, pool_timeout=30, module=_async_sqlite_dbapi(str(path)),
+                                         **_JSON_CODEC)
             _hook_sqlite(engine.sync_engine)
             return engine
 

@@ -634,6 +634,10 @@ def render_embeddings(body: object) -> JSON:
         raise invalid_value("body", "The request body must be a JSON object")
     model = check_model(body.get("model"), EMBED_MODELS, "embedding")
     inputs = embedding_inputs(body.get("input"))
+    for item in inputs:  # `[error:STATUS]` in a text fails the request, as in chat
+        failed = re.search(r"\[error:(\d{3})\]", item) if isinstance(item, str) else None
+        if failed:
+            raise status_error(int(failed.group(1)))
     dimensions = body.get("dimensions", DEFAULT_DIMENSIONS)
     if not isinstance(dimensions, int) or isinstance(dimensions, bool) or not 1 <= dimensions <= 4096:
         raise invalid_value("dimensions", "'dimensions' must be an integer between 1 and 4096")

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import httpx2
+import openai
 import pytest
 
 from runtime.testing.targets import free_port, running_server
@@ -44,6 +45,16 @@ def test_starter_starts_with_no_keys_and_says_what_is_active(tmp_path: Path) -> 
             answer = httpx2.post(f"{base}/chat/completions", timeout=60, json={
                 "model": "smollm2-135m-instruct", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2})
             assert answer.status_code == 200 and answer.json()["choices"][0]["message"]["role"] == "assistant"
+            # file_search's stores are embedded in process: a query sharing no word with the text finds it
+            client = openai.OpenAI(base_url=base, api_key="none", max_retries=0)
+            fees = client.files.create(file=("fees.txt", b"The harbour master collects mooring fees on Fridays."), purpose="assistants")
+            store = client.vector_stores.create(name="docs", file_ids=[fees.id])
+            deadline = time.monotonic() + 30
+            while client.vector_stores.retrieve(store.id).status == "in_progress" and time.monotonic() < deadline:
+                time.sleep(0.05)
+            hits = client.vector_stores.search(vector_store_id=store.id, query="payment docking boats").data
+            assert [hit.file_id for hit in hits] == [fees.id]
+            client.close()
     finally:
         process.send_signal(signal.SIGTERM)
         output, _ = process.communicate(timeout=20)

@@ -80,7 +80,7 @@ def test_unknown_ids_are_404_and_bad_bodies_400(openai_client: openai.OpenAI) ->
 
 
 def test_ogx_clients_extensions_are_accepted(openai_client: openai.OpenAI) -> None:
-    store = openai_client.vector_stores.create(name="ogx", extra_body={"embedding_model": "any", "embedding_dimension": 384,
+    store = openai_client.vector_stores.create(name="ogx", extra_body={"embedding_model": "fake-embed", "embedding_dimension": 384,
                                                                         "provider_id": "builtin"})
     page = openai_client.vector_stores.search(vector_store_id=store.id, query="anything", extra_body={"search_mode": "hybrid"})
     assert page.data == []

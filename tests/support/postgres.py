@@ -34,3 +34,23 @@ async def _admin(statement: str) -> None:
         await connection.execute(statement)
     finally:
         await connection.close()
+
+
+@contextmanager
+def pgvector_database(root: str) -> Iterator[str]:
+    """A PostgreSQL with pgvector, from the `pgserver` package (the machine's server has no
+    pgvector), in the folder `root`, listening on a Unix socket there; yields a DSN of a fresh
+    database on it and stops the server afterwards."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # platformdirs warns of XDG_RUNTIME_DIR on import
+        import pgserver  # type: ignore[import-untyped]
+
+    server = pgserver.get_server(root, cleanup_mode="stop")
+    try:
+        name = f"stack_test_{uuid.uuid4().hex[:12]}"
+        server.psql(f'CREATE DATABASE "{name}";')
+        yield f"postgresql://postgres@/{name}?host={root}"
+    finally:
+        server.cleanup()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping
 from pathlib import Path
@@ -43,6 +44,19 @@ class LlamaCppConfig(BaseModel):
     context_tokens: int = Field(default=2048, ge=256, description="The context window the model is run with")
     threads: int | None = Field(default=None, ge=1, description="CPU threads for generation (default: all cores)")
     max_queue: int = Field(default=8, ge=0, description="Requests that may wait while one is generated; more are refused with a 503")
+    repack_weights: bool = Field(default_factory=lambda: not _cpu_has_amx(), description=(
+        "Let llama.cpp repack the weights for the CPU's matrix units (its 'extra buffer types'). Off by default on CPUs with "
+        "AMX: llama.cpp's AMX kernels crash the process where the kernel does not grant AMX state (seen in VMs and sandboxes)"))
+
+
+_LOADING = threading.Lock()
+
+
+def _cpu_has_amx() -> bool:
+    try:
+        return "amx_tile" in Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
 
 
 class LlamaCppModel:
@@ -55,10 +69,27 @@ class LlamaCppModel:
         self.worker = ModelWorker(self.model_id, self._load, config.max_queue)
 
     def _load(self) -> Any:
+        import llama_cpp.llama_cpp as low_level
         from llama_cpp import Llama
 
-        return Llama(model_path=str(self.path), n_ctx=self.config.context_tokens, n_threads=self.config.threads or os.cpu_count(),
-                     embedding=self.config.embedding, verbose=False)
+        with _LOADING:  # the patch below is process-wide: one load at a time
+            return self._load_locked(low_level, Llama)
+
+    def _load_locked(self, low_level: Any, Llama: Any) -> Any:
+        defaults = low_level.llama_model_default_params
+        if not self.config.repack_weights:
+            def without_repacking() -> Any:
+                params = defaults()
+                params.use_extra_bufts = False
+                return params
+
+            # The binding builds its model parameters from this function and offers no argument for the field.
+            low_level.llama_model_default_params = without_repacking
+        try:
+            return Llama(model_path=str(self.path), n_ctx=self.config.context_tokens, n_threads=self.config.threads or os.cpu_count(),
+                         embedding=self.config.embedding, verbose=False)
+        finally:
+            low_level.llama_model_default_params = defaults
 
     async def list_models(self) -> list[UpstreamModel]:
         created = int(self.path.stat().st_mtime)

@@ -1,5 +1,6 @@
-"""The built-in vector stores provider: chunks and their full-text index in the configured
-database (`vector_stores` store), ingestion as durable jobs, keyword search that needs no model."""
+"""The built-in vector stores provider: chunks, their full-text index and their vectors in the
+configured database (`vector_stores` store), ingestion as durable jobs, keyword search that needs
+no model and hybrid search (vectors and keywords, fused) for stores with an embedding model."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from providers.spec import Api, ProviderContext, ProviderSpec
 from providers.vector_stores.builtin.ingest import Ingestor
 from providers.vector_stores.builtin.provider import BuiltinVectorStores
 from providers.vector_stores.builtin.tables import create_tables
+from providers.vector_stores.builtin.vectors import require_pgvector
 
 __all__ = ["BUILTIN", "BuiltinVectorStores", "BuiltinVectorStoresConfig"]
 
@@ -23,6 +25,12 @@ class BuiltinVectorStoresConfig(BaseModel):
     lease_s: float = Field(default=30.0, gt=0, description="How long a worker's claim on a file lasts unless renewed; a file whose "
                                                            "worker died is taken up again after it")
     poll_s: float = Field(default=2.0, gt=0, description="How often idle workers look for files left by other processes")
+    embedding_model: str | None = Field(default=None, min_length=1, description=(
+        "The model that embeds the chunks of stores created without `embedding_model` of their own: any model of the inference "
+        "API that serves /v1/embeddings (e.g. `wordllama-l2-supercat`, in process). With none, such stores are searched by keyword "
+        "only. On PostgreSQL, vectors need the pgvector extension"))
+    embedding_dimension: int | None = Field(default=None, ge=1, le=16_000, description=(
+        "The size of those vectors, asked of the model (`dimensions`); default: the model's own"))
 
 
 @contextlib.asynccontextmanager
@@ -30,10 +38,16 @@ async def create(context: ProviderContext[BuiltinVectorStoresConfig]) -> AsyncIt
     db = context.databases("vector_stores")
     await create_tables(db)
     config = context.config
-    ingestor = Ingestor(db, context.deps[Api.files], workers=config.ingestion_workers, lease_s=config.lease_s, poll_s=config.poll_s)
+    inference = context.deps.get(Api.inference)
+    if config.embedding_model is not None:
+        if inference is None:
+            raise ValueError("embedding_model needs an inference provider that serves it; run.yaml configures none")
+        await require_pgvector(db)
+    ingestor = Ingestor(db, context.deps[Api.files], inference, workers=config.ingestion_workers, lease_s=config.lease_s,
+                        poll_s=config.poll_s)
     await ingestor.start()
     try:
-        yield BuiltinVectorStores(db, context.deps[Api.files], ingestor)
+        yield BuiltinVectorStores(db, context.deps[Api.files], ingestor, inference, config.embedding_model, config.embedding_dimension)
     finally:
         await ingestor.stop()
 
@@ -44,5 +58,7 @@ BUILTIN = ProviderSpec(
     config_model=BuiltinVectorStoresConfig,
     factory=create,
     requires=(Api.files,),
-    description="Vector stores in the configured database: durable ingestion, keyword search through its full-text index",
+    optional=(Api.inference,),
+    description="Vector stores in the configured database: durable ingestion, keyword search through its full-text index, "
+                "hybrid search with an embedding model (sqlite-vec, pgvector)",
 )

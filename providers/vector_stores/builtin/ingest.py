@@ -20,8 +20,10 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 
 from providers.vector_stores.builtin.chunking import chunk_text
+from providers.vector_stores.builtin.embedding import EmbeddingError, EmbeddingModel, Embeddings
 from providers.vector_stores.builtin.extract import ExtractionError, text_pieces
-from providers.vector_stores.builtin.tables import chunks, files
+from providers.vector_stores.builtin.tables import chunks, files, stores
+from providers.vector_stores.builtin.vectors import insert_vectors
 from runtime.apis.files.protocol import FilesProvider
 from runtime.errors import NotFoundError
 from runtime.ids import random_hex
@@ -43,6 +45,7 @@ class Job:
     attempt: str
     chunk_tokens: int
     overlap_tokens: int
+    embedding: EmbeddingModel | None = None
 
 
 class _LeaseLost(Exception):
@@ -52,9 +55,11 @@ class _LeaseLost(Exception):
 class Ingestor:
     """Runs `workers` ingestion tasks; `wake()` when a file is attached."""
 
-    def __init__(self, db: Database, files_api: FilesProvider, *, workers: int, lease_s: float, poll_s: float) -> None:
+    def __init__(self, db: Database, files_api: FilesProvider, inference: Embeddings | None, *, workers: int, lease_s: float,
+                 poll_s: float) -> None:
         self.db = db
         self.files_api = files_api
+        self.inference = inference
         self.owner = process_owner()
         self.lease_s = lease_s
         self.poll_s = poll_s
@@ -106,7 +111,9 @@ class Ingestor:
     async def _claim(self) -> Job | None:
         now = time.time()
         claimable = sa.and_(files.c.status == "in_progress", sa.or_(files.c.lease_until.is_(None), files.c.lease_until < now))
-        candidates = await self.db.fetch_all(sa.select(files).where(claimable).order_by(files.c.seq).limit(8))
+        candidates = await self.db.fetch_all(
+            sa.select(files, stores.c.embedding_model, stores.c.embedding_dimension, stores.c.embedding_sends_dimension)
+            .select_from(files.join(stores, stores.c.id == files.c.vector_store_id)).where(claimable).order_by(files.c.seq).limit(8))
         for row in candidates:
             attempt = random_hex(12)
             claimed = await self.db.execute(
@@ -114,7 +121,10 @@ class Ingestor:
                 .where(files.c.seq == row["seq"], files.c.attempt == row["attempt"], claimable)
                 .values(attempt=attempt, lease_owner=self.owner, lease_until=now + self.lease_s))
             if claimed:
-                return Job(row["vector_store_id"], row["file_id"], row["filename"], attempt, row["chunk_tokens"], row["overlap_tokens"])
+                embedding = (EmbeddingModel(row["embedding_model"], row["embedding_dimension"], bool(row["embedding_sends_dimension"]))
+                             if row["embedding_model"] else None)
+                return Job(row["vector_store_id"], row["file_id"], row["filename"], attempt, row["chunk_tokens"], row["overlap_tokens"],
+                           embedding)
         return None
 
     def _mine(self, job: Job) -> sa.ColumnElement[bool]:
@@ -149,6 +159,8 @@ class Ingestor:
             await self._discard(job)
         except ExtractionError as error:
             await self._finish(job, "failed", {"code": error.code, "message": error.message}, 0)
+        except EmbeddingError as error:
+            await self._finish(job, "failed", {"code": "server_error", "message": error.message}, 0)
         except Exception as error:
             log.exception("ingesting %s into %s failed", job.file_id, job.vector_store_id)
             await self._finish(job, "failed", {"code": "server_error", "message": f"The file could not be processed ({type(error).__name__})."}, 0)
@@ -182,10 +194,21 @@ class Ingestor:
         await self._finish(job, "completed", None, usage)
 
     async def _insert(self, job: Job, rows: list[dict[str, object]]) -> None:
+        embedding = job.embedding
+        vectors: list[list[float]] = []
+        if embedding is not None:
+            if self.inference is None:
+                raise EmbeddingError(f"The store's embedding model '{embedding.model}' is not served: run.yaml configures no inference.")
+            vectors = await embedding.embed(self.inference, [str(row["text"]) for row in rows])
+
         def write(conn: sa.Connection) -> None:
             if not conn.execute(files.update().where(self._mine(job)).values(lease_until=time.time() + self.lease_s)).rowcount:
                 raise _LeaseLost()
-            conn.execute(chunks.insert(), rows)
+            if embedding is None:
+                conn.execute(chunks.insert(), rows)
+                return
+            seqs = conn.execute(chunks.insert().returning(chunks.c.seq, sort_by_parameter_order=True), rows).scalars().all()
+            insert_vectors(conn, embedding.dimension, job.vector_store_id, seqs, vectors)
 
         await self.db.write(write)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -10,12 +11,14 @@ from typing import Any
 import sqlalchemy as sa
 
 from providers.vector_stores.builtin import search as keyword
+from providers.vector_stores.builtin.embedding import EmbeddingError, EmbeddingModel, Embeddings, probe
 from providers.vector_stores.builtin.ingest import Ingestor
 from providers.vector_stores.builtin.tables import batches, chunks, files, stores
+from providers.vector_stores.builtin.vectors import PgvectorMissing, ensure_vector_table, vector_statement
 from runtime.apis.files.protocol import FilesProvider
 from runtime.apis.vector_stores.models import CreateBatch, CreateStore, FileSpec, Search, UpdateStore
 from runtime.apis.vector_stores.protocol import FILE_STATUSES, Page, SearchHit
-from runtime.errors import InvalidRequestError, NotFoundError
+from runtime.errors import InvalidRequestError, NotFoundError, UpstreamError
 from runtime.ids import random_hex
 from runtime.storage import Database
 
@@ -23,24 +26,34 @@ __all__ = ["BuiltinVectorStores"]
 
 DAY_S = 86_400
 ACTIVE_EVERY_S = 60  # last_active_at is written at most this often per store
+VECTOR_CANDIDATES = 100  # nearest chunks fetched per query vector, before the files' filters
+DEFAULT_WEIGHTS = (0.5, 0.5)  # embedding, text: hybrid search's weights when the request gives none
 
 
 class BuiltinVectorStores:
     """Implements runtime.apis.vector_stores.protocol.VectorStoresProvider."""
 
-    def __init__(self, db: Database, files_api: FilesProvider, ingestor: Ingestor) -> None:
+    def __init__(self, db: Database, files_api: FilesProvider, ingestor: Ingestor, inference: Embeddings | None = None,
+                 embedding_model: str | None = None, embedding_dimension: int | None = None) -> None:
         self.db = db
         self.files_api = files_api
         self.ingestor = ingestor
+        self.inference = inference
+        self.embedding_model = embedding_model
+        self.embedding_dimension = embedding_dimension
+        self._probed: dict[tuple[str, int | None], EmbeddingModel] = {}
 
     # --- stores ----------------------------------------------------------------------------------
 
     async def create_store(self, request: CreateStore) -> dict[str, Any]:
         named = await self._filenames(request.files)
+        embedding = await self._embedding_model(request)
         now = int(time.time())
         store_id = f"vs_{random_hex(16)}"
         row = {"id": store_id, "created_at": now, "name": request.name, "description": request.description,
-               "metadata": request.metadata or {}, "expires_after_days": request.expires_after_days, "last_active_at": now}
+               "metadata": request.metadata or {}, "expires_after_days": request.expires_after_days, "last_active_at": now,
+               "embedding_model": embedding.model if embedding else None, "embedding_dimension": embedding.dimension if embedding else None,
+               "embedding_sends_dimension": embedding.send_dimension if embedding else None}
 
         def write(conn: sa.Connection) -> None:
             conn.execute(stores.insert().values(row))
@@ -51,6 +64,27 @@ class BuiltinVectorStores:
         if request.files:
             self.ingestor.wake()
         return await self.get_store(store_id)
+
+    async def _embedding_model(self, request: CreateStore) -> EmbeddingModel | None:
+        """The store's model (its own, else the provider's default), checked once per process
+        by embedding a text, with its vector table ready; None: keyword search only."""
+        model = request.embedding_model or self.embedding_model
+        if model is None:
+            return None
+        dimension = request.embedding_dimension if request.embedding_model else self.embedding_dimension
+        if self.inference is None:
+            raise InvalidRequestError("Invalid 'embedding_model': no inference provider is configured to embed with.",
+                                      param="embedding_model", code="invalid_value")
+        key = (model, dimension)
+        embedding = self._probed.get(key)
+        if embedding is None:
+            embedding = await probe(self.inference, model, dimension)
+            try:
+                await ensure_vector_table(self.db, embedding.dimension)
+            except PgvectorMissing as missing:
+                raise InvalidRequestError(str(missing), param="embedding_model", code="invalid_value") from None
+            self._probed[key] = embedding
+        return embedding
 
     async def list_stores(self, page: Page) -> tuple[list[dict[str, Any]], bool]:
         rows, has_more = await _page(self.db, stores, sa.true(), stores.c.id, page)
@@ -231,23 +265,103 @@ class BuiltinVectorStores:
         stale = [store_id for store_id in store_ids if found[store_id]["last_active_at"] < now - ACTIVE_EVERY_S]
         if stale:
             await self.db.execute(stores.update().where(stores.c.id.in_(stale)).values(last_active_at=now))
+        models = {store_id: _store_model(found[store_id]) for store_id in store_ids}
+        if request.mode == "vector":
+            bare = next((store_id for store_id, model in models.items() if model is None), None)
+            if bare is not None:
+                raise InvalidRequestError(f"Vector store '{bare}' has no embedding model, so it cannot be searched with search_mode "
+                                          "'vector'; use 'keyword' or 'hybrid'.", param="search_mode", code="invalid_value")
+        # Hybrid search fetches more of each kind than it returns: a chunk found by both rises above those found by one.
+        fetch = min(request.max_num_results * 2, 50) if request.mode != "keyword" and any(models.values()) else request.max_num_results
+        text_scores = {} if request.mode == "vector" else await self._keyword_hits(store_ids, request, fetch)
+        vector_scores = {} if request.mode == "keyword" else await self._vector_hits(models, request, fetch)
+        embedding_weight, text_weight = _weights(request)
+        fused: list[SearchHit] = []
+        for key in {**text_scores, **vector_scores}:
+            text_hit, vector_hit = text_scores.get(key), vector_scores.get(key)
+            hit = text_hit or vector_hit
+            assert hit is not None
+            if models[hit.vector_store_id] is None or request.mode == "keyword":
+                score = text_hit.score if text_hit else 0.0
+            elif request.mode == "vector":
+                score = vector_hit.score if vector_hit else 0.0
+            else:
+                score = (embedding_weight * (vector_hit.score if vector_hit else 0.0)
+                         + text_weight * (text_hit.score if text_hit else 0.0)) / (embedding_weight + text_weight)
+            score = round(score, 6)
+            if score >= request.ranking.score_threshold and score > 0:
+                fused.append(dataclasses.replace(hit, score=score))
+        return sorted(fused, key=lambda hit: (-hit.score, hit.file_id, hit.text))[:request.max_num_results]
+
+    async def _keyword_hits(self, store_ids: Sequence[str], request: Search, limit: int) -> dict[tuple[str, str, str], SearchHit]:
         best: dict[tuple[str, str, str], SearchHit] = {}
         for text in request.queries:
             query = keyword.keyword_query(text)
             # All the words first; any of them only when that finds too few.
             matched = 0
-            while query is not None and matched < request.max_num_results:
-                statement = keyword.keyword_statement(self.db.dialect, query, store_ids, request.filters, request.max_num_results)
+            while query is not None and matched < limit:
+                statement = keyword.keyword_statement(self.db.dialect, query, store_ids, request.filters, limit)
                 rows = await self.db.fetch_all(statement)
                 matched = len(rows)
                 for row in rows:
                     hit = SearchHit(row["vector_store_id"], row["file_id"], row["filename"],
                                     keyword.score(query, row["text"]), row["text"], row["attributes"] or {})
                     key = (hit.vector_store_id, hit.file_id, hit.text)
-                    if hit.score >= request.ranking.score_threshold and (key not in best or best[key].score < hit.score):
+                    if key not in best or best[key].score < hit.score:
                         best[key] = hit
                 query = query.widened()
-        return sorted(best.values(), key=lambda hit: (-hit.score, hit.file_id, hit.text))[:request.max_num_results]
+        return best
+
+    async def _vector_hits(self, models: Mapping[str, EmbeddingModel | None], request: Search,
+                           limit: int) -> dict[tuple[str, str, str], SearchHit]:
+        """The nearest chunks to each query, by cosine similarity (clamped at 0), per model."""
+        groups: dict[EmbeddingModel, list[str]] = {}
+        for store_id, model in models.items():
+            if model is not None:
+                groups.setdefault(model, []).append(store_id)
+        best: dict[tuple[str, str, str], SearchHit] = {}
+        for model, group in groups.items():
+            if self.inference is None:
+                raise UpstreamError(f"The embedding model '{model.model}' of vector store '{group[0]}' is not served here.",
+                                    code="upstream_error")
+            try:
+                vectors = await model.embed(self.inference, request.queries)
+            except EmbeddingError as error:
+                raise UpstreamError(error.message, code="upstream_error") from None
+            for vector in vectors:
+                statement = vector_statement(self.db.dialect, model.dimension, vector, group, request.filters, limit,
+                                             max(VECTOR_CANDIDATES, limit * 2))
+                for row in await self._nearest(statement, max(VECTOR_CANDIDATES, limit * 2)):
+                    hit = SearchHit(row["vector_store_id"], row["file_id"], row["filename"], max(0.0, float(row["relevance"])),
+                                    row["text"], row["attributes"] or {})
+                    key = (hit.vector_store_id, hit.file_id, hit.text)
+                    if key not in best or best[key].score < hit.score:
+                        best[key] = hit
+        return best
+
+    async def _nearest(self, statement: sa.Select[Any], candidates: int) -> list[sa.RowMapping]:
+        if self.db.dialect != "postgresql":
+            return await self.db.fetch_all(statement)
+
+        def run(conn: sa.Connection) -> list[sa.RowMapping]:
+            # HNSW gives at most ef_search neighbours (40 by default): as many as are asked for.
+            conn.exec_driver_sql(f"SET LOCAL hnsw.ef_search = {min(1000, int(candidates))}")
+            return list(conn.execute(statement).mappings().all())
+
+        return await self.db.read_with(run)
+
+
+def _store_model(row: Any) -> EmbeddingModel | None:
+    if not row["embedding_model"]:
+        return None
+    return EmbeddingModel(row["embedding_model"], int(row["embedding_dimension"]), bool(row["embedding_sends_dimension"]))
+
+
+def _weights(request: Search) -> tuple[float, float]:
+    ranking = request.ranking
+    if ranking.embedding_weight is None or ranking.text_weight is None:
+        return DEFAULT_WEIGHTS
+    return ranking.embedding_weight, ranking.text_weight
 
 
 def _file_row(store_id: str, spec: FileSpec, filename: str, now: int, batch_id: str | None) -> dict[str, Any]:

@@ -5,7 +5,8 @@ current attempt, and only a `completed` file's chunks are searched, so a half-in
 crash, a cancel) is never seen and its rows are removed by the next attempt.
 
 Keyword search is the database's own: an FTS5 table over the chunks on SQLite (kept by
-triggers), a generated `tsvector` column with a GIN index on PostgreSQL.
+triggers), a generated `tsvector` column with a GIN index on PostgreSQL. Vectors are in tables
+of their own, one per size (see vectors.py).
 """
 
 from __future__ import annotations
@@ -29,6 +30,10 @@ stores = sa.Table(
     sa.Column("metadata", json_type(), nullable=True),
     sa.Column("expires_after_days", sa.Integer, nullable=True),
     sa.Column("last_active_at", sa.BigInteger, nullable=False),
+    # The model that embeds the store's chunks and the size of its vectors; none: keyword search only.
+    sa.Column("embedding_model", sa.Text, nullable=True),
+    sa.Column("embedding_dimension", sa.Integer, nullable=True),
+    sa.Column("embedding_sends_dimension", sa.Boolean, nullable=True),  # the size is asked of the model (`dimensions`)
 )
 
 files = sa.Table(

@@ -6,6 +6,7 @@ field. Filters are checked here, once, so a provider only translates well-formed
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
@@ -74,6 +75,9 @@ class CreateStore:
     expires_after_days: int | None
     metadata: dict[str, str] | None
     description: str | None
+    embedding_model: str | None = None
+    """The model that embeds the store's chunks (OGX's extension); else the provider's default."""
+    embedding_dimension: int | None = None
 
 
 @dataclass(frozen=True)
@@ -103,6 +107,9 @@ class Search:
     max_num_results: int = 10
     ranking: Ranking = field(default_factory=Ranking)
     rewrite_query: bool = False
+    mode: str | None = None
+    """OGX's `search_mode`: keyword, vector or hybrid; by default hybrid where a store has
+    embeddings, keyword where it has none."""
 
 
 def _invalid(message: str, param: str, code: str = "invalid_value") -> InvalidRequestError:
@@ -211,8 +218,18 @@ def _optional_str(body: Mapping[str, Any], key: str, limit: int) -> str | None:
 
 
 OGX_EXTENSIONS = frozenset({"embedding_model", "embedding_dimension", "provider_id"})
-"""Fields OGX's clients and conformance suite send on create (in `extra_body`): accepted so they
-work unmodified; this server chooses how a store is indexed itself."""
+"""Fields OGX's clients and conformance suite send on create (in `extra_body`): the model that
+embeds the store's chunks and the size of its vectors; `provider_id` is accepted and unused
+(one vector stores provider serves the stack)."""
+
+
+def _embedding(body: Mapping[str, Any]) -> tuple[str | None, int | None]:
+    model, dimension = body.get("embedding_model"), body.get("embedding_dimension")
+    if model is not None and (not isinstance(model, str) or not model.strip()):
+        raise _invalid("Invalid 'embedding_model': expected a model id.", "embedding_model", "invalid_type")
+    if dimension is not None and (not _is_int(dimension) or not 1 <= dimension <= 16_000):
+        raise _invalid("Invalid 'embedding_dimension': expected an integer from 1 to 16000.", "embedding_dimension")
+    return model, dimension
 
 
 def parse_create_store(body: Mapping[str, Any]) -> CreateStore:
@@ -222,7 +239,7 @@ def parse_create_store(body: Mapping[str, Any]) -> CreateStore:
     if body.get("chunking_strategy") is not None and not files:
         raise _invalid("Invalid 'chunking_strategy': it is only used with 'file_ids'.", "chunking_strategy")
     return CreateStore(_optional_str(body, "name", 256), files, _expires_after(body.get("expires_after")),
-                       validate_metadata(body.get("metadata")), _optional_str(body, "description", 512))
+                       validate_metadata(body.get("metadata")), _optional_str(body, "description", 512), *_embedding(body))
 
 
 def parse_update_store(body: Mapping[str, Any]) -> UpdateStore:
@@ -293,8 +310,7 @@ def parse_max_results(value: Any, param: str = "max_num_results") -> int:
 
 
 SEARCH_MODES = ("keyword", "vector", "hybrid")
-"""OGX's `search_mode` extension: accepted so its clients work unmodified; searches are keyword
-searches until a store has embeddings (see README: Vector stores)."""
+"""OGX's `search_mode` extension (see Search.mode)."""
 
 
 def parse_search(body: Mapping[str, Any]) -> Search:
@@ -309,8 +325,25 @@ def parse_search(body: Mapping[str, Any]) -> Search:
     rewrite = body.get("rewrite_query", False)
     if not isinstance(rewrite, bool):
         raise _invalid("Invalid type for 'rewrite_query': expected a boolean.", "rewrite_query", "invalid_type")
+    if rewrite:
+        queries = [rewritten(item) for item in queries]
     return Search(tuple(queries), check_filter(body.get("filters")), parse_max_results(body.get("max_num_results")),
-                  parse_ranking(body.get("ranking_options")), rewrite)
+                  parse_ranking(body.get("ranking_options")), rewrite, body.get("search_mode"))
+
+
+_WORD = re.compile(r"[\w][\w'-]*", re.UNICODE)
+_FRAMING = frozenset("""a an the is are was were be been being am do does did done doing what which who whom whose when where why
+how i me my mine we us our you your it its they them their he she his her of in on at to for from by with about as into onto
+and or but if so than then that this these those there here can could would should will shall may might must please tell
+know knew like want wants need needs find show give get any some all much many very just also""".split())
+
+
+def rewritten(query: str) -> str:
+    """`rewrite_query`: the query as a search wants it, the question's framing and its stop
+    words dropped ("What does the keeper do in fog?" is searched as "keeper fog"). A query of
+    nothing but such words is kept as it is."""
+    kept = [word for word in _WORD.findall(query) if word.lower() not in _FRAMING]
+    return " ".join(kept) if kept else query.strip()
 
 
 def check_filter(value: Any, param: str = "filters", depth: int = 0) -> Mapping[str, Any] | None:
