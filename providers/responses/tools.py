@@ -18,6 +18,7 @@ from typing import Any
 from runtime.apis.responses.models import CreateResponse
 from runtime.apis.tool_runtime.protocol import Citations, FunctionSpec, ModelCall, ToolContext, ToolSession
 from runtime.apis.tool_runtime.router import ToolRouter
+from runtime.apis.tool_runtime.web_search import WEB_SEARCH_TYPES
 from runtime.errors import InvalidRequestError
 
 __all__ = ["Offered", "RequestTools", "check_server_tools", "public_tools"]
@@ -33,6 +34,11 @@ async def check_server_tools(request: CreateResponse, router: ToolRouter | None)
         if kind == "function":
             continue
         runtime = router.runtime_for(kind) if router is not None and isinstance(kind, str) else None
+        if runtime is None and isinstance(kind, str) and kind in WEB_SEARCH_TYPES:
+            raise InvalidRequestError(
+                f"Invalid value for 'tools[{index}].type': {kind!r} needs a search backend, and this server has none. Add a "
+                "tool_runtime provider of type tavily, brave or searxng to run.yaml (see README: Web search).",
+                param=f"tools[{index}].type", code="unsupported_tool_type")
         if runtime is None:
             supported = ", ".join(["function", *(router.tool_types if router is not None else ())])
             raise InvalidRequestError(

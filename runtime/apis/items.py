@@ -43,10 +43,11 @@ INCLUDABLE = ("file_search_call.results", "web_search_call.results", "web_search
               "computer_call_output.output.image_url", "code_interpreter_call.outputs", "reasoning.encrypted_content",
               "message.output_text.logprobs")
 
-INCLUDED_ONLY = {"file_search_call": ("results", "file_search_call.results")}
-"""Item fields shown only when `include` asks (OpenAI keeps them and shows them on request); the
-stored item keeps them always, so a chain or conversation continued later gives the model what
-it read."""
+INCLUDED_ONLY = {"file_search_call": (("results",), "file_search_call.results"),
+                 "web_search_call": (("action", "sources"), "web_search_call.action.sources")}
+"""Item fields (a path into the item) shown only when `include` asks (OpenAI keeps them and shows
+them on request); the stored item keeps them always, so a chain or conversation continued later
+gives the model what it read."""
 
 
 def check_include(values: Iterable[str]) -> frozenset[str]:
@@ -61,9 +62,21 @@ def check_include(values: Iterable[str]) -> frozenset[str]:
 def shown_item(item: Any, include: frozenset[str]) -> Any:
     """The item as the client asked to see it: a copy without the fields `include` did not ask for."""
     gated = INCLUDED_ONLY.get(str(item.get("type"))) if isinstance(item, dict) else None
-    if gated is None or gated[1] in include or item.get(gated[0]) is None:
+    if gated is None or gated[1] in include:
         return item
-    return {**item, gated[0]: None}
+    (*parents, leaf), _ = gated
+    holder = item
+    for key in parents:
+        holder = holder.get(key) if isinstance(holder, dict) else None
+    if not isinstance(holder, dict) or holder.get(leaf) is None:
+        return item
+    return _without(item, [*parents, leaf])
+
+
+def _without(item: dict[str, Any], path: list[str]) -> dict[str, Any]:
+    """A copy of `item` with the field at `path` shown as null (the rest shared)."""
+    head, *rest = path
+    return {**item, head: _without(item[head], rest) if rest else None}
 
 
 def shown_items(items: list[Any], include: frozenset[str]) -> list[Any]:

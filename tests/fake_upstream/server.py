@@ -91,13 +91,20 @@ def running_fake_upstream(api_key: str | None = None, host: str = "127.0.0.1") -
     """Serve the fake upstream on a free port in a background thread until the block ends."""
     sock = bind_socket(host, 0)
     upstream = FakeUpstream(host, sock.getsockname()[1], api_key)
+    with serving(create_app(api_key, upstream.requests, upstream.abandoned), sock, "fake-upstream"):
+        yield upstream
+
+
+@contextmanager
+def serving(app: ASGIApp, sock: socket.socket, name: str) -> Iterator[None]:
+    """Serve an ASGI app on a bound socket in a background thread until the block ends."""
     ready = threading.Event()
-    server = build_server(create_app(api_key, upstream.requests, upstream.abandoned), ready.set)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="fake-upstream", daemon=True)
+    server = build_server(app, ready.set)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name=name, daemon=True)
     thread.start()
     try:
         _wait_ready(ready, thread)
-        yield upstream
+        yield
     finally:
         server.should_exit = server.force_exit = True
         thread.join(STOP_TIMEOUT_S)

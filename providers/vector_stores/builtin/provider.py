@@ -273,8 +273,10 @@ class BuiltinVectorStores:
                                           "'vector'; use 'keyword' or 'hybrid'.", param="search_mode", code="invalid_value")
         # Hybrid search fetches more of each kind than it returns: a chunk found by both rises above those found by one.
         fetch = min(request.max_num_results * 2, 50) if request.mode != "keyword" and any(models.values()) else request.max_num_results
-        text_scores = {} if request.mode == "vector" else await self._keyword_hits(store_ids, request, fetch)
-        vector_scores = {} if request.mode == "keyword" else await self._vector_hits(models, request, fetch)
+        # The two halves run at once (each on a connection of its own): the search takes the longer one, not the sum.
+        text_scores, vector_scores = await asyncio.gather(
+            _nothing() if request.mode == "vector" else self._keyword_hits(store_ids, request, fetch),
+            _nothing() if request.mode == "keyword" else self._vector_hits(models, request, fetch))
         embedding_weight, text_weight = _weights(request)
         fused: list[SearchHit] = []
         for key in {**text_scores, **vector_scores}:
@@ -349,6 +351,10 @@ class BuiltinVectorStores:
             return list(conn.execute(statement).mappings().all())
 
         return await self.db.read_with(run)
+
+
+async def _nothing() -> dict[tuple[str, str, str], SearchHit]:
+    return {}
 
 
 def _store_model(row: Any) -> EmbeddingModel | None:

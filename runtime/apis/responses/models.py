@@ -100,7 +100,7 @@ _TOOL_CHOICE_MODES = ("none", "auto", "required")
 # naming another type selects nothing among them.
 _TOOL_CHOICE_TYPES = frozenset({
     "function", "allowed_tools", "mcp", "custom", "file_search", "web_search", "web_search_preview",
-    "web_search_preview_2025_03_11", "computer", "computer_use", "computer_use_preview", "image_generation",
+    "web_search_preview_2025_03_11", "web_search_2025_08_26", "computer", "computer_use", "computer_use_preview", "image_generation",
     "code_interpreter", "apply_patch", "shell", "programmatic_tool_calling",
 })
 

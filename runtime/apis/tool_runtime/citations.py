@@ -1,5 +1,8 @@
 """Citations: the model's answer tied to the sources a tool gave it.
 
+A file is cited at a point of the text (`file_citation`'s `index`); a web page over the sentence
+that uses it (`url_citation`'s `start_index` and `end_index`).
+
 A tool that returns sources (file_search's chunks, web_search's pages) numbers them in what the
 model reads, `[1]`, `[2]`..., and asks the model to cite by number. `MarkerCitations` reads the
 answer as it streams: a marker that names a source (`[2]`, `[1, 3]`, `【2】`, `【2†source】`)
@@ -83,7 +86,7 @@ class MarkerCitations:
             if numbers and all(1 <= n <= len(self.sources) for n in numbers):
                 self._put(out, self._held[:match.start()])
                 for number in dict.fromkeys(numbers):
-                    annotations.append({**self.sources[number - 1].annotation, "index": self._length})
+                    annotations.append(self._placed(self.sources[number - 1].annotation))
                 self._cited = True
             else:
                 self._put(out, self._held[:match.end()])
@@ -117,7 +120,28 @@ class MarkerCitations:
             if shared >= needed and shared > scored.get(key, (0, source))[0]:
                 scored[key] = (shared, source)
         best = sorted(scored.values(), key=lambda entry: -entry[0])[:MAX_FALLBACK]
-        return [{**source.annotation, "index": self._length} for _, source in best]
+        return [self._placed(source.annotation, whole=True) for _, source in best]
+
+    def _placed(self, annotation: Mapping[str, Any], whole: bool = False) -> Annotation:
+        """The annotation where the answer now ends: a point (`index`) for a file, the sentence
+        it closes (`start_index`, `end_index`) for a web page; the whole answer for a fallback."""
+        if annotation.get("type") != "url_citation":
+            return {**annotation, "index": self._length}
+        start = 0 if whole else _sentence_start("".join(self._emitted))
+        return {**annotation, "start_index": start, "end_index": self._length}
+
+
+_SENTENCE_END = re.compile(r"[.!?;:](?=\s)|\n")
+
+
+def _sentence_start(text: str) -> int:
+    """Where the sentence ending `text` begins (past the whitespace after the previous one)."""
+    body = text.rstrip()
+    ends = [match.end() for match in _SENTENCE_END.finditer(body[:-1])]
+    start = ends[-1] if ends else 0
+    while start < len(body) and body[start].isspace():
+        start += 1
+    return start
 
 
 def _words(text: str) -> set[str]:

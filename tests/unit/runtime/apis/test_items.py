@@ -47,3 +47,14 @@ def test_a_function_output_may_carry_text_image_and_file_parts() -> None:
         {"type": "input_text", "text": "see"}, {"type": "input_image", "file_id": "file-1"}, {"type": "input_file", "file_id": "file-2"}]}])
     assert item["output"] == [{"type": "input_text", "text": "see"}, {"type": "input_image", "file_id": "file-1", "detail": "auto"},
                               {"type": "input_file", "file_id": "file-2"}]
+
+
+def test_web_search_sources_are_shown_only_when_included() -> None:
+    from runtime.apis.items import shown_item
+
+    item = {"type": "web_search_call", "id": "ws_1", "status": "completed",
+            "action": {"type": "search", "query": "q", "sources": [{"type": "url", "url": "https://a.example"}]}}
+    hidden = shown_item(item, frozenset())
+    assert hidden["action"] == {"type": "search", "query": "q", "sources": None}
+    assert item["action"]["sources"] == [{"type": "url", "url": "https://a.example"}]  # the stored item is untouched
+    assert shown_item(item, frozenset({"web_search_call.action.sources"})) is item

@@ -69,3 +69,25 @@ def test_sources_are_numbered_for_the_model_with_how_to_cite_them() -> None:
     rendered = numbered_sources(SOURCES, lambda n, s: f"[{n}] {s.annotation['filename']}\n{s.text}")
     assert rendered.startswith("[1] a.md\nThe keeper") and "[2] b.md\nSpring" in rendered and "[1]." in rendered
     assert numbered_sources([], lambda n, s: "") == "No results were found."
+
+
+PAGES = [Source({"type": "url_citation", "url": "https://a.example/fog", "title": "Fog"}, "The keeper sounds the horn in thick fog."),
+         Source({"type": "url_citation", "url": "https://b.example/tides", "title": "Tides"}, "Spring tides follow the full moon.")]
+
+
+@pytest.mark.parametrize("pieces", [
+    ["In fog the keeper sounds the horn [1]. Spring tides follow the moon [2]."],
+    ["In fog the keeper sounds the horn.", " [1] Spring tides follow", " the moon. [2]"],
+    ["In fog the keeper ", "sounds the horn 【1†source】. Spring tides follow the moon [", "2]."],
+])
+def test_a_web_page_is_cited_over_the_sentence_that_uses_it(pieces: list[str]) -> None:
+    text, annotations, _ = run(pieces, PAGES)
+    spans = [(a["url"], text[a["start_index"]:a["end_index"]].rstrip(".")) for a in annotations]
+    assert spans == [("https://a.example/fog", "In fog the keeper sounds the horn"),
+                     ("https://b.example/tides", "Spring tides follow the moon")]
+    assert all("index" not in a and a["title"] in ("Fog", "Tides") for a in annotations)
+
+
+def test_an_uncited_answer_drawn_from_a_page_cites_it_over_the_whole_answer() -> None:
+    text, annotations, _ = run(["The keeper sounds the horn in thick fog, twice a minute."], PAGES)
+    assert [(a["url"], a["start_index"], a["end_index"]) for a in annotations] == [("https://a.example/fog", 0, len(text))]

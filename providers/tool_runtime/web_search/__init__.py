@@ -1,0 +1,211 @@
+"""The `web_search` tool (also `web_search_preview` and the dated names): the model searches the
+web through the configured backend (backends.py: Tavily, Brave, SearXNG), and cites the pages it
+uses.
+
+The model is offered one function, taking a query. Its call becomes a `web_search_call` item
+(`in_progress`, `searching`, `completed` or `failed`) with a `search` action; the pages found are
+the action's `sources` (`url`, and the `title` and `text` the model read, shown to the client
+only when `include` asks for `web_search_call.action.sources`). The model reads the pages
+numbered, and the answer's citations of those numbers become `url_citation` annotations over the
+sentence that cites them (runtime.apis.tool_runtime.citations). A backend that fails or times out
+fails the call, not the response: the model is told the search failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from runtime.apis.items import new_id
+from runtime.apis.tool_runtime.citations import MarkerCitations, Source, numbered_sources
+from runtime.apis.tool_runtime.protocol import FunctionSpec, ItemSink, ModelCall, PublicTool, Step, ToolContext, ToolExchange
+from runtime.apis.tool_runtime.web_search import WEB_SEARCH_TYPES, SearchBackend, WebPage, WebQuery, domain_allowed
+from runtime.errors import InvalidRequestError
+
+__all__ = ["WebSearchRuntime", "WebSearchSession", "web_search_runtime"]
+
+log = logging.getLogger("stack")
+
+# search_context_size: how many pages the model reads, and how much of each.
+CONTEXT_SIZES = {"low": (3, 600), "medium": (5, 1200), "high": (8, 2400)}
+MAX_DOMAINS = 100
+_FIELDS = frozenset({"type", "filters", "search_context_size", "user_location", "external_web_access", "search_content_types"})
+_LOCATION_FIELDS = ("city", "country", "region", "timezone")
+_PARAMETERS = {
+    "type": "object",
+    "properties": {"query": {"type": "string", "description": "What to search the web for."}},
+    "required": ["query"],
+}
+_DESCRIPTION = ("Search the web for current information. Use it for questions about recent events or facts you are not sure of; "
+                "cite the pages you use by their number.")
+
+
+def web_search_runtime(backend: SearchBackend, timeout_s: float) -> WebSearchRuntime:
+    """The tool_runtime provider's implementation over a backend."""
+    return WebSearchRuntime(backend, timeout_s)
+
+
+class WebSearchRuntime:
+    """Implements runtime.apis.tool_runtime.protocol.ToolRuntime for web search tools."""
+
+    tool_types = WEB_SEARCH_TYPES
+    item_types = frozenset({"web_search_call"})
+
+    def __init__(self, backend: SearchBackend, timeout_s: float) -> None:
+        self.backend = backend
+        self.timeout_s = timeout_s
+
+    async def check_tool(self, tool: Mapping[str, Any], param: str) -> None:
+        for key in tool:
+            if key not in _FIELDS:
+                raise _invalid(f"Unknown parameter: '{param}.{key}'.", f"{param}.{key}", "unknown_parameter")
+        filters = tool.get("filters")
+        if filters is not None:
+            if not isinstance(filters, Mapping) or any(key != "allowed_domains" for key in filters):
+                raise _invalid(f"Invalid '{param}.filters': expected an object with 'allowed_domains'.", f"{param}.filters")
+            domains = filters.get("allowed_domains")
+            if domains is not None and (not isinstance(domains, list) or len(domains) > MAX_DOMAINS
+                                        or not all(isinstance(d, str) and d.strip() and "/" not in d.strip("/") for d in domains)):
+                raise _invalid(f"Invalid '{param}.filters.allowed_domains': expected up to {MAX_DOMAINS} domain names "
+                               "(like 'example.com', without a scheme or path).", f"{param}.filters.allowed_domains")
+        size = tool.get("search_context_size")
+        if size is not None and size not in CONTEXT_SIZES:
+            raise _invalid(f"Invalid value for '{param}.search_context_size': expected 'low', 'medium' or 'high'.",
+                           f"{param}.search_context_size")
+        location = tool.get("user_location")
+        if location is not None:
+            if not isinstance(location, Mapping) or location.get("type", "approximate") != "approximate" \
+                    or any(key not in ("type", *_LOCATION_FIELDS) for key in location):
+                raise _invalid(f"Invalid '{param}.user_location': expected {{type: 'approximate', city, country, region, timezone}}.",
+                               f"{param}.user_location")
+            for key in _LOCATION_FIELDS:
+                value = location.get(key)
+                if value is not None and (not isinstance(value, str) or len(value) > 200):
+                    raise _invalid(f"Invalid type for '{param}.user_location.{key}': expected a string.", f"{param}.user_location.{key}",
+                                   "invalid_type")
+            country = location.get("country")
+            if country is not None and not (len(country) == 2 and country.isalpha()):
+                raise _invalid(f"Invalid '{param}.user_location.country': expected a two-letter ISO country code.",
+                               f"{param}.user_location.country")
+
+    def public_tool(self, tool: Mapping[str, Any]) -> PublicTool:
+        location = tool.get("user_location")
+        public: dict[str, Any] = {"type": tool["type"], "search_context_size": tool.get("search_context_size") or "medium",
+                                  "user_location": ({"type": "approximate", **{key: location.get(key) for key in _LOCATION_FIELDS}}
+                                                    if isinstance(location, Mapping) else None)}
+        if not str(tool["type"]).startswith("web_search_preview"):
+            public["filters"] = tool.get("filters")
+        return PublicTool(public)
+
+    def render(self, item: Mapping[str, Any]) -> ToolExchange | None:
+        found = item.get("action")
+        action: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
+        arguments = json.dumps({"query": str(action.get("query") or "")})
+        if item.get("status") != "completed":
+            return ToolExchange(str(item.get("id")), "web_search", arguments, "The search failed; no results.")
+        sources = action.get("sources")
+        if sources is None:
+            return ToolExchange(str(item.get("id")), "web_search", arguments, "(The results of this search were not kept.)")
+        return ToolExchange(str(item.get("id")), "web_search", arguments, numbered_sources(_sources(sources), _render_source))
+
+    async def open_session(self, tools: Sequence[Mapping[str, Any]], context: ToolContext) -> WebSearchSession:
+        return WebSearchSession(self.backend, self.timeout_s, tools[0])
+
+
+class WebSearchSession:
+    """Implements runtime.apis.tool_runtime.protocol.ToolSession for a request's web search tool."""
+
+    def __init__(self, backend: SearchBackend, timeout_s: float, tool: Mapping[str, Any]) -> None:
+        self.backend = backend
+        self.timeout_s = timeout_s
+        self.tool = tool
+        self._latest: list[Source] = []
+
+    def preparations(self) -> Sequence[Step]:
+        return ()
+
+    def functions(self) -> Sequence[FunctionSpec]:
+        return [FunctionSpec("web_search", _PARAMETERS, _DESCRIPTION, group="web_search")]
+
+    def pending_calls(self) -> Sequence[ModelCall]:
+        return ()
+
+    def approval_item(self, call: ModelCall) -> dict[str, Any] | None:
+        return None
+
+    async def run(self, call: ModelCall, sink: ItemSink) -> None:
+        query = _query(call.arguments)
+        action: dict[str, Any] = {"type": "search", "query": query, "queries": [query] if query else [], "sources": None}
+        item = sink.open({"id": new_id("ws"), "type": "web_search_call", "status": "in_progress", "action": action})
+        item.emit("response.web_search_call.in_progress")
+        if not query:
+            item.item["status"] = "failed"
+            return
+        item.item["status"] = "searching"
+        item.emit("response.web_search_call.searching")
+        count, length = CONTEXT_SIZES[self.tool.get("search_context_size") or "medium"]
+        domains = tuple(d.strip().strip("/").lower() for d in ((self.tool.get("filters") or {}).get("allowed_domains") or ()))
+        location = self.tool.get("user_location") or {}
+        web_query = WebQuery(query, count, domains, location.get("country"), location.get("region"), location.get("city"),
+                             location.get("timezone"))
+        try:
+            pages = await asyncio.wait_for(self.backend.search(web_query), self.timeout_s)
+        except Exception as error:  # the engine's failure is the call's, never the response's
+            log.warning("web search for %r failed: %s", query[:80], _describe(error))
+            item.item["status"] = "failed"
+            return
+        kept = [page for page in pages if page.url.startswith(("http://", "https://")) and domain_allowed(page.url, domains)][:count]
+        action["sources"] = [{"type": "url", "url": page.url, "title": page.title, "text": page.text[:length]} for page in kept]
+        item.item["status"] = "completed"
+        self._latest = _sources(action["sources"])
+        item.emit("response.web_search_call.completed")
+
+    def citations(self) -> MarkerCitations | None:
+        """The answer cites the latest search's pages, by the numbers the model read them under."""
+        return MarkerCitations(self._latest) if self._latest else None
+
+    async def aclose(self) -> None:
+        return None
+
+
+def _invalid(message: str, param: str, code: str = "invalid_value") -> InvalidRequestError:
+    return InvalidRequestError(message, param=param, code=code)
+
+
+def _describe(error: BaseException) -> str:
+    return "timed out" if isinstance(error, TimeoutError) else f"{type(error).__name__}: {str(error)[:200]}"
+
+
+def _query(arguments: str) -> str:
+    try:
+        parsed = json.loads(arguments or "{}")
+    except ValueError:
+        return ""
+    raw = parsed.get("query", parsed.get("queries")) if isinstance(parsed, dict) else None
+    if isinstance(raw, list):
+        raw = next((q for q in raw if isinstance(q, str) and q.strip()), None)
+    return raw.strip()[:1000] if isinstance(raw, str) else ""
+
+
+def _sources(sources: Sequence[Mapping[str, Any]]) -> list[Source]:
+    return [Source({"type": "url_citation", "url": str(source.get("url")), "title": str(source.get("title") or source.get("url"))},
+                   str(source.get("text") or "")) for source in sources if source.get("url")]
+
+
+def _render_source(number: int, source: Source) -> str:
+    return f"[{number}] {source.annotation.get('title')} ({source.annotation.get('url')})\n{source.text}"
+
+
+def page(url: str, title: Any, text: Any) -> WebPage:
+    """A result as backends give it: HTML tags (Brave's highlighting) and surrounding space removed."""
+    return WebPage(url, _plain(title) or url, _plain(text))
+
+
+def _plain(value: Any) -> str:
+    import html
+    import re
+
+    return " ".join(html.unescape(re.sub(r"<[^>]{0,200}>", "", str(value or ""))).split())
