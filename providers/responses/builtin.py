@@ -9,10 +9,11 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from providers.responses.background import TERMINAL
 from providers.responses.engine import ResponsesEngine
+from providers.responses.sealing import ReasoningSeal, decode_key, load_key
 from providers.responses.loop import LoopLimits
 from providers.responses.request import chat_request
 from runtime.apis.responses.models import CreateResponse
@@ -39,6 +40,17 @@ class BuiltinResponsesConfig(BaseModel):
         "Model turns per response in the server-side tool loop; a response still calling tools after that many ends "
         "incomplete (incomplete_details.reason: max_messages)"))
     max_parallel_tool_calls: int = Field(default=8, ge=1, description="Server-side calls of one model turn that run at once")
+    reasoning_key: str | None = Field(default=None, description=(
+        "The key that seals reasoning returned with include reasoning.encrypted_content: 32 bytes in base64 (`openssl rand "
+        "-base64 32`); replicas must share it. Default: a key made on first use and kept in the state directory "
+        "(reasoning.key, readable by its owner only)"))
+
+    @field_validator("reasoning_key")
+    @classmethod
+    def _key(cls, value: str | None) -> str | None:
+        if value is not None:
+            decode_key(value)
+        return value
 
 
 class BuiltinResponses:
@@ -129,7 +141,8 @@ async def create(context: ProviderContext[BuiltinResponsesConfig]) -> AsyncItera
     await store.create_tables()
     limits = LoopLimits(max_iterations=context.config.max_tool_iterations, parallel=context.config.max_parallel_tool_calls)
     engine = ResponsesEngine(context.deps[Api.inference], store, context.deps.get(Api.conversations), lease_s=context.config.lease_s,
-                             tools=context.deps.get(Api.tool_runtime), limits=limits, files=context.deps.get(Api.files))
+                             tools=context.deps.get(Api.tool_runtime), limits=limits, files=context.deps.get(Api.files),
+                             seal=ReasoningSeal(lambda: load_key(context.config.reasoning_key, context.state_dir)))
     service = BuiltinResponses(engine, context.config)
     await engine.background.recover(at_start=True)
     sweeper = asyncio.get_running_loop().create_task(_sweep(engine))

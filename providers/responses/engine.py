@@ -20,12 +20,13 @@ from typing import Any, Protocol
 
 from providers.responses.background import Background
 from providers.responses.files import with_files_read
-from providers.responses.items import ChatContext, Renderer, chat_messages
+from providers.responses.items import ChatContext, Renderer, Reveal, chat_messages
 from providers.responses.loop import LoopLimits, ModelTurn, ToolLoop
 from providers.responses.request import chat_request
 from providers.responses.store import ResponseStore
 from providers.responses.tools import RequestTools, check_server_tools, public_tools
 from providers.responses.translate import PART_EVENTS, Event, StreamTranslator, usage_from_chat
+from providers.responses.sealing import ReasoningSeal
 from runtime import fastjson
 from runtime.apis.items import new_id, normalize_input
 from runtime.apis.files.protocol import FilesProvider
@@ -74,6 +75,7 @@ class Turn:
     history_chat: ChatContext | None = None
     """`history` already folded into chat messages, when the context cache had it."""
     renderers: Mapping[str, Renderer] = field(default_factory=dict)
+    reveal: Reveal | None = None
     tools: RequestTools | None = None
     """The request's tools, when it has server-side ones."""
     prepared: list[Event] | None = None
@@ -99,9 +101,10 @@ class Turn:
         output = self.response["output"]
         history, input_items = self.seen if self.seen is not None else (self.history, self.input_items)
         if dropped:
-            return chat_messages([*history, *input_items, *output][dropped:], self.request.instructions, self.renderers)
+            return chat_messages([*history, *input_items, *output][dropped:], self.request.instructions, self.renderers, self.reveal)
         if self.chat is None:
-            base = self.history_chat if self.history_chat is not None else ChatContext(renderers=self.renderers).extend(history)
+            base = (self.history_chat if self.history_chat is not None
+                    else ChatContext(renderers=self.renderers, reveal=self.reveal).extend(history))
             self.chat = base.extend(input_items)
         return (self.chat.extend(output) if output else self.chat).messages_with(self.request.instructions)
 
@@ -119,7 +122,7 @@ class Context:
 class ResponsesEngine:
     def __init__(self, inference: Inference, store: ResponseStore, conversations: Conversations | None = None,
                  lease_s: float = 30.0, tools: ToolRouter | None = None, limits: LoopLimits | None = None,
-                 files: FilesProvider | None = None) -> None:
+                 files: FilesProvider | None = None, seal: ReasoningSeal | None = None) -> None:
         self.inference = inference
         self.store = store
         self.conversations = conversations
@@ -128,6 +131,7 @@ class ResponsesEngine:
         self.files = files
         self.limits = limits or LoopLimits()
         self.renderers: Mapping[str, Renderer] = tools.renderers if tools is not None else {}
+        self.seal = seal
         self._tasks: set[asyncio.Task[Any]] = set()
         self.background = Background(self)
         # Stored responses this process is streaming to a client; their leases are renewed
@@ -158,10 +162,12 @@ class ResponsesEngine:
         elif request.conversation_id:
             context = Context([], await self._conversation(request.conversation_id))
         input_items = await self._resolve_references(input_items)
+        self._check_sealed(input_items)
         status = "queued" if request.background else "in_progress"
         response = response_object(request, new_id("resp"), status, conversation_id=request.conversation_id)
         response["tools"] = public_tools(request, self.tools)[0]
-        turn = Turn(request, response, input_items, context.items, context.ancestors, context.chat, self.renderers)
+        turn = Turn(request, response, input_items, context.items, context.ancestors, context.chat, self.renderers,
+                    self.seal.reveal if self.seal is not None else None)
         await self.read_files(turn)
         if not request.background:
             await self.open_tools(turn)
@@ -172,6 +178,15 @@ class ResponsesEngine:
                     await turn.tools.aclose()
                     raise
         return turn
+
+    def _check_sealed(self, input_items: Sequence[Mapping[str, Any]]) -> None:
+        """Encrypted reasoning sent back must be this server's, unaltered: a 400 naming the item if not."""
+        for index, item in enumerate(input_items):
+            if item.get("type") == "reasoning" and item.get("encrypted_content") is not None:
+                if self.seal is None:
+                    raise InvalidRequestError(f"Encrypted reasoning in 'input[{index}]' cannot be read: this server seals none.",
+                                              param=f"input[{index}].encrypted_content", code="invalid_encrypted_content")
+                self.seal.open(item["encrypted_content"], f"input[{index}].encrypted_content")
 
     async def read_files(self, turn: Turn) -> None:
         """Read in the files the context names by id, for the model (the stored items keep the
@@ -191,7 +206,10 @@ class ResponsesEngine:
     def _loop(self, turn: Turn, *, stream: bool) -> ToolLoop:
         def translator(first_index: int, is_server: Callable[[str], bool], citations: Callable[[], Citations | None] | None) -> StreamTranslator:
             return StreamTranslator(first_output_index=first_index, with_logprobs=turn.request.wants_logprobs(), is_server=is_server,
-                                    citations=citations)
+                                    citations=citations, seal=seal)
+
+        sealing = self.seal is not None and "reasoning.encrypted_content" in (turn.request.include or ())
+        seal = self.seal.seal if sealing and self.seal is not None else None
 
         return ToolLoop(turn.response["output"], self._model_turn(turn, stream), turn.tools, translator, self.limits,
                         max_tool_calls=turn.request.max_tool_calls, max_output_tokens=turn.request.max_output_tokens)

@@ -12,6 +12,7 @@ from runtime.apis.tool_runtime.protocol import ToolExchange
 __all__ = ["ChatContext", "Renderer", "chat_messages"]
 
 Renderer = Callable[[Mapping[str, Any]], ToolExchange | None]
+Reveal = Callable[[Mapping[str, Any]], list[str]]
 """How an output item of a server-side tool reads to the model (a tool runtime's `render`)."""
 
 
@@ -19,7 +20,7 @@ Renderer = Callable[[Mapping[str, Any]], ToolExchange | None]
 
 
 def chat_messages(items: Iterable[Mapping[str, Any]], instructions: str | None,
-                  renderers: Mapping[str, Renderer] | None = None) -> list[dict[str, Any]]:
+                  renderers: Mapping[str, Renderer] | None = None, reveal: Reveal | None = None) -> list[dict[str, Any]]:
     """Chat Completions messages for a model context made of Responses items, in order.
 
     Consecutive function calls become one assistant message with several tool calls (how chat
@@ -27,7 +28,7 @@ def chat_messages(items: Iterable[Mapping[str, Any]], instructions: str | None,
     message they precede, which reasoning-aware servers read and others ignore. Items of
     server-side tools read as their runtime's `renderers` say (a call and its result); items
     no renderer knows are left out."""
-    return ChatContext(renderers=renderers or {}).extend(items).messages_with(instructions)
+    return ChatContext(renderers=renderers or {}, reveal=reveal).extend(items).messages_with(instructions)
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,8 @@ class ChatContext:
     file_ids: bool = False
     """Whether a message names a file by id (`input_file`/`input_image` with `file_id`), which
     the model cannot read as it is: the engine reads such files in and converts again."""
+    reveal: Reveal | None = field(default=None, compare=False)
+    """The text of a reasoning item that carries it only encrypted (providers/responses/sealing.py)."""
 
     def extend(self, items: Iterable[Mapping[str, Any]]) -> ChatContext:
         messages = list(self.messages)
@@ -75,10 +78,10 @@ class ChatContext:
                     file_ids = file_ids or any(part.get("file_id") for part in attachments)
                     _append_tool_message(messages, {"role": "tool", "tool_call_id": item["call_id"], "content": text}, attachments)
             elif kind == "reasoning":
-                pending_reasoning.extend(_reasoning_text(item))
+                pending_reasoning.extend(_reasoning_text(item, self.reveal))
             elif (render := self.renderers.get(str(kind))) is not None and (exchange := render(item)) is not None:
                 server_calls, deferred = _append_exchange(messages, exchange, server_calls, deferred, pending_reasoning)
-        return ChatContext(tuple(messages), tuple(pending_reasoning), self.renderers, server_calls, deferred, file_ids)
+        return ChatContext(tuple(messages), tuple(pending_reasoning), self.renderers, server_calls, deferred, file_ids, self.reveal)
 
     def messages_with(self, instructions: str | None) -> list[dict[str, Any]]:
         """The messages to send: `instructions` (this turn's only) as the system message first."""
@@ -209,6 +212,8 @@ def _output_parts(output: Any) -> tuple[str, list[Mapping[str, Any]]]:
     return (text or ("(see the content that follows)" if attachments else "")), attachments
 
 
-def _reasoning_text(item: Mapping[str, Any]) -> list[str]:
+def _reasoning_text(item: Mapping[str, Any], reveal: Reveal | None = None) -> list[str]:
     parts = item.get("content") or item.get("summary") or []
+    if not parts and item.get("encrypted_content") and reveal is not None:
+        return reveal(item)
     return [part.get("text", "") for part in parts if isinstance(part, Mapping)]

@@ -74,6 +74,8 @@ class StreamTranslator:
     is_server: Callable[[str], bool] = _client_side
     citations: Callable[[], Citations | None] | None = None
     """Gives each output_text part what turns its source markers into annotations (None: no sources)."""
+    seal: Callable[[Mapping[str, Any]], str] | None = None
+    """Seals a finished reasoning item's content into its `encrypted_content` (include asked for it)."""
     items: list[_Item] = field(default_factory=list)
     _open: _Item | None = None
     _calls: dict[int, _Item] = field(default_factory=dict)
@@ -178,6 +180,8 @@ class StreamTranslator:
         events = _close_part(current)
         current.item["status"] = status
         current.item["content"] = [_part_body(part, done=True) for part in current.parts]
+        if self.seal is not None and current.item["type"] == "reasoning":
+            current.item["encrypted_content"] = self.seal(current.item)
         events.append({"type": "response.output_item.done", "output_index": current.output_index, "item": current.item})
         return events
 

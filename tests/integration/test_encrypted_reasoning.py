@@ -1,0 +1,124 @@
+"""Encrypted reasoning: with `include: ["reasoning.encrypted_content"]` a reasoning item carries
+its content sealed with the server's key, and a client that keeps nothing on the server
+(`store: false`) sends it back for the model to read again. Anything else is a 400."""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from fake_upstream.app import REASONING_TEXT
+from fake_upstream.server import FakeUpstream, running_fake_upstream
+from providers.responses.sealing import ReasoningSeal
+from runtime.library_client import LibraryClient
+from runtime.testing.targets import open_target
+
+INCLUDE: Any = ["reasoning.encrypted_content"]
+
+
+@dataclass
+class Stack:
+    client: openai.OpenAI
+    upstream: FakeUpstream
+    state: Path
+
+
+def config(root: Path, upstream: str, responses_config: str = "{}") -> Path:
+    path = root / "run.yaml"
+    path.write_text(f"""
+name: reasoning
+state_dir: {root / 'state'}
+recording: {{mode: live}}
+providers:
+  inference: [{{provider_id: fake, provider_type: openai, config: {{base_url: "{upstream}", api_key: k}}}}]
+  responses: [{{provider_id: builtin, provider_type: builtin, config: {responses_config}}}]
+""")
+    return path
+
+
+@pytest.fixture(scope="module", params=["server", "library"])
+def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    root = tmp_path_factory.mktemp("reasoning")
+    with running_fake_upstream() as upstream:
+        with open_target(f"{request.param}:{config(root, upstream.base_url)}", env={**os.environ, "STACK_RECORDING_MODE": "live"}) as target:
+            client = target.openai(max_retries=0, timeout=30)
+            yield Stack(client, upstream, root / "state")
+            client.close()
+
+
+def test_a_stateless_client_keeps_its_reasoning_across_turns(stack: Stack) -> None:
+    first = stack.client.responses.create(model="fake-reasoner", input="[tokens:3] think first", store=False, include=INCLUDE)
+    reasoning, message = first.output
+    assert reasoning.type == "reasoning" and reasoning.encrypted_content and reasoning.encrypted_content.startswith("v1.")
+    assert REASONING_TEXT not in reasoning.encrypted_content
+    # as agents send it back: the sealed item without its readable content
+    returned = {"type": "reasoning", "id": reasoning.id, "summary": [], "encrypted_content": reasoning.encrypted_content}
+    stack.client.responses.create(model="fake-model", store=False, input=[
+        {"role": "user", "content": "[tokens:3] think first"}, returned,  # type: ignore[list-item]
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": message.content[0].text}]},  # type: ignore[union-attr]
+        {"role": "user", "content": "[tokens:2] and now?"}])
+    assistant = [m for m in stack.upstream.bodies()[-1]["messages"] if m["role"] == "assistant"]
+    assert assistant[0]["reasoning_content"] == REASONING_TEXT
+
+
+def test_without_include_nothing_is_sealed(stack: Stack) -> None:
+    response = stack.client.responses.create(model="fake-reasoner", input="[tokens:3] think", store=False)
+    assert response.output[0].type == "reasoning" and response.output[0].encrypted_content is None  # type: ignore[union-attr]
+
+
+def test_a_stream_seals_the_item_it_finishes(stack: Stack) -> None:
+    events = list(stack.client.responses.create(model="fake-reasoner", input="[tokens:3] think", store=False, include=INCLUDE, stream=True))
+    done = [e.item for e in events if e.type == "response.output_item.done" and e.item.type == "reasoning"]  # type: ignore[union-attr]
+    assert len(done) == 1 and done[0].encrypted_content.startswith("v1.")  # type: ignore[union-attr]
+    assert events[-1].response.output[0].encrypted_content == done[0].encrypted_content  # type: ignore[union-attr]
+
+
+def _sealed(stack: Stack) -> str:
+    response = stack.client.responses.create(model="fake-reasoner", input="[tokens:3] think", store=False, include=INCLUDE)
+    return str(response.output[0].encrypted_content)  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("forge", [
+    lambda token: token[:-6] + ("AAAAAA" if not token.endswith("AAAAAA") else "BBBBBB"),  # altered
+    lambda token: ReasoningSeal(lambda: b"k" * 32).seal({"content": [{"type": "reasoning_text", "text": "forged"}]}),  # another key
+    lambda token: "not a token at all",
+])
+def test_altered_or_foreign_ciphertext_is_a_400_naming_the_item(stack: Stack, forge: Any) -> None:
+    token = forge(_sealed(stack))
+    with pytest.raises(openai.BadRequestError) as refused:
+        stack.client.responses.create(model="fake-model", store=False, input=[
+            {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": token},  # type: ignore[list-item]
+            {"role": "user", "content": "hi"}])
+    assert refused.value.body["param"] == "input[0].encrypted_content"  # type: ignore[index]
+    assert refused.value.body["code"] == "invalid_encrypted_content"  # type: ignore[index]
+
+
+def test_the_default_key_is_kept_by_the_state_directory_for_its_owner_only(stack: Stack) -> None:
+    _sealed(stack)
+    key = stack.state / "reasoning.key"
+    assert key.exists() and stat.S_IMODE(key.stat().st_mode) == 0o600
+
+
+def test_a_configured_key_survives_restarts_and_a_malformed_one_fails_at_start(tmp_path: Path) -> None:
+    key = "A" * 43 + "="
+    with running_fake_upstream() as upstream:
+        path = config(tmp_path, upstream.base_url, f'{{reasoning_key: "{key}"}}')
+        with LibraryClient(path, env={}) as library:
+            token = library.openai(max_retries=0).responses.create(model="fake-reasoner", input="[tokens:2] t", store=False,
+                                                                  include=INCLUDE).output[0].encrypted_content  # type: ignore[union-attr]
+        (tmp_path / "state" / "reasoning.key").unlink(missing_ok=True)
+        with LibraryClient(path, env={}) as library:
+            library.openai(max_retries=0).responses.create(model="fake-model", store=False, input=[
+                {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": token},  # type: ignore[list-item]
+                {"role": "user", "content": "[tokens:2] hi"}])
+        assert not (tmp_path / "state" / "reasoning.key").exists()
+        with pytest.raises(Exception) as refused, LibraryClient(config(tmp_path, upstream.base_url, '{reasoning_key: "short"}'), env={}):
+            pass
+    assert "reasoning_key" in str(refused.value) and "32 bytes" in str(refused.value)
