@@ -45,6 +45,9 @@ class BuiltinResponsesConfig(BaseModel):
         "-base64 32`); replicas must share it. Default: a key made on first use and kept in the state directory "
         "(reasoning.key, readable by its owner only)"))
 
+    summary_model: str | None = Field(default=None, min_length=1, description=(
+        "The model that writes reasoning summaries (reasoning.summary); default: the request's own model"))
+
     @field_validator("reasoning_key")
     @classmethod
     def _key(cls, value: str | None) -> str | None:
@@ -142,7 +145,8 @@ async def create(context: ProviderContext[BuiltinResponsesConfig]) -> AsyncItera
     limits = LoopLimits(max_iterations=context.config.max_tool_iterations, parallel=context.config.max_parallel_tool_calls)
     engine = ResponsesEngine(context.deps[Api.inference], store, context.deps.get(Api.conversations), lease_s=context.config.lease_s,
                              tools=context.deps.get(Api.tool_runtime), limits=limits, files=context.deps.get(Api.files),
-                             seal=ReasoningSeal(lambda: load_key(context.config.reasoning_key, context.state_dir)))
+                             seal=ReasoningSeal(lambda: load_key(context.config.reasoning_key, context.state_dir)),
+                             summary_model=context.config.summary_model)
     service = BuiltinResponses(engine, context.config)
     await engine.background.recover(at_start=True)
     sweeper = asyncio.get_running_loop().create_task(_sweep(engine))

@@ -27,6 +27,7 @@ from providers.responses.store import ResponseStore
 from providers.responses.tools import RequestTools, check_server_tools, public_tools
 from providers.responses.translate import PART_EVENTS, Event, StreamTranslator, usage_from_chat
 from providers.responses.sealing import ReasoningSeal
+from providers.responses.summaries import summarize, summary_events
 from runtime import fastjson
 from runtime.apis.items import new_id, normalize_input
 from runtime.apis.files.protocol import FilesProvider
@@ -122,7 +123,7 @@ class Context:
 class ResponsesEngine:
     def __init__(self, inference: Inference, store: ResponseStore, conversations: Conversations | None = None,
                  lease_s: float = 30.0, tools: ToolRouter | None = None, limits: LoopLimits | None = None,
-                 files: FilesProvider | None = None, seal: ReasoningSeal | None = None) -> None:
+                 files: FilesProvider | None = None, seal: ReasoningSeal | None = None, summary_model: str | None = None) -> None:
         self.inference = inference
         self.store = store
         self.conversations = conversations
@@ -132,6 +133,7 @@ class ResponsesEngine:
         self.limits = limits or LoopLimits()
         self.renderers: Mapping[str, Renderer] = tools.renderers if tools is not None else {}
         self.seal = seal
+        self.summary_model = summary_model
         self._tasks: set[asyncio.Task[Any]] = set()
         self.background = Background(self)
         # Stored responses this process is streaming to a client; their leases are renewed
@@ -305,8 +307,19 @@ class ResponsesEngine:
     def _model_turn(self, turn: Turn, stream: bool) -> ModelTurn:
         """One model call of `turn`'s tool loop, streamed or not (the engine reads only the output,
         so the upstream's model name need not be swapped back)."""
+        reasoning = turn.request.reasoning or {}
+        style = str(reasoning.get("summary") or reasoning.get("generate_summary") or "")
+
         async def call(translator: StreamTranslator, offered: tuple[list[dict[str, Any]], Any] | None,
                        max_tokens: int | None) -> AsyncIterator[Event]:
+            async for event in upstream(translator, offered, max_tokens):
+                if event["type"] == "response.output_item.done" and event["item"]["type"] == "reasoning":
+                    for summary_event in await self._summary(turn, event["item"], event["output_index"], style, translator):
+                        yield summary_event
+                yield event
+
+        async def upstream(translator: StreamTranslator, offered: tuple[list[dict[str, Any]], Any] | None,
+                           max_tokens: int | None) -> AsyncIterator[Event]:
             if not stream:
                 raw = await self._with_truncation(turn, partial(self.inference.chat_completion, echo_model=False), False, offered, max_tokens)
                 for event in translator.feed_completion(_upstream_json(raw)):
@@ -317,7 +330,21 @@ class ResponsesEngine:
                 for event in translator.feed(_upstream_json(chunk)):
                     yield event
 
-        return call
+        return call if style else upstream  # no layer between the upstream and the loop unless summaries are asked for
+
+    async def _summary(self, turn: Turn, item: dict[str, Any], output_index: int, style: str,
+                       translator: StreamTranslator) -> list[Event]:
+        """Summarize a finished reasoning item into its `summary` (sealed again if it is sealed);
+        the summary's events, to come before the item's `output_item.done`."""
+        text = "".join(str(part.get("text", "")) for part in item.get("content") or () if isinstance(part, Mapping))
+        model = self.summary_model or str(turn.request.model)
+        summary = await summarize(self.inference, model, text, style) if text.strip() else None
+        if summary is None:
+            return []
+        item["summary"] = [{"type": "summary_text", "text": summary}]
+        if translator.seal is not None:
+            item["encrypted_content"] = translator.seal(item)
+        return summary_events(item, output_index, summary)
 
     # --- non-streamed ----------------------------------------------------------------------
 

@@ -76,6 +76,7 @@ class CreateResponse(BaseModel):
             )
         validate_id(self.previous_response_id, "previous_response_id", "resp")
         validate_id(self.conversation_id, "conversation", "conv")
+        _check_reasoning(self.reasoning)
         if isinstance(self.input, str) and len(self.input) > MAX_STRING:
             raise InvalidRequestError(f"Invalid 'input': string too long. Expected a string with maximum length {MAX_STRING}, but got a "
                                       f"string with length {len(self.input)} instead.", param="input", code="string_above_max_length")
@@ -103,6 +104,25 @@ _TOOL_CHOICE_TYPES = frozenset({
     "web_search_preview_2025_03_11", "web_search_2025_08_26", "computer", "computer_use", "computer_use_preview", "image_generation",
     "code_interpreter", "apply_patch", "shell", "programmatic_tool_calling",
 })
+
+
+_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
+SUMMARIES = ("auto", "concise", "detailed")
+
+
+def _check_reasoning(reasoning: dict[str, Any] | None) -> None:
+    """`reasoning`: `effort`, `summary` (or its old name `generate_summary`), `context`, `mode`."""
+    if reasoning is None:
+        return
+    for key, allowed in (("effort", _EFFORTS), ("summary", SUMMARIES), ("generate_summary", SUMMARIES),
+                         ("context", ("auto", "current_turn", "all_turns"))):
+        value = reasoning.get(key)
+        if value is not None and value not in allowed:
+            raise InvalidRequestError(f"Invalid value: {str(value)[:40]!r}. Supported values for 'reasoning.{key}' are: "
+                                      f"{', '.join(repr(a) for a in allowed)}.", param=f"reasoning.{key}", code="invalid_value")
+    for key in reasoning:
+        if key not in ("effort", "summary", "generate_summary", "context", "mode"):
+            raise InvalidRequestError(f"Unknown parameter: 'reasoning.{key}'.", param=f"reasoning.{key}", code="unknown_parameter")
 
 
 def _check_tool_choice(choice: str | dict[str, Any] | None, tools: list[dict[str, Any]]) -> None:
@@ -185,7 +205,7 @@ def response_object(request: CreateResponse, response_id: str, status: str, *, c
         "parallel_tool_calls": True if request.parallel_tool_calls is None else request.parallel_tool_calls,
         "previous_response_id": request.previous_response_id,
         "prompt_cache_key": request.prompt_cache_key,
-        "reasoning": {"effort": reasoning.get("effort"), "summary": reasoning.get("summary")},
+        "reasoning": {"effort": reasoning.get("effort"), "summary": reasoning.get("summary") or reasoning.get("generate_summary")},
         "safety_identifier": request.safety_identifier,
         "service_tier": request.service_tier or "default",
         "store": request.store is not False,

@@ -1,6 +1,7 @@
-"""Encrypted reasoning: with `include: ["reasoning.encrypted_content"]` a reasoning item carries
-its content sealed with the server's key, and a client that keeps nothing on the server
-(`store: false`) sends it back for the model to read again. Anything else is a 400."""
+"""Reasoning from upstreams that return its text: summaries written by a model call
+(`reasoning.summary`), and encrypted reasoning: with `include: ["reasoning.encrypted_content"]` a
+reasoning item carries its content sealed with the server's key, and a client that keeps nothing
+on the server (`store: false`) sends it back for the model to read again. Anything else is a 400."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from runtime.library_client import LibraryClient
 from runtime.testing.targets import open_target
 
 INCLUDE: Any = ["reasoning.encrypted_content"]
+SUMMARY = f"You said: {REASONING_TEXT}"  # the fake upstream's answer to the summary request
 
 
 @dataclass
@@ -122,3 +124,52 @@ def test_a_configured_key_survives_restarts_and_a_malformed_one_fails_at_start(t
         with pytest.raises(Exception) as refused, LibraryClient(config(tmp_path, upstream.base_url, '{reasoning_key: "short"}'), env={}):
             pass
     assert "reasoning_key" in str(refused.value) and "32 bytes" in str(refused.value)
+
+
+def test_a_summary_is_written_by_a_model_call_and_streamed_before_the_item_is_done(stack: Stack) -> None:
+    events = list(stack.client.responses.create(model="fake-reasoner", input="[tokens:3] think", reasoning={"summary": "concise"},
+                                                stream=True))
+    kinds = [event.type for event in events]
+    start = kinds.index("response.reasoning_text.done")
+    assert kinds[start:start + 7] == ["response.reasoning_text.done", "response.content_part.done",
+                                      "response.reasoning_summary_part.added", "response.reasoning_summary_text.delta",
+                                      "response.reasoning_summary_text.done", "response.reasoning_summary_part.done",
+                                      "response.output_item.done"]
+    summary_done = events[start + 4]
+    assert summary_done.text == SUMMARY and summary_done.summary_index == 0  # type: ignore[union-attr]
+    final = events[-1].response  # type: ignore[union-attr]
+    assert [(part.type, part.text) for part in final.output[0].summary] == [("summary_text", SUMMARY)]
+    assert final.reasoning.summary == "concise"
+    asked = [body for body in stack.upstream.bodies() if body["messages"][0]["role"] == "system"
+             and "Summarize the reasoning" in body["messages"][0]["content"]][-1]
+    assert asked["messages"][1]["content"] == REASONING_TEXT and "one short sentence" in asked["messages"][0]["content"]
+    stored = stack.client.responses.retrieve(final.id)
+    assert stored.output[0].summary[0].text == SUMMARY  # type: ignore[union-attr]
+
+
+def test_a_summary_and_sealed_content_travel_together(stack: Stack) -> None:
+    response = stack.client.responses.create(model="fake-reasoner", input="[tokens:3] think", reasoning={"summary": "auto"},
+                                             store=False, include=INCLUDE)
+    item = response.output[0]
+    opened = ReasoningSeal(lambda: _key(stack)).open(item.encrypted_content, "x")  # type: ignore[union-attr]
+    assert opened["summary"] == [{"type": "summary_text", "text": SUMMARY}]
+
+
+def _key(stack: Stack) -> bytes:
+    import base64
+
+    return base64.b64decode((stack.state / "reasoning.key").read_bytes().strip())
+
+
+@pytest.mark.parametrize(("reasoning", "param"), [({"summary": "short"}, "reasoning.summary"), ({"effort": "max-ish"}, "reasoning.effort"),
+                                                  ({"sumary": "auto"}, "reasoning.sumary")])
+def test_a_malformed_reasoning_object_is_a_400_naming_the_field(stack: Stack, reasoning: dict[str, Any], param: str) -> None:
+    with pytest.raises(openai.BadRequestError) as refused:
+        stack.client.responses.create(model="fake-reasoner", input="hi", reasoning=reasoning)  # type: ignore[arg-type]
+    assert refused.value.body["param"] == param  # type: ignore[index]
+
+
+def test_a_model_without_reasoning_gets_no_summary_call(stack: Stack) -> None:
+    before = len(stack.upstream.bodies())
+    response = stack.client.responses.create(model="fake-model", input="[tokens:2] hi", reasoning={"summary": "auto"})
+    assert [item.type for item in response.output] == ["message"] and len(stack.upstream.bodies()) == before + 1
