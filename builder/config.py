@@ -62,7 +62,7 @@ class PostgresBackend(_Strict):
 
 BackendConfig = Annotated[SqliteBackend | PostgresBackend, Field(discriminator="type")]
 
-STORE_NAMES = ("responses", "conversations", "chat_completions", "files", "vector_stores", "metadata")
+STORE_NAMES = ("responses", "conversations", "chat_completions", "files", "vector_stores", "prompts", "metadata")
 
 
 class StoresConfig(_Strict):
@@ -73,6 +73,7 @@ class StoresConfig(_Strict):
     chat_completions: str = "default"
     files: str = "default"
     vector_stores: str = "default"
+    prompts: str = "default"
     metadata: str = "default"
 
 

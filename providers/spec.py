@@ -77,6 +77,7 @@ class Api(str, enum.Enum):
     vector_stores = "vector_stores"
     files = "files"
     safety = "safety"
+    prompts = "prompts"
 
 
 MULTI_PROVIDER_APIS = frozenset({Api.inference, Api.tool_runtime})

@@ -26,11 +26,13 @@ from providers.responses.request import chat_request
 from providers.responses.store import ResponseStore
 from providers.responses.tools import RequestTools, check_server_tools, public_tools
 from providers.responses.translate import PART_EVENTS, Event, StreamTranslator, usage_from_chat
+from providers.responses.prompting import expand_prompt
 from providers.responses.sealing import ReasoningSeal
 from providers.responses.summaries import summarize, summary_events
 from runtime import fastjson
 from runtime.apis.items import new_id, normalize_input
 from runtime.apis.files.protocol import FilesProvider
+from runtime.apis.prompts.protocol import PromptsProvider
 from runtime.apis.responses.models import CreateResponse, response_object
 from runtime.apis.tool_runtime.protocol import Citations, ToolContext
 from runtime.apis.tool_runtime.router import ToolRouter
@@ -123,7 +125,8 @@ class Context:
 class ResponsesEngine:
     def __init__(self, inference: Inference, store: ResponseStore, conversations: Conversations | None = None,
                  lease_s: float = 30.0, tools: ToolRouter | None = None, limits: LoopLimits | None = None,
-                 files: FilesProvider | None = None, seal: ReasoningSeal | None = None, summary_model: str | None = None) -> None:
+                 files: FilesProvider | None = None, seal: ReasoningSeal | None = None, summary_model: str | None = None,
+                 prompts: PromptsProvider | None = None) -> None:
         self.inference = inference
         self.store = store
         self.conversations = conversations
@@ -134,6 +137,7 @@ class ResponsesEngine:
         self.renderers: Mapping[str, Renderer] = tools.renderers if tools is not None else {}
         self.seal = seal
         self.summary_model = summary_model
+        self.prompts = prompts
         self._tasks: set[asyncio.Task[Any]] = set()
         self.background = Background(self)
         # Stored responses this process is streaming to a client; their leases are renewed
@@ -155,6 +159,9 @@ class ResponsesEngine:
         MCP server that cannot list its tools is a 424), except for a background response, which
         prepares them when it runs."""
         request.check()
+        prompt = None
+        if request.prompt is not None:
+            request, prompt = await expand_prompt(request, self.prompts)
         await check_server_tools(request, self.tools)
         await self.inference.resolve(request.model)
         input_items = normalize_input(request.input)
@@ -168,6 +175,8 @@ class ResponsesEngine:
         status = "queued" if request.background else "in_progress"
         response = response_object(request, new_id("resp"), status, conversation_id=request.conversation_id)
         response["tools"] = public_tools(request, self.tools)[0]
+        if prompt is not None:
+            response["prompt"] = prompt
         turn = Turn(request, response, input_items, context.items, context.ancestors, context.chat, self.renderers,
                     self.seal.reveal if self.seal is not None else None)
         await self.read_files(turn)

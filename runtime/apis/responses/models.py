@@ -56,6 +56,7 @@ class CreateResponse(BaseModel):
     user: str | None = None
     safety_identifier: str | None = None
     prompt_cache_key: str | None = None
+    prompt: Any = None
     service_tier: str | None = None
     stream_options: dict[str, Any] | None = None
 
@@ -204,6 +205,7 @@ def response_object(request: CreateResponse, response_id: str, status: str, *, c
         "output": [],
         "parallel_tool_calls": True if request.parallel_tool_calls is None else request.parallel_tool_calls,
         "previous_response_id": request.previous_response_id,
+        "prompt": None,
         "prompt_cache_key": request.prompt_cache_key,
         "reasoning": {"effort": reasoning.get("effort"), "summary": reasoning.get("summary") or reasoning.get("generate_summary")},
         "safety_identifier": request.safety_identifier,

@@ -1,0 +1,1 @@
+"""The prompts API: versioned prompt templates, used by the `prompt` parameter of Responses."""
