@@ -43,11 +43,14 @@ INCLUDABLE = ("file_search_call.results", "web_search_call.results", "web_search
               "computer_call_output.output.image_url", "code_interpreter_call.outputs", "reasoning.encrypted_content",
               "message.output_text.logprobs")
 
-INCLUDED_ONLY = {"file_search_call": (("results",), "file_search_call.results"),
-                 "web_search_call": (("action", "sources"), "web_search_call.action.sources")}
-"""Item fields (a path into the item) shown only when `include` asks (OpenAI keeps them and shows
-them on request); the stored item keeps them always, so a chain or conversation continued later
-gives the model what it read."""
+INCLUDED_ONLY: dict[str, tuple[tuple[tuple[str, ...], str | None], ...]] = {
+    "file_search_call": ((("results",), "file_search_call.results"),),
+    "web_search_call": ((("action", "sources"), "web_search_call.action.sources"), (("action", "text"), None)),
+}
+"""Item fields (paths into the item) shown only when `include` asks for the value beside them, or
+never (None: what a tool read for the model, kept for the model alone). OpenAI keeps such fields
+and shows them on request; the stored item keeps them always, so a chain or conversation
+continued later gives the model what it read."""
 
 
 def check_include(values: Iterable[str]) -> frozenset[str]:
@@ -61,22 +64,30 @@ def check_include(values: Iterable[str]) -> frozenset[str]:
 
 def shown_item(item: Any, include: frozenset[str]) -> Any:
     """The item as the client asked to see it: a copy without the fields `include` did not ask for."""
-    gated = INCLUDED_ONLY.get(str(item.get("type"))) if isinstance(item, dict) else None
-    if gated is None or gated[1] in include:
+    gates = INCLUDED_ONLY.get(str(item.get("type"))) if isinstance(item, dict) else None
+    if gates is None:
         return item
-    (*parents, leaf), _ = gated
-    holder = item
-    for key in parents:
-        holder = holder.get(key) if isinstance(holder, dict) else None
-    if not isinstance(holder, dict) or holder.get(leaf) is None:
-        return item
-    return _without(item, [*parents, leaf])
+    shown = item
+    for path, asked in gates:
+        if asked is not None and asked in include:
+            continue
+        holder = shown
+        for key in path[:-1]:
+            holder = holder.get(key) if isinstance(holder, dict) else None
+        if not isinstance(holder, dict) or path[-1] not in holder or (asked is not None and holder[path[-1]] is None):
+            continue
+        shown = _without(shown, list(path), remove=asked is None)
+    return shown
 
 
-def _without(item: dict[str, Any], path: list[str]) -> dict[str, Any]:
-    """A copy of `item` with the field at `path` shown as null (the rest shared)."""
+def _without(item: dict[str, Any], path: list[str], remove: bool) -> dict[str, Any]:
+    """A copy of `item` with the field at `path` shown as null, or left out (the rest shared)."""
     head, *rest = path
-    return {**item, head: _without(item[head], rest) if rest else None}
+    if rest:
+        return {**item, head: _without(item[head], rest, remove)}
+    if remove:
+        return {key: value for key, value in item.items() if key != head}
+    return {**item, head: None}
 
 
 def shown_items(items: list[Any], include: frozenset[str]) -> list[Any]:

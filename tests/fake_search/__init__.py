@@ -113,3 +113,26 @@ def running_fake_search(engine: str, key: str | None = "test-key") -> Iterator[F
     fake = FakeSearch(engine, base)
     with serving(_app(engine, key, fake.requests), sock, f"fake-{engine}"):
         yield fake
+
+
+FOG_PAGE = """<!doctype html><html><head><title>Fog signals</title><script>var horn = "not text";</script>
+<style>p { color: grey }</style></head><body><h1>Fog signals</h1>
+<p>In fog the keeper sounds the horn twice a minute until the fog lifts.</p>
+<p>The bell is rung when the horn fails.</p></body></html>"""
+
+
+@contextmanager
+def running_fake_pages() -> Iterator[str]:
+    """A web server of a few pages for open_page and find_in_page; yields its base URL."""
+    from starlette.responses import Response
+
+    async def fog(request: Request) -> Response:
+        return Response(FOG_PAGE, media_type="text/html; charset=utf-8")
+
+    async def image(request: Request) -> Response:
+        return Response(b"\x89PNG\r\n\x1a\n" + bytes(32), media_type="image/png")
+
+    sock = bind_socket("127.0.0.1", 0)
+    app = Starlette(routes=[Route("/pages/fog.html", fog), Route("/pages/image.png", image)])
+    with serving(app, sock, "fake-pages"):
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"

@@ -163,3 +163,67 @@ def test_without_a_backend_web_search_is_a_400_that_says_what_to_configure(tmp_p
             library.openai(max_retries=0).responses.create(model="fake-model", input="hi", tools=[{"type": "web_search"}])
     assert refused.value.body["param"] == "tools[0].type"  # type: ignore[index]
     assert "tavily, brave or searxng" in refused.value.body["message"]  # type: ignore[index]
+
+
+def test_a_page_on_a_private_address_is_not_read(stack: Stack) -> None:
+    from fake_search import running_fake_pages
+
+    with running_fake_pages() as pages:
+        ask_open = f'[tool:open_page {json.dumps({"url": pages + "/pages/fog.html"})}] [answer {json.dumps({"text": "I could not read it."})}]'
+        response = stack.client.responses.create(model="fake-model", input=ask_open, tools=[{"type": "web_search"}])
+    call = response.output[0]
+    assert call.type == "web_search_call" and call.action.type == "open_page" and call.status == "failed"  # type: ignore[union-attr]
+    assert stack.upstream.bodies()[-1]["messages"][-1]["content"] == "The page could not be read."
+
+
+@pytest.fixture(scope="module")
+def reader(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack, str]]:
+    """A stack whose web search may read pages on 127.0.0.1 (run.yaml's allow_private)."""
+    from fake_search import running_fake_pages
+    from runtime.library_client import LibraryClient
+
+    root = tmp_path_factory.mktemp("web-pages")
+    with running_fake_search("searxng") as search, running_fake_upstream() as upstream, running_fake_pages() as pages:
+        backend = (f"  tool_runtime: [{{provider_id: web, provider_type: searxng, config: {{base_url: \"{search.base_url}\", "
+                   "allow_private: [127.0.0.1], timeout_s: 2}}]")
+        with LibraryClient(config(root, upstream.base_url, backend), env={}) as library:
+            yield Stack(library.openai(max_retries=0), search, upstream), pages
+
+
+def test_open_page_reads_the_page_as_text_and_the_answer_cites_it(reader: tuple[Stack, str]) -> None:
+    stack, pages = reader
+    url = pages + "/pages/fog.html"
+    ask_open = f'[tool:open_page {json.dumps({"url": url})}] [answer {json.dumps({"text": "The keeper sounds the horn [1]."})}]'
+    response = stack.client.responses.create(model="fake-model", input=ask_open, tools=[{"type": "web_search"}],
+                                             include=["web_search_call.action.sources"])
+    call, message = response.output
+    assert call.status == "completed" and call.action.type == "open_page" and call.action.url == url  # type: ignore[union-attr]
+    assert "text" not in call.action.model_dump(exclude_unset=True)  # what the model read is never shown  # type: ignore[union-attr]
+    read = stack.upstream.bodies()[-1]["messages"][-1]["content"]
+    assert "[1] Fog signals" in read and "twice a minute" in read and "not text" not in read and "color: grey" not in read
+    annotation = message.content[0].annotations[0]  # type: ignore[union-attr]
+    assert (annotation.type, annotation.url, annotation.title) == ("url_citation", url, "Fog signals")
+
+
+def test_find_in_page_reads_the_passages_around_the_pattern(reader: tuple[Stack, str]) -> None:
+    stack, pages = reader
+    url = pages + "/pages/fog.html"
+    ask_find = f'[tool:find_in_page {json.dumps({"url": url, "pattern": "bell"})}] [answer {json.dumps({"text": "ok"})}]'
+    response = stack.client.responses.create(model="fake-model", input=ask_find, tools=[{"type": "web_search"}])
+    call = response.output[0]
+    assert call.status == "completed" and call.action.type == "find_in_page" and call.action.pattern == "bell"  # type: ignore[union-attr]
+    read = stack.upstream.bodies()[-1]["messages"][-1]["content"]
+    assert "The bell is rung when the horn fails." in read
+    absent = f'[tool:find_in_page {json.dumps({"url": url, "pattern": "lighthouse cat"})}] [answer {json.dumps({"text": "ok"})}]'
+    stack.client.responses.create(model="fake-model", input=absent, tools=[{"type": "web_search"}])
+    assert "'lighthouse cat' does not occur in the page." in stack.upstream.bodies()[-1]["messages"][-1]["content"]
+
+
+@pytest.mark.parametrize(("path", "tool"), [("/pages/image.png", {"type": "web_search"}),
+                                            ("/pages/fog.html", {"type": "web_search", "filters": {"allowed_domains": ["example.org"]}})])
+def test_a_page_that_is_not_text_or_outside_the_allowed_domains_fails_the_call(reader: tuple[Stack, str], path: str,
+                                                                                 tool: dict[str, Any]) -> None:
+    stack, pages = reader
+    ask_open = f'[tool:open_page {json.dumps({"url": pages + path})}] [answer {json.dumps({"text": "no"})}]'
+    response = stack.client.responses.create(model="fake-model", input=ask_open, tools=[tool])  # type: ignore[list-item]
+    assert response.status == "completed" and response.output[0].status == "failed"  # type: ignore[union-attr]

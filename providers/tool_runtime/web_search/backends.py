@@ -11,8 +11,9 @@ import httpx2
 from pydantic import BaseModel, ConfigDict, Field
 
 from providers.spec import Api, ProviderContext, ProviderSpec
-from providers.tool_runtime.web_search import WebSearchRuntime, page, web_search_runtime
+from providers.tool_runtime.web_search import PageReader, WebSearchRuntime, page, web_search_runtime
 from runtime.apis.tool_runtime.web_search import WebPage, WebQuery
+from runtime.netguard import AddressPolicy
 
 __all__ = ["BRAVE", "SEARXNG", "TAVILY", "BraveBackend", "SearxngBackend", "TavilyBackend"]
 
@@ -20,7 +21,11 @@ __all__ = ["BRAVE", "SEARXNG", "TAVILY", "BraveBackend", "SearxngBackend", "Tavi
 class _Config(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    timeout_s: float = Field(default=15.0, gt=0, description="How long a search may take before its call fails")
+    timeout_s: float = Field(default=15.0, gt=0, description="How long a search (or reading a page) may take before its call fails")
+    read_pages: bool = Field(default=True, description="Offer the model open_page and find_in_page (the server fetches the pages)")
+    allow_private: list[str] = Field(default_factory=list, description=(
+        "Non-public hosts or networks (names, addresses, CIDR) pages may be read from; public addresses are always allowed"))
+    max_page_bytes: int = Field(default=2_097_152, ge=1024, description="The most of a page that is read")
 
 
 class TavilyConfig(_Config):
@@ -99,11 +104,25 @@ class SearxngBackend:
 
 
 @contextlib.asynccontextmanager
+async def _reader(context: ProviderContext[Any]) -> AsyncIterator[PageReader | None]:
+    config = context.config
+    if not config.read_pages:
+        yield None
+        return
+    policy = AddressPolicy(config.allow_private)
+    transport = context.http_transport(max_connections=32, address_guard=policy.allows)
+    async with httpx2.AsyncClient(transport=transport, timeout=config.timeout_s, follow_redirects=True, max_redirects=5,
+                                  headers={"User-Agent": "stack-web-search/1"}) as client:
+        yield PageReader(client, policy, config.max_page_bytes)
+
+
+@contextlib.asynccontextmanager
 async def _tavily(context: ProviderContext[TavilyConfig]) -> AsyncIterator[WebSearchRuntime]:
     config = context.config
     async with context.http_client(base_url=config.base_url, timeout=config.timeout_s,
                                    headers={"Authorization": f"Bearer {config.api_key}"}) as client:
-        yield web_search_runtime(TavilyBackend(client, config.search_depth), config.timeout_s)
+        async with _reader(context) as reader:
+            yield web_search_runtime(TavilyBackend(client, config.search_depth), config.timeout_s, reader)
 
 
 @contextlib.asynccontextmanager
@@ -111,14 +130,16 @@ async def _brave(context: ProviderContext[BraveConfig]) -> AsyncIterator[WebSear
     config = context.config
     async with context.http_client(base_url=config.base_url, timeout=config.timeout_s,
                                    headers={"X-Subscription-Token": config.api_key, "Accept": "application/json"}) as client:
-        yield web_search_runtime(BraveBackend(client), config.timeout_s)
+        async with _reader(context) as reader:
+            yield web_search_runtime(BraveBackend(client), config.timeout_s, reader)
 
 
 @contextlib.asynccontextmanager
 async def _searxng(context: ProviderContext[SearxngConfig]) -> AsyncIterator[WebSearchRuntime]:
     config = context.config
     async with context.http_client(base_url=config.base_url, timeout=config.timeout_s, headers={"Accept": "application/json"}) as client:
-        yield web_search_runtime(SearxngBackend(client), config.timeout_s)
+        async with _reader(context) as reader:
+            yield web_search_runtime(SearxngBackend(client), config.timeout_s, reader)
 
 
 TAVILY = ProviderSpec(api=Api.tool_runtime, name="tavily", config_model=TavilyConfig, factory=_tavily,

@@ -12,7 +12,8 @@ import codecs
 import mimetypes
 import tempfile
 from collections.abc import AsyncIterator, Iterator
-from html.parser import HTMLParser
+
+from runtime.text import HTMLText
 
 __all__ = ["ExtractionError", "text_pieces"]
 
@@ -61,7 +62,7 @@ async def text_pieces(chunks: AsyncIterator[bytes], filename: str) -> AsyncItera
             yield piece
         return
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    parser = _HTMLText() if kind == "html" else None
+    parser = HTMLText() if kind == "html" else None
     data: bytes | None = head
     while data is not None:
         text = decoder.decode(data)
@@ -106,35 +107,3 @@ def _pdf_pages(handle: object, filename: str) -> Iterator[str]:
         raise ExtractionError("invalid_file", f"{filename} could not be read as a PDF ({type(error).__name__}: {str(error)[:200]}).") from None
 
 
-_SKIPPED = frozenset({"script", "style", "noscript", "template", "svg"})
-_BLOCKS = frozenset({"p", "div", "br", "li", "ul", "ol", "tr", "table", "section", "article", "header", "footer", "h1", "h2", "h3",
-                     "h4", "h5", "h6", "pre", "blockquote", "title", "hr", "dd", "dt", "figcaption", "main", "nav", "aside"})
-
-
-class _HTMLText(HTMLParser):
-    """The text of an HTML document, fed in pieces; block elements end lines."""
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self._skipping = 0
-        self._out: list[str] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag in _SKIPPED:
-            self._skipping += 1
-        elif tag in _BLOCKS:
-            self._out.append("\n")
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag in _SKIPPED:
-            self._skipping = max(0, self._skipping - 1)
-        elif tag in _BLOCKS:
-            self._out.append("\n")
-
-    def handle_data(self, data: str) -> None:
-        if not self._skipping:
-            self._out.append(data)
-
-    def take(self) -> str:
-        text, self._out = "".join(self._out), []
-        return text
