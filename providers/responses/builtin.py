@@ -146,7 +146,8 @@ async def create(context: ProviderContext[BuiltinResponsesConfig]) -> AsyncItera
     engine = ResponsesEngine(context.deps[Api.inference], store, context.deps.get(Api.conversations), lease_s=context.config.lease_s,
                              tools=context.deps.get(Api.tool_runtime), limits=limits, files=context.deps.get(Api.files),
                              seal=ReasoningSeal(lambda: load_key(context.config.reasoning_key, context.state_dir)),
-                             summary_model=context.config.summary_model, prompts=context.deps.get(Api.prompts))
+                             summary_model=context.config.summary_model, prompts=context.deps.get(Api.prompts),
+                             safety=context.deps.get(Api.safety))
     service = BuiltinResponses(engine, context.config)
     await engine.background.recover(at_start=True)
     sweeper = asyncio.get_running_loop().create_task(_sweep(engine))
@@ -173,6 +174,6 @@ BUILTIN = ProviderSpec(
     config_model=BuiltinResponsesConfig,
     factory=create,
     requires=(Api.inference,),
-    optional=(Api.conversations, Api.tool_runtime, Api.files, Api.prompts),
+    optional=(Api.conversations, Api.tool_runtime, Api.files, Api.prompts, Api.safety),
     description="The Responses API over any chat-completions model: stored, chained, streamed, background",
 )

@@ -26,6 +26,7 @@ from providers.responses.request import chat_request
 from providers.responses.store import ResponseStore
 from providers.responses.tools import RequestTools, check_server_tools, public_tools
 from providers.responses.translate import PART_EVENTS, Event, StreamTranslator, usage_from_chat
+from providers.responses.guardrails import guard_input
 from providers.responses.prompting import expand_prompt
 from providers.responses.sealing import ReasoningSeal
 from providers.responses.summaries import summarize, summary_events
@@ -33,6 +34,7 @@ from runtime import fastjson
 from runtime.apis.items import new_id, normalize_input
 from runtime.apis.files.protocol import FilesProvider
 from runtime.apis.prompts.protocol import PromptsProvider
+from runtime.apis.safety.protocol import SafetyProvider
 from runtime.apis.responses.models import CreateResponse, response_object
 from runtime.apis.tool_runtime.protocol import Citations, ToolContext
 from runtime.apis.tool_runtime.router import ToolRouter
@@ -88,6 +90,9 @@ class Turn:
     sequence: Callable[[], int] = field(default_factory=lambda: itertools.count().__next__)
     chat: ChatContext | None = None
     """History and input folded into chat messages, once `messages()` has been asked for."""
+    refusal: str | None = None
+    """Set when the input guardrail flagged this turn's input: the answer is this refusal, and no
+    model sees the input."""
 
     @property
     def stored(self) -> bool:
@@ -126,7 +131,7 @@ class ResponsesEngine:
     def __init__(self, inference: Inference, store: ResponseStore, conversations: Conversations | None = None,
                  lease_s: float = 30.0, tools: ToolRouter | None = None, limits: LoopLimits | None = None,
                  files: FilesProvider | None = None, seal: ReasoningSeal | None = None, summary_model: str | None = None,
-                 prompts: PromptsProvider | None = None) -> None:
+                 prompts: PromptsProvider | None = None, safety: SafetyProvider | None = None) -> None:
         self.inference = inference
         self.store = store
         self.conversations = conversations
@@ -138,6 +143,7 @@ class ResponsesEngine:
         self.seal = seal
         self.summary_model = summary_model
         self.prompts = prompts
+        self.safety = safety
         self._tasks: set[asyncio.Task[Any]] = set()
         self.background = Background(self)
         # Stored responses this process is streaming to a client; their leases are renewed
@@ -179,6 +185,8 @@ class ResponsesEngine:
             response["prompt"] = prompt
         turn = Turn(request, response, input_items, context.items, context.ancestors, context.chat, self.renderers,
                     self.seal.reveal if self.seal is not None else None)
+        if self.safety is not None and self.safety.guardrails.input:
+            turn.refusal = await guard_input(self.safety, request.instructions, input_items)
         await self.read_files(turn)
         if not request.background:
             await self.open_tools(turn)
@@ -318,6 +326,17 @@ class ResponsesEngine:
         so the upstream's model name need not be swapped back)."""
         reasoning = turn.request.reasoning or {}
         style = str(reasoning.get("summary") or reasoning.get("generate_summary") or "")
+        if turn.refusal is not None:
+            refusal = turn.refusal
+
+            async def refuse(translator: StreamTranslator, offered: tuple[list[dict[str, Any]], Any] | None,
+                             max_tokens: int | None) -> AsyncIterator[Event]:
+                # The refusal in place of the model's answer, through the same events a model's refusal makes.
+                for event in translator.feed({"choices": [{"index": 0, "delta": {"role": "assistant", "refusal": refusal},
+                                                           "finish_reason": "stop"}]}):
+                    yield event
+
+            return refuse
 
         async def call(translator: StreamTranslator, offered: tuple[list[dict[str, Any]], Any] | None,
                        max_tokens: int | None) -> AsyncIterator[Event]:

@@ -29,6 +29,8 @@ from runtime.apis.tool_runtime.router import open_tool_router
 from runtime.apis.vector_stores import routes as vector_stores_routes
 from runtime.apis.vector_stores.protocol import VectorStoresProvider
 from runtime.apis.prompts import routes as prompts_routes
+from runtime.apis.safety import routes as safety_routes
+from runtime.apis.safety.protocol import SafetyProvider
 from runtime.apis.prompts.protocol import PromptsProvider
 
 if TYPE_CHECKING:
@@ -74,4 +76,5 @@ SURFACES: dict[Api, ApiSurface] = {
     Api.files: ApiSurface(Api.files, files_routes.router, protocol=FilesProvider, body_limits=files_routes.upload_limits),
     Api.vector_stores: ApiSurface(Api.vector_stores, vector_stores_routes.router, protocol=VectorStoresProvider),
     Api.prompts: ApiSurface(Api.prompts, prompts_routes.router, protocol=PromptsProvider),
+    Api.safety: ApiSurface(Api.safety, safety_routes.router, protocol=SafetyProvider),
 }

@@ -422,6 +422,8 @@ def base_text(directives: Directives, tool_result: str | None) -> str:
     """The answer text before per-request shaping (choices, json format, stop, max tokens)."""
     if tool_result is not None:
         return directives.answer if directives.answer is not None else f"Tool result: {tool_result}"
+    if directives.answer is not None and not directives.tools:  # no tool to wait for: the answer at once
+        return directives.answer
     if directives.tokens is not None:
         return " ".join(f"tok{i}" for i in range(1, directives.tokens + 1))
     return f"You said: {directives.text}" if directives.text else DEFAULT_TEXT
@@ -739,6 +741,35 @@ def answer_chat(raw: bytes) -> Reply | StreamReply:
     return StreamReply(tuple(events), plan.slow_ms, plan.cut)
 
 
+MODERATION_CATEGORIES = ("harassment", "harassment/threatening", "hate", "hate/threatening", "illicit", "illicit/violent", "self-harm",
+                         "self-harm/instructions", "self-harm/intent", "sexual", "sexual/minors", "violence", "violence/graphic")
+
+
+def answer_moderations(raw: bytes) -> Reply:
+    """OpenAI's moderation of each input: a text holding `[flag:CATEGORY]` is flagged for it;
+    `[moderation-error:STATUS]` fails the request (and only it: chat ignores the directive)."""
+    try:
+        body = parse_body(raw)
+        value = body.get("input") if isinstance(body, dict) else None
+        inputs = [value] if isinstance(value, str) else [value] if isinstance(value, list) and value and isinstance(value[0], dict) else value
+        if not isinstance(inputs, list) or not inputs:
+            raise missing_parameter("input")
+        results = []
+        for item in inputs:
+            text = item if isinstance(item, str) else " ".join(str(p.get("text", "")) for p in item if isinstance(p, dict))
+            failed = re.search(r"\[moderation-error:(\d{3})\]", text)
+            if failed:
+                raise status_error(int(failed.group(1)))
+            flagged = set(re.findall(r"\[flag:([a-z/-]+)\]", text))
+            results.append({"flagged": bool(flagged), "categories": {c: c in flagged for c in MODERATION_CATEGORIES},
+                            "category_scores": {c: 0.97 if c in flagged else 0.001 for c in MODERATION_CATEGORIES},
+                            "category_applied_input_types": {c: ["text"] for c in MODERATION_CATEGORIES}})
+        model = body.get("model") or "omni-moderation-latest"
+        return Reply(200, dumps({"id": "modr-fake", "model": model, "results": results}))
+    except UpstreamError as error:
+        return error_reply(error)
+
+
 def answer_embeddings(raw: bytes) -> Reply:
     """The whole answer to an embeddings request body."""
     try:
@@ -854,6 +885,10 @@ class FakeUpstreamApp:
         if self._abandoned is not None:
             self._abandoned.append(request.url.path)
 
+    async def moderations(self, request: Request) -> Response:
+        raw = await request.body()
+        return await respond(self._admit(request, raw) or answer_moderations(raw))
+
     async def embeddings(self, request: Request) -> Response:
         raw = await request.body()
         return await respond(self._admit(request, raw) or self._embeddings(raw))
@@ -884,6 +919,7 @@ def create_app(api_key: str | None = None, recorded: list[RecordedRequest] | Non
         routes=[
             Route("/v1/chat/completions", handlers.chat_completions, methods=["POST"]),
             Route("/v1/embeddings", handlers.embeddings, methods=["POST"]),
+            Route("/v1/moderations", handlers.moderations, methods=["POST"]),
             Route("/v1/models", handlers.list_models, methods=["GET"]),
             Route("/v1/models/{model:path}", handlers.get_model, methods=["GET"]),
         ]

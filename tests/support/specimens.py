@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from providers.spec import Api, EmptyConfig, ProviderContext, ProviderSpec
+from runtime.apis.safety.protocol import Guardrails, moderation_result
 from runtime.apis.tool_runtime.protocol import PublicTool
 
 EVENTS: list[str] = []
@@ -50,6 +51,16 @@ class RecordedInference(Recorded):
 
     async def embeddings(self, request: Any) -> bytes:
         raise NotImplementedError("specimen providers answer no requests")
+
+
+@dataclass
+class RecordedSafety(Recorded):
+    """A specimen safety provider: it runs no guardrails and flags nothing."""
+
+    guardrails: Guardrails = field(default_factory=Guardrails)
+
+    async def moderate(self, inputs: Any, model: str | None = None) -> dict[str, Any]:
+        return {"id": "modr-specimen", "model": model or "specimen", "results": [moderation_result(()) for _ in inputs]}
 
 
 @dataclass
@@ -99,7 +110,8 @@ def _recording(fail_on_start: bool = False, kind: type[Recorded] | None = None) 
             raise ConnectionError("upstream refused the connection")
         EVENTS.append(f"start {label}")
         try:
-            made = kind or {Api.inference: RecordedInference, Api.tool_runtime: RecordedTools}.get(context.api, Recorded)
+            made = kind or {Api.inference: RecordedInference, Api.tool_runtime: RecordedTools, Api.safety: RecordedSafety}.get(
+                context.api, Recorded)
             yield made(context.provider_id, context.config, dict(context.deps))
         finally:
             EVENTS.append(f"stop {label}")

@@ -1,4 +1,5 @@
-"""A safety provider that flags text containing blocked words.
+"""A safety provider that flags text containing blocked words (as `illicit`), written against the
+stack's contract only (runtime.apis.safety.protocol).
 
 It appends `started` and `stopped` to `audit_log` (when set), so tests can see its lifecycle hooks.
 """
@@ -6,12 +7,14 @@ It appends `started` and `stopped` to `audit_log` (when set), so tests can see i
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from providers.spec import Api, ProviderContext, ProviderSpec
+from runtime.apis.safety.protocol import Guardrails, moderation_result
 
 
 class KeywordFilterConfig(BaseModel):
@@ -22,12 +25,20 @@ class KeywordFilterConfig(BaseModel):
 
 
 class KeywordFilter:
+    guardrails = Guardrails()
+
     def __init__(self, blocked_words: list[str]) -> None:
         self.blocked_words = [word.lower() for word in blocked_words]
 
     def flagged(self, text: str) -> bool:
         lowered = text.lower()
         return any(word in lowered for word in self.blocked_words)
+
+    async def moderate(self, inputs: Sequence[str | Mapping[str, Any]], model: str | None = None) -> dict[str, Any]:
+        texts = [item if isinstance(item, str) else " ".join(str(part.get("text", "")) for part in item.get("parts", ()))
+                 for item in inputs]
+        return {"id": "modr-keyword-filter", "model": model or "keyword-filter",
+                "results": [moderation_result(["illicit"] if self.flagged(text) else []) for text in texts]}
 
 
 def _audit(config: KeywordFilterConfig, provider_id: str, event: str) -> None:

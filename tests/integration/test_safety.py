@@ -1,0 +1,123 @@
+"""Safety: POST /v1/moderations through the openai SDK, by an OpenAI-compatible moderations
+endpoint (the fake upstream's) and by a guard model (Llama Guard's verdicts, from the fake
+upstream's chat); and the input guardrail of Responses, in server and library modes."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import openai
+import pytest
+
+from fake_upstream.server import FakeUpstream, running_fake_upstream
+from runtime.library_client import LibraryClient
+from runtime.testing.targets import open_target
+
+
+@dataclass
+class Stack:
+    client: openai.OpenAI
+    upstream: FakeUpstream
+
+    def chat_calls(self) -> int:
+        return len(self.upstream.bodies("/v1/chat/completions"))
+
+
+def config(root: Path, upstream: str, safety: str) -> Path:
+    path = root / "run.yaml"
+    path.write_text(f"""
+name: safety
+state_dir: {root / 'state'}
+recording: {{mode: live}}
+providers:
+  inference: [{{provider_id: fake, provider_type: openai, config: {{base_url: "{upstream}", api_key: k}}}}]
+  responses: [{{provider_id: builtin, provider_type: builtin}}]
+  safety: [{safety}]
+""")
+    return path
+
+
+@pytest.fixture(scope="module", params=["server", "library"])
+def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    root = tmp_path_factory.mktemp("safety")
+    with running_fake_upstream() as upstream:
+        safety = f'{{provider_id: moderation, provider_type: openai, config: {{base_url: "{upstream.base_url}", check_input: true}}}}'
+        with open_target(f"{request.param}:{config(root, upstream.base_url, safety)}", env={**os.environ, "STACK_RECORDING_MODE": "live"}) as target:
+            client = target.openai(max_retries=0, timeout=30)
+            yield Stack(client, upstream)
+            client.close()
+
+
+def test_moderations_classify_each_input_in_openais_shape(stack: Stack) -> None:
+    result = stack.client.moderations.create(input=["a calm day at sea", "[flag:violence] [flag:hate] a threat"])
+    calm, threat = result.results
+    assert not calm.flagged and threat.flagged
+    assert threat.categories.violence and threat.categories.hate and not threat.categories.self_harm
+    assert threat.category_scores.violence > 0.9 and result.model == "omni-moderation-latest"
+    parts = stack.client.moderations.create(model="omni-moderation-latest", input=[
+        {"type": "text", "text": "[flag:self-harm] text"}, {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}])
+    assert len(parts.results) == 1 and parts.results[0].categories.self_harm
+
+
+@pytest.mark.parametrize(("body", "param"), [({}, "input"), ({"input": [1, 2]}, "input[0]"), ({"input": "x", "user": "u"}, "user")])
+def test_a_malformed_moderation_request_is_a_400_naming_the_field(stack: Stack, body: dict[str, object], param: str) -> None:
+    with pytest.raises(openai.BadRequestError) as refused:
+        stack.client.post("/moderations", body=body, cast_to=object)
+    assert refused.value.body["param"] == param  # type: ignore[index]
+
+
+def test_flagged_input_is_refused_and_no_model_sees_it(stack: Stack) -> None:
+    before = stack.chat_calls()
+    response = stack.client.responses.create(model="fake-model", input="[flag:violence] tell me how to hurt them")
+    (message,) = response.output
+    assert response.status == "completed" and message.type == "message"
+    assert [(part.type, getattr(part, "refusal", None)) for part in message.content] == [("refusal", "I can't help with that.")]
+    assert stack.chat_calls() == before
+    events = list(stack.client.responses.create(model="fake-model", input="[flag:hate] hateful words", stream=True))
+    kinds = [event.type for event in events]
+    assert "response.refusal.delta" in kinds and "response.refusal.done" in kinds and kinds[-1] == "response.completed"
+    assert "response.output_text.delta" not in kinds and stack.chat_calls() == before
+
+
+def test_clean_input_goes_to_the_model(stack: Stack) -> None:
+    before = stack.chat_calls()
+    response = stack.client.responses.create(model="fake-model", input="[tokens:2] a calm question")
+    assert response.output_text == "tok1 tok2" and stack.chat_calls() == before + 1
+    moderated = stack.upstream.bodies("/v1/moderations")[-1]
+    assert moderated["input"] == ["[tokens:2] a calm question"]
+
+
+def test_a_guard_that_fails_refuses_the_request_when_it_fails_closed(stack: Stack) -> None:
+    with pytest.raises(openai.APIStatusError) as refused:
+        stack.client.responses.create(model="fake-model", input="[moderation-error:500] anything")
+    assert refused.value.status_code == 503 and refused.value.body["code"] == "guardrail_unavailable"  # type: ignore[index]
+
+
+def test_a_guard_that_fails_open_lets_the_request_pass(tmp_path: Path) -> None:
+    with running_fake_upstream() as upstream:
+        safety = (f'{{provider_id: moderation, provider_type: openai, config: {{base_url: "{upstream.base_url}", check_input: true, '
+                  'fail_closed: false}}')
+        with LibraryClient(config(tmp_path, upstream.base_url, safety), env={}) as library:
+            response = library.openai(max_retries=0).responses.create(model="fake-model", input="[moderation-error:500] [tokens:1] hi")
+    assert response.output_text == "tok1"
+
+
+def test_a_guard_model_judges_with_llama_guards_verdicts(tmp_path: Path) -> None:
+    with running_fake_upstream() as upstream:
+        safety = "{provider_id: guard, provider_type: llama-guard, config: {model: fake-model}}"
+        with LibraryClient(config(tmp_path, upstream.base_url, safety), env={}) as library:
+            client = library.openai(max_retries=0)
+            unsafe = client.moderations.create(input=f'[answer {json.dumps({"text": "unsafe" + chr(10) + "S10,S1"})}] some text')
+            assert unsafe.results[0].flagged and unsafe.results[0].categories.hate and unsafe.results[0].categories.violence
+            assert unsafe.model == "fake-model"
+            safe = client.moderations.create(input=f'[answer {json.dumps({"text": "safe"})}] hello')
+            assert not safe.results[0].flagged
+            with pytest.raises(openai.APIStatusError) as confused:
+                client.moderations.create(input=f'[answer {json.dumps({"text": "I think it is fine"})}] hello')
+            assert confused.value.status_code == 502
+    judged = upstream.bodies()[-1]
+    assert judged["model"] == "fake-model" and judged["messages"][-1]["role"] == "user"
