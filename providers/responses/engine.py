@@ -26,7 +26,6 @@ from providers.responses.request import chat_request
 from providers.responses.store import ResponseStore
 from providers.responses.tools import RequestTools, check_server_tools, public_tools
 from providers.responses.translate import PART_EVENTS, Event, StreamTranslator, usage_from_chat
-from providers.responses.guardrails import guard_input
 from providers.responses.prompting import expand_prompt
 from providers.responses.sealing import ReasoningSeal
 from providers.responses.summaries import summarize, summary_events
@@ -34,6 +33,7 @@ from runtime import fastjson
 from runtime.apis.items import new_id, normalize_input
 from runtime.apis.files.protocol import FilesProvider
 from runtime.apis.prompts.protocol import PromptsProvider
+from runtime.apis.safety.guard import guard_input
 from runtime.apis.safety.protocol import SafetyProvider
 from runtime.apis.responses.models import CreateResponse, response_object
 from runtime.apis.tool_runtime.protocol import Citations, ToolContext

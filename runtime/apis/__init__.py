@@ -69,7 +69,8 @@ class ApiSurface:
 
 
 SURFACES: dict[Api, ApiSurface] = {
-    Api.inference: ApiSurface(Api.inference, inference_routes.router, open_inference_router, InferenceProvider, uses=(Api.files,)),
+    Api.inference: ApiSurface(Api.inference, inference_routes.router, open_inference_router, InferenceProvider,
+                              uses=(Api.files, Api.safety)),
     Api.responses: ApiSurface(Api.responses, responses_routes.router, protocol=ResponsesProvider),
     Api.conversations: ApiSurface(Api.conversations, conversations_routes.router, protocol=ConversationsProvider),
     Api.tool_runtime: ApiSurface(Api.tool_runtime, None, open_tool_router, ToolRuntime),

@@ -121,3 +121,26 @@ def test_a_guard_model_judges_with_llama_guards_verdicts(tmp_path: Path) -> None
             assert confused.value.status_code == 502
     judged = upstream.bodies()[-1]
     assert judged["model"] == "fake-model" and judged["messages"][-1]["role"] == "user"
+
+
+def test_flagged_chat_input_is_refused_as_a_content_filter_and_no_model_sees_it(stack: Stack) -> None:
+    before = stack.chat_calls()
+    completion = stack.client.chat.completions.create(model="fake-model", messages=[{"role": "user", "content": "[flag:violence] hurt"}])
+    choice = completion.choices[0]
+    assert choice.finish_reason == "content_filter" and choice.message.refusal == "I can't help with that."
+    assert choice.message.content is None and completion.id.startswith("chatcmpl-")
+    chunks = list(stack.client.chat.completions.create(model="fake-model", stream=True, stream_options={"include_usage": True},
+                                                       messages=[{"role": "user", "content": "[flag:hate] words"}]))
+    assert chunks[0].choices[0].delta.refusal == "I can't help with that."
+    assert chunks[1].choices[0].finish_reason == "content_filter" and chunks[-1].usage is not None
+    assert stack.chat_calls() == before
+
+
+def test_chat_checks_only_what_a_request_adds_after_the_last_answer(stack: Stack) -> None:
+    before = stack.chat_calls()
+    completion = stack.client.chat.completions.create(model="fake-model", messages=[
+        {"role": "user", "content": "[flag:violence] an old message, answered before"},
+        {"role": "assistant", "content": "I can't help with that."},
+        {"role": "user", "content": "[tokens:2] a new, calm one"}])
+    assert completion.choices[0].message.content == "tok1 tok2" and stack.chat_calls() == before + 1
+    assert stack.upstream.bodies("/v1/moderations")[-1]["input"] == ["[tokens:2] a new, calm one"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +23,10 @@ from runtime.apis.common import (
 from runtime.apis.files.inline import chat_messages_with_files
 from runtime.apis.inference.checks import SHAPES
 from runtime.apis.files.protocol import FilesProvider
+from runtime.apis.inference.store import new_completion_id
+from runtime.apis.safety.guard import guard_input
+from runtime.apis.safety.protocol import SafetyProvider
+from runtime import fastjson
 from runtime.errors import APIError, InvalidRequestError, error_body
 from runtime.middleware import Draining
 from runtime.sse import DONE, EventStreamResponse, sse_frame
@@ -62,7 +67,8 @@ EMBEDDINGS_BODY = _body_schema(["model", "input"], {
 })
 
 
-def router(impl: InferenceRouter, files: FilesProvider | None = None) -> APIRouter:
+def router(impl: InferenceRouter, files: FilesProvider | None = None, safety: SafetyProvider | None = None) -> APIRouter:
+    guarded = safety if safety is not None and safety.guardrails.input else None
     routes = APIRouter()
 
     @routes.post("/chat/completions", summary="Create a chat completion (streamed with `stream: true`)", openapi_extra=CHAT_BODY)
@@ -74,6 +80,10 @@ def router(impl: InferenceRouter, files: FilesProvider | None = None) -> APIRout
         if b'"file_id"' in raw:  # a bytes scan: the hot path parses nothing more
             body["messages"] = await chat_messages_with_files(body["messages"], files)
             forwarded = None  # the upstream is sent the body as read in
+        if guarded is not None:
+            refusal = await guard_input(guarded, None, _new_messages(body["messages"]))
+            if refusal is not None:
+                return _refused(body, refusal)
         if body.get("stream") is True:
             return await _sse_response(request, await impl.stream_chat_completion(body, forwarded))
         return _json_or_gone(await unless_disconnected(request, impl.chat_completion(body, forwarded)))
@@ -188,6 +198,34 @@ def _check_number(name: str, value: Any) -> None:
 
 # Parsed JSON holds exactly these classes (a bool is not looked up as an int).
 _JSON_TYPES = {bool: "a boolean", str: "a string", list: "an array", dict: "an object", float: "a decimal", int: "an integer"}
+
+
+def _new_messages(messages: Any) -> list[Any]:
+    """The messages after the last assistant message: what this request adds to the conversation
+    (what came before was checked when it was new)."""
+    if not isinstance(messages, list):
+        return []
+    last = max((index for index, message in enumerate(messages) if isinstance(message, dict) and message.get("role") == "assistant"),
+               default=-1)
+    return [message for message in messages[last + 1:] if isinstance(message, dict)]
+
+
+def _refused(body: dict[str, Any], refusal: str) -> Response:
+    """The answer to flagged input, as a model's refusal (`finish_reason: content_filter`), streamed or not."""
+    completion_id, created, model = new_completion_id(), int(time.time()), str(body.get("model"))
+    if body.get("stream") is not True:
+        return JSONBytes({"id": completion_id, "object": "chat.completion", "created": created, "model": model,
+                          "choices": [{"index": 0, "message": {"role": "assistant", "content": None, "refusal": refusal},
+                                       "logprobs": None, "finish_reason": "content_filter"}],
+                          "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}})
+    base = {"id": completion_id, "object": "chat.completion.chunk", "created": created, "model": model}
+    chunks = [{**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": None, "refusal": refusal},
+                                    "logprobs": None, "finish_reason": None}]},
+              {**base, "choices": [{"index": 0, "delta": {}, "logprobs": None, "finish_reason": "content_filter"}]}]
+    if (body.get("stream_options") or {}).get("include_usage"):
+        chunks.append({**base, "choices": [], "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}})
+    frames = b"".join(b"data: " + fastjson.dumps(chunk) + b"\n\n" for chunk in chunks) + b"data: [DONE]\n\n"
+    return Response(frames, media_type="text/event-stream")
 
 
 async def _sse_response(request: Request, chunks: AsyncIterator[bytes]) -> Response:

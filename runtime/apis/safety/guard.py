@@ -1,6 +1,7 @@
-"""The input guardrail of Responses: this turn's input (and instructions) checked by the stack's
-safety provider before any model sees it. Flagged input is answered with the provider's refusal;
-a provider that cannot answer refuses the request (503) when it fails closed, else lets it pass."""
+"""The input guardrail, for Responses and chat alike: a request's new input checked by the
+stack's safety provider before any model sees it. Flagged input is answered with the provider's
+refusal; a provider that cannot answer refuses the request (503) when it fails closed, else lets
+it pass."""
 
 from __future__ import annotations
 
@@ -17,10 +18,11 @@ log = logging.getLogger("stack")
 
 
 def input_text(instructions: str | None, items: Sequence[Mapping[str, Any]]) -> str:
-    """The text a model would read of the turn's own input: instructions and messages' text parts."""
+    """The text a model would read of the turn's own input: instructions, and the text of messages
+    (Responses message items, or chat messages): string contents and parts' `text`."""
     texts = [instructions] if instructions else []
     for item in items:
-        if item.get("type") != "message":
+        if item.get("type", "message") != "message":
             continue
         content = item.get("content")
         if isinstance(content, str):
