@@ -67,6 +67,9 @@ class Conversations(Protocol):
     async def append_items(self, conversation_id: str, items: Sequence[dict[str, Any]]) -> None: ...
 
 
+OUTPUT_BATCH_CHARS = 400  # text held before the output guardrail checks it: a few sentences, not every token
+
+
 @dataclass
 class Turn:
     """One response being produced."""
@@ -225,7 +228,9 @@ class ResponsesEngine:
     def _loop(self, turn: Turn, *, stream: bool) -> ToolLoop:
         def translator(first_index: int, is_server: Callable[[str], bool], citations: Callable[[], Citations | None] | None) -> StreamTranslator:
             return StreamTranslator(first_output_index=first_index, with_logprobs=turn.request.wants_logprobs(), is_server=is_server,
-                                    citations=citations, seal=seal)
+                                    citations=citations, seal=seal, guard=guard)
+
+        guard = self.safety is not None and self.safety.guardrails.output
 
         sealing = self.seal is not None and "reasoning.encrypted_content" in (turn.request.include or ())
         seal = self.seal.seal if sealing and self.seal is not None else None
@@ -352,13 +357,47 @@ class ResponsesEngine:
                 raw = await self._with_truncation(turn, partial(self.inference.chat_completion, echo_model=False), False, offered, max_tokens)
                 for event in translator.feed_completion(_upstream_json(raw)):
                     yield event
+                for event in await self._check_output(translator, final=True):
+                    yield event
                 return
             chunks = await self._with_truncation(turn, partial(self.inference.stream_chat_completion, echo_model=False), True, offered, max_tokens)
             async for chunk in chunks:
                 for event in translator.feed(_upstream_json(chunk)):
                     yield event
+                if translator.guard:
+                    for event in await self._check_output(translator, final=False):
+                        yield event
+                    if translator.blocked:
+                        return  # closes the upstream's stream: the rest of a flagged answer is not read
+            for event in await self._check_output(translator, final=True):
+                yield event
 
         return call if style else upstream  # no layer between the upstream and the loop unless summaries are asked for
+
+    async def _check_output(self, translator: StreamTranslator, *, final: bool) -> list[Event]:
+        """The output guardrail: the held text checked once a batch of it is in (or the answer
+        ended); its events released, or dropped and the answer ended as content_filter."""
+        if not translator.guard or translator.blocked:
+            return []
+        text = translator.unchecked
+        if not text.strip():
+            return translator.release() if final or not text else []
+        if not final and len(text) < OUTPUT_BATCH_CHARS:
+            return []
+        assert self.safety is not None
+        try:
+            moderation = await self.safety.moderate([text])
+        except APIError as error:
+            if self.safety.guardrails.fail_closed:
+                translator.block()
+                raise UpstreamError(f"The answer could not be checked for safety (the safety provider failed: {error.message}), and "
+                                    "this server does not pass on what it cannot check.", status_code=503,
+                                    code="guardrail_unavailable") from None
+            log.warning("the output guardrail could not check an answer and let it pass: %s", error.message)
+            return translator.release()
+        if any(result.get("flagged") for result in moderation.get("results") or ()):
+            return translator.block()
+        return translator.release()
 
     async def _summary(self, turn: Turn, item: dict[str, Any], output_index: int, style: str,
                        translator: StreamTranslator) -> list[Event]:

@@ -107,7 +107,7 @@ class ToolLoop:
             translator = self.translator = self.make_translator(len(self.output), is_server, citations)
             async for event in self.model(translator, offered, budget):
                 yield event
-            cut = translator.finish_reason == "length"
+            cut = translator.finish_reason in ("length", "content_filter")
             for event in translator.finish("incomplete" if cut else "completed"):
                 yield event
             self.translator = None
@@ -116,7 +116,8 @@ class ToolLoop:
                 self.usages.append(translator.usage)
             self.service_tier = translator.service_tier or self.service_tier
             if cut:
-                self.status, self.incomplete_reason = "incomplete", "max_output_tokens"
+                self.status = "incomplete"
+                self.incomplete_reason = "content_filter" if translator.finish_reason == "content_filter" else "max_output_tokens"
                 return
             calls = self._server_calls(translator)
             if calls:

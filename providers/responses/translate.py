@@ -23,6 +23,8 @@ __all__ = ["PART_EVENTS", "Event", "ServerCall", "StreamTranslator", "output_fro
 
 Event = dict[str, Any]
 
+_HELD_DELTAS = frozenset({"response.output_text.delta", "response.reasoning_text.delta"})
+
 # Content-part events also name their response (whoever numbers the events adds it): OGX's
 # clients and conformance suite read `response_id` there. OpenAI's events do not carry it; other
 # clients ignore the extra field.
@@ -36,6 +38,8 @@ class _Part:
     logprobs: list[dict[str, Any]] = field(default_factory=list)
     annotations: list[dict[str, Any]] = field(default_factory=list)
     citations: Citations | None = None
+    released: int = 0
+    """How much of the text clients have been sent (the output guardrail holds the rest)."""
 
 
 @dataclass
@@ -76,6 +80,12 @@ class StreamTranslator:
     """Gives each output_text part what turns its source markers into annotations (None: no sources)."""
     seal: Callable[[Mapping[str, Any]], str] | None = None
     """Seals a finished reasoning item's content into its `encrypted_content` (include asked for it)."""
+    guard: bool = False
+    """Hold every event from the first unchecked text on, until the output guardrail `release`s or
+    `block`s them (nothing unchecked reaches a client)."""
+    blocked: bool = False
+    _held: list[Event] = field(default_factory=list)
+    _unchecked: list[str] = field(default_factory=list)
     items: list[_Item] = field(default_factory=list)
     _open: _Item | None = None
     _calls: dict[int, _Item] = field(default_factory=dict)
@@ -95,6 +105,52 @@ class StreamTranslator:
         return [self._server[index] for index in sorted(self._server)]
 
     def feed(self, chunk: Mapping[str, Any]) -> list[Event]:
+        if self.blocked:
+            return []  # the rest of a blocked answer is read and dropped
+        events = self._feed(chunk)
+        return self._hold(events) if self.guard else events
+
+    # --- the output guardrail -------------------------------------------------------------------
+
+    @property
+    def unchecked(self) -> str:
+        """Text and reasoning held for the guardrail to check."""
+        return "".join(self._unchecked)
+
+    def _hold(self, events: list[Event]) -> list[Event]:
+        texts = [str(event["delta"]) for event in events if event["type"] in _HELD_DELTAS]
+        if not texts and not self._held:
+            return events
+        self._held += events
+        self._unchecked += texts
+        return []
+
+    def release(self) -> list[Event]:
+        """The held events: their text was checked and may go to clients."""
+        events, self._held, self._unchecked = self._held, [], []
+        for item in self.items:
+            for part in item.parts:
+                part.released = sum(map(len, part.text))
+        return events
+
+    def block(self) -> list[Event]:
+        """Drop the held text (the guardrail flagged it): every part keeps only what was released,
+        the answer ends with `finish_reason: content_filter`. The events that open items and
+        parts are still given, so the stream stays whole."""
+        kept = [event for event in self._held if event["type"] in ("response.output_item.added", "response.content_part.added")]
+        self._held, self._unchecked = [], []
+        for item in self.items:
+            for part in item.parts:
+                text = "".join(part.text)[:part.released]
+                part.text = [text] if text else []
+                part.citations = None
+            if item is not self._open and "content" in item.item:
+                item.item["content"] = [_part_body(part, done=True) for part in item.parts]
+        self.blocked = True
+        self.finish_reason = "content_filter"
+        return kept
+
+    def _feed(self, chunk: Mapping[str, Any]) -> list[Event]:
         if chunk.get("usage"):
             self.usage = dict(chunk["usage"])
         if isinstance(chunk.get("service_tier"), str):

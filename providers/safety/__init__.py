@@ -16,8 +16,10 @@ class GuardrailsConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     check_input: bool = Field(default=False, description="Check Responses input and chat messages before any model sees them")
+    check_output: bool = Field(default=False, description=(
+        "Check Responses output (text and reasoning, in batches of about 400 characters) before any client sees it"))
     fail_closed: bool = Field(default=True, description="When moderation cannot be made, refuse the request (503) rather than pass it")
     refusal: str = Field(default="I can't help with that.", min_length=1, description="What a refused request is answered")
 
     def guardrails(self) -> Guardrails:
-        return Guardrails(input=self.check_input, fail_closed=self.fail_closed, refusal=self.refusal)
+        return Guardrails(input=self.check_input, output=self.check_output, fail_closed=self.fail_closed, refusal=self.refusal)

@@ -144,3 +144,51 @@ def test_chat_checks_only_what_a_request_adds_after_the_last_answer(stack: Stack
         {"role": "user", "content": "[tokens:2] a new, calm one"}])
     assert completion.choices[0].message.content == "tok1 tok2" and stack.chat_calls() == before + 1
     assert stack.upstream.bodies("/v1/moderations")[-1]["input"] == ["[tokens:2] a new, calm one"]
+
+
+CALM = ("The sea was calm and the boats stayed in the harbour. " * 10).strip()  # 549 characters: more than one batch
+
+
+@pytest.fixture(scope="module", params=["server", "library"])
+def guarded(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """A stack whose safety provider checks model output (and not input)."""
+    root = tmp_path_factory.mktemp("output-guard")
+    with running_fake_upstream() as upstream:
+        safety = f'{{provider_id: moderation, provider_type: openai, config: {{base_url: "{upstream.base_url}", check_output: true}}}}'
+        with open_target(f"{request.param}:{config(root, upstream.base_url, safety)}", env={**os.environ, "STACK_RECORDING_MODE": "live"}) as target:
+            client = target.openai(max_retries=0, timeout=30)
+            yield Stack(client, upstream)
+            client.close()
+
+
+def _answer(text: str) -> str:
+    return f"[answer {json.dumps({'text': text})}]"
+
+
+def test_clean_output_streams_through_checked_in_batches(guarded: Stack) -> None:
+    before = len(guarded.upstream.bodies("/v1/moderations"))
+    events = list(guarded.client.responses.create(model="fake-reasoner", input=_answer(CALM), stream=True))
+    final = events[-1].response  # type: ignore[union-attr]
+    assert final.status == "completed" and final.output_text == CALM
+    assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == CALM  # type: ignore[union-attr]
+    checks = guarded.upstream.bodies("/v1/moderations")[before:]
+    assert 2 <= len(checks) <= 4  # batches of text, not a check per token
+    assert "".join(check["input"][0] for check in checks) == final.output[0].content[0].text + CALM  # reasoning, then the answer
+
+
+def test_flagged_output_is_stopped_before_any_client_sees_it(guarded: Stack) -> None:
+    flagged = CALM + " Then [flag:violence] something terrible. " + CALM
+    events = list(guarded.client.responses.create(model="fake-model", input=_answer(flagged), stream=True))
+    sent = "".join(e.delta for e in events if e.type == "response.output_text.delta")  # type: ignore[union-attr]
+    assert "[flag:violence]" not in sent and sent and CALM.startswith(sent)
+    final = events[-1]
+    assert final.type == "response.incomplete" and final.response.incomplete_details.reason == "content_filter"  # type: ignore[union-attr]
+    assert final.response.output_text == sent  # type: ignore[union-attr]
+    stored = guarded.client.responses.retrieve(final.response.id)  # type: ignore[union-attr]
+    assert stored.output_text == sent and stored.status == "incomplete"
+
+
+def test_a_flagged_answer_that_is_not_streamed_is_not_returned(guarded: Stack) -> None:
+    response = guarded.client.responses.create(model="fake-model", input=_answer("[flag:hate] words"))
+    assert response.status == "incomplete" and response.incomplete_details is not None
+    assert response.incomplete_details.reason == "content_filter" and "[flag:hate]" not in response.output_text
