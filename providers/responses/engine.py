@@ -361,22 +361,66 @@ class ResponsesEngine:
                     yield event
                 return
             chunks = await self._with_truncation(turn, partial(self.inference.stream_chat_completion, echo_model=False), True, offered, max_tokens)
-            async for chunk in chunks:
-                for event in translator.feed(_upstream_json(chunk)):
-                    yield event
-                if translator.guard:
-                    for event in await self._check_output(translator, final=False):
+            if not translator.guard:
+                async for chunk in chunks:
+                    for event in translator.feed(_upstream_json(chunk)):
                         yield event
+                return
+            # A batch is checked while the answer goes on streaming into the hold; its events are
+            # released once its check is back (the client waits for one check, not for each).
+            pending: tuple[asyncio.Task[bool], int] | None = None
+            try:
+                async for chunk in chunks:
+                    for event in translator.feed(_upstream_json(chunk)):  # what is not held (nothing unchecked before it)
+                        yield event
+                    if pending is not None and pending[0].done():
+                        for event in self._settle(translator, pending):
+                            yield event
+                        pending = None
+                        if translator.blocked:
+                            return  # closes the upstream's stream: the rest of a flagged answer is not read
+                    if pending is None and len(translator.unchecked) >= OUTPUT_BATCH_CHARS:
+                        pending = (asyncio.ensure_future(self._flagged(translator.unchecked)), translator.held)
+                if pending is not None:
+                    await asyncio.wait([pending[0]])
+                    for event in self._settle(translator, pending):
+                        yield event
+                    pending = None
                     if translator.blocked:
-                        return  # closes the upstream's stream: the rest of a flagged answer is not read
+                        return
+            finally:
+                if pending is not None:
+                    pending[0].cancel()
             for event in await self._check_output(translator, final=True):
                 yield event
 
         return call if style else upstream  # no layer between the upstream and the loop unless summaries are asked for
 
+    async def _flagged(self, text: str) -> bool:
+        """Whether the output guardrail flags `text` (raises the 503 when the check fails closed)."""
+        assert self.safety is not None
+        try:
+            moderation = await self.safety.moderate([text])
+        except APIError as error:
+            if self.safety.guardrails.fail_closed:
+                raise UpstreamError(f"The answer could not be checked for safety (the safety provider failed: {error.message}), and "
+                                    "this server does not pass on what it cannot check.", status_code=503,
+                                    code="guardrail_unavailable") from None
+            log.warning("the output guardrail could not check an answer and let it pass: %s", error.message)
+            return False
+        return any(result.get("flagged") for result in moderation.get("results") or ())
+
+    def _settle(self, translator: StreamTranslator, pending: tuple[asyncio.Task[bool], int]) -> list[Event]:
+        """The events a finished check covers: released, or the answer blocked."""
+        task, count = pending
+        if task.exception() is not None:
+            translator.block()
+            raise task.exception()  # type: ignore[misc]
+        return translator.block() if task.result() else translator.release(count)
+
     async def _check_output(self, translator: StreamTranslator, *, final: bool) -> list[Event]:
-        """The output guardrail: the held text checked once a batch of it is in (or the answer
-        ended); its events released, or dropped and the answer ended as content_filter."""
+        """The output guardrail on what is still held: checked, then released, or the answer
+        blocked (held text dropped, the answer ended as content_filter)."""
         if not translator.guard or translator.blocked:
             return []
         text = translator.unchecked
@@ -384,20 +428,12 @@ class ResponsesEngine:
             return translator.release() if final or not text else []
         if not final and len(text) < OUTPUT_BATCH_CHARS:
             return []
-        assert self.safety is not None
         try:
-            moderation = await self.safety.moderate([text])
-        except APIError as error:
-            if self.safety.guardrails.fail_closed:
-                translator.block()
-                raise UpstreamError(f"The answer could not be checked for safety (the safety provider failed: {error.message}), and "
-                                    "this server does not pass on what it cannot check.", status_code=503,
-                                    code="guardrail_unavailable") from None
-            log.warning("the output guardrail could not check an answer and let it pass: %s", error.message)
-            return translator.release()
-        if any(result.get("flagged") for result in moderation.get("results") or ()):
-            return translator.block()
-        return translator.release()
+            flagged = await self._flagged(text)
+        except APIError:
+            translator.block()
+            raise
+        return translator.block() if flagged else translator.release()
 
     async def _summary(self, turn: Turn, item: dict[str, Any], output_index: int, style: str,
                        translator: StreamTranslator) -> list[Event]:

@@ -125,12 +125,21 @@ class StreamTranslator:
         self._unchecked += texts
         return []
 
-    def release(self) -> list[Event]:
-        """The held events: their text was checked and may go to clients."""
-        events, self._held, self._unchecked = self._held, [], []
-        for item in self.items:
-            for part in item.parts:
-                part.released = sum(map(len, part.text))
+    @property
+    def held(self) -> int:
+        return len(self._held)
+
+    def release(self, count: int | None = None) -> list[Event]:
+        """The first `count` held events (all by default): their text was checked and may go to clients."""
+        count = len(self._held) if count is None else count
+        events, self._held = self._held[:count], self._held[count:]
+        deltas = [event for event in events if event["type"] in _HELD_DELTAS]
+        self._unchecked = self._unchecked[len(deltas):]
+        by_index = {item.output_index: item for item in self.items}
+        for event in deltas:
+            item = by_index.get(event["output_index"])
+            if item is not None and event["content_index"] < len(item.parts):
+                item.parts[event["content_index"]].released += len(event["delta"])
         return events
 
     def block(self) -> list[Event]:
