@@ -28,17 +28,10 @@ ANSWER = ("The tide comes in twice a day and the harbour fills; the boats rise w
 
 
 def config(root: Path, upstream: str, safety: str) -> Path:
+    from support.live_stack import run_yaml
+
     root.mkdir(parents=True, exist_ok=True)
-    path = root / "run.yaml"
-    path.write_text(f"""
-name: bench-guardrails
-state_dir: {root / 'state'}
-recording: {{mode: live}}
-providers:
-  inference: [{{provider_id: fake, provider_type: openai, config: {{base_url: "{upstream}", api_key: k}}}}]
-  responses: [{{provider_id: builtin, provider_type: builtin}}]
-{safety}""")
-    return path
+    return run_yaml(root, upstream, safety, name="bench-guardrails")
 
 
 def last_event_ms(client: Any, **request: Any) -> float:

@@ -99,7 +99,7 @@ def seed(stack: LibraryClient, store_id: str, chunk_count: int) -> None:
     """Rows as ingestion writes them: 1,000 completed files of chunk_count/1,000 chunks each (with
     their vectors, for a store with an embedding model)."""
     from providers.spec import Api
-    from providers.vector_stores.builtin.provider import _store_model
+    from providers.vector_stores.builtin.embedding import model_of
     from providers.vector_stores.builtin.tables import chunks, files, stores
     from providers.vector_stores.builtin.vectors import insert_vectors
 
@@ -110,7 +110,7 @@ def seed(stack: LibraryClient, store_id: str, chunk_count: int) -> None:
     async def run() -> None:
         import sqlalchemy as sa
 
-        model = _store_model(await db.fetch_one(sa.select(stores).where(stores.c.id == store_id)))
+        model = model_of(await db.fetch_one(sa.select(stores).where(stores.c.id == store_id)))
         for index in range(1000):
             attempt = uuid.uuid4().hex[:12]
             file_row = {"vector_store_id": store_id, "file_id": f"file-seed{index}", "filename": f"seed{index}.txt", "created_at": 0,

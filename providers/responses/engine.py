@@ -357,7 +357,7 @@ class ResponsesEngine:
                 raw = await self._with_truncation(turn, partial(self.inference.chat_completion, echo_model=False), False, offered, max_tokens)
                 for event in translator.feed_completion(_upstream_json(raw)):
                     yield event
-                for event in await self._check_output(translator, final=True):
+                for event in await self._check_rest(translator):
                     yield event
                 return
             chunks = await self._with_truncation(turn, partial(self.inference.stream_chat_completion, echo_model=False), True, offered, max_tokens)
@@ -391,7 +391,7 @@ class ResponsesEngine:
             finally:
                 if pending is not None:
                     pending[0].cancel()
-            for event in await self._check_output(translator, final=True):
+            for event in await self._check_rest(translator):
                 yield event
 
         return call if style else upstream  # no layer between the upstream and the loop unless summaries are asked for
@@ -418,22 +418,17 @@ class ResponsesEngine:
             raise task.exception()  # type: ignore[misc]
         return translator.block() if task.result() else translator.release(count)
 
-    async def _check_output(self, translator: StreamTranslator, *, final: bool) -> list[Event]:
-        """The output guardrail on what is still held: checked, then released, or the answer
-        blocked (held text dropped, the answer ended as content_filter)."""
+    async def _check_rest(self, translator: StreamTranslator) -> list[Event]:
+        """The output guardrail on all that is still held once the answer has ended: released, or
+        the answer blocked (held text dropped, the answer ended as content_filter)."""
         if not translator.guard or translator.blocked:
             return []
-        text = translator.unchecked
-        if not text.strip():
-            return translator.release() if final or not text else []
-        if not final and len(text) < OUTPUT_BATCH_CHARS:
-            return []
-        try:
-            flagged = await self._flagged(text)
-        except APIError:
-            translator.block()
-            raise
-        return translator.block() if flagged else translator.release()
+        if not translator.unchecked.strip():
+            return translator.release()
+        check = asyncio.ensure_future(self._flagged(translator.unchecked))
+        with contextlib.suppress(Exception):  # _settle blocks the answer, then raises it
+            await check
+        return self._settle(translator, (check, translator.held))
 
     async def _summary(self, turn: Turn, item: dict[str, Any], output_index: int, style: str,
                        translator: StreamTranslator) -> list[Event]:

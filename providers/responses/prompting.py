@@ -65,12 +65,9 @@ async def expand_prompt(request: CreateResponse, prompts: PromptsProvider | None
     def substitute(match: Any) -> str:
         name = match.group(1)
         if name not in texts:
-            raise _invalid(f"Missing required parameter: '{where_of(name)}' (prompt '{prompt_id}' uses it).", where_of(name),
-                           "missing_required_parameter")
+            raise _invalid(f"Missing required parameter: 'prompt.variables.{name}' (prompt '{prompt_id}' uses it).",
+                           f"prompt.variables.{name}", "missing_required_parameter")
         return texts[name]
-
-    def where_of(name: str) -> str:
-        return f"prompt.variables.{name}"
 
     text = PLACEHOLDER.sub(substitute, stored["prompt"])
     instructions = f"{text}\n\n{request.instructions}" if request.instructions else text

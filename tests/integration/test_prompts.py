@@ -3,17 +3,15 @@ no prompts resource) and the `prompt` parameter of Responses, in server and libr
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
 
 from fake_upstream.server import FakeUpstream, running_fake_upstream
-from runtime.testing.targets import open_target
+from support.live_stack import run_yaml, served
 
 TEMPLATE = "You answer questions about {{topic}} for {{audience}}. Be brief."
 PNG = ("data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk"
@@ -37,19 +35,9 @@ class Stack:
 def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     root = tmp_path_factory.mktemp("prompts")
     with running_fake_upstream() as upstream:
-        (root / "run.yaml").write_text(f"""
-name: prompts
-state_dir: {root / 'state'}
-recording: {{mode: live}}
-providers:
-  inference: [{{provider_id: fake, provider_type: openai, config: {{base_url: "{upstream.base_url}", api_key: k}}}}]
-  responses: [{{provider_id: builtin, provider_type: builtin}}]
-  prompts: [{{provider_id: builtin, provider_type: builtin}}]
-""")
-        with open_target(f"{request.param}:{root / 'run.yaml'}", env={**os.environ, "STACK_RECORDING_MODE": "live"}) as target:
-            client = target.openai(max_retries=0, timeout=30)
+        prompts = "  prompts: [{provider_id: builtin, provider_type: builtin}]"
+        with served(request.param, run_yaml(root, upstream.base_url, prompts, name="prompts")) as client:
             yield Stack(client, upstream)
-            client.close()
 
 
 def test_versions_are_saved_listed_and_one_is_the_default(stack: Stack) -> None:

@@ -5,7 +5,6 @@ on the server (`store: false`) sends it back for the model to read again. Anythi
 
 from __future__ import annotations
 
-import os
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ from fake_upstream.app import REASONING_TEXT
 from fake_upstream.server import FakeUpstream, running_fake_upstream
 from providers.responses.sealing import ReasoningSeal
 from runtime.library_client import LibraryClient
-from runtime.testing.targets import open_target
+from support.live_stack import run_yaml, served
 
 INCLUDE: Any = ["reasoning.encrypted_content"]
 SUMMARY = f"You said: {REASONING_TEXT}"  # the fake upstream's answer to the summary request
@@ -33,26 +32,15 @@ class Stack:
 
 
 def config(root: Path, upstream: str, responses_config: str = "{}") -> Path:
-    path = root / "run.yaml"
-    path.write_text(f"""
-name: reasoning
-state_dir: {root / 'state'}
-recording: {{mode: live}}
-providers:
-  inference: [{{provider_id: fake, provider_type: openai, config: {{base_url: "{upstream}", api_key: k}}}}]
-  responses: [{{provider_id: builtin, provider_type: builtin, config: {responses_config}}}]
-""")
-    return path
+    return run_yaml(root, upstream, responses=responses_config, name="reasoning")
 
 
 @pytest.fixture(scope="module", params=["server", "library"])
 def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     root = tmp_path_factory.mktemp("reasoning")
     with running_fake_upstream() as upstream:
-        with open_target(f"{request.param}:{config(root, upstream.base_url)}", env={**os.environ, "STACK_RECORDING_MODE": "live"}) as target:
-            client = target.openai(max_retries=0, timeout=30)
+        with served(request.param, config(root, upstream.base_url)) as client:
             yield Stack(client, upstream, root / "state")
-            client.close()
 
 
 def test_a_stateless_client_keeps_its_reasoning_across_turns(stack: Stack) -> None:

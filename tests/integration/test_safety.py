@@ -5,8 +5,8 @@ upstream's chat); and the input guardrail of Responses, in server and library mo
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,7 +15,7 @@ import pytest
 
 from fake_upstream.server import FakeUpstream, running_fake_upstream
 from runtime.library_client import LibraryClient
-from runtime.testing.targets import open_target
+from support.live_stack import run_yaml, served
 
 
 @dataclass
@@ -28,28 +28,23 @@ class Stack:
 
 
 def config(root: Path, upstream: str, safety: str) -> Path:
-    path = root / "run.yaml"
-    path.write_text(f"""
-name: safety
-state_dir: {root / 'state'}
-recording: {{mode: live}}
-providers:
-  inference: [{{provider_id: fake, provider_type: openai, config: {{base_url: "{upstream}", api_key: k}}}}]
-  responses: [{{provider_id: builtin, provider_type: builtin}}]
-  safety: [{safety}]
-""")
-    return path
+    return run_yaml(root, upstream, f"  safety: [{safety}]", name="safety")
+
+
+@contextmanager
+def moderated(mode: str, root: Path, **guardrails: bool) -> Iterator[Stack]:
+    """A stack whose safety provider is the fake upstream's /v1/moderations, with these guardrails on."""
+    with running_fake_upstream() as upstream:
+        switches = "".join(f", {name}: {str(value).lower()}" for name, value in guardrails.items())
+        safety = f'{{provider_id: moderation, provider_type: openai, config: {{base_url: "{upstream.base_url}"{switches}}}}}'
+        with served(mode, config(root, upstream.base_url, safety)) as client:
+            yield Stack(client, upstream)
 
 
 @pytest.fixture(scope="module", params=["server", "library"])
 def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    root = tmp_path_factory.mktemp("safety")
-    with running_fake_upstream() as upstream:
-        safety = f'{{provider_id: moderation, provider_type: openai, config: {{base_url: "{upstream.base_url}", check_input: true}}}}'
-        with open_target(f"{request.param}:{config(root, upstream.base_url, safety)}", env={**os.environ, "STACK_RECORDING_MODE": "live"}) as target:
-            client = target.openai(max_retries=0, timeout=30)
-            yield Stack(client, upstream)
-            client.close()
+    with moderated(request.param, tmp_path_factory.mktemp("safety"), check_input=True) as stack:
+        yield stack
 
 
 def test_moderations_classify_each_input_in_openais_shape(stack: Stack) -> None:
@@ -98,11 +93,8 @@ def test_a_guard_that_fails_refuses_the_request_when_it_fails_closed(stack: Stac
 
 
 def test_a_guard_that_fails_open_lets_the_request_pass(tmp_path: Path) -> None:
-    with running_fake_upstream() as upstream:
-        safety = (f'{{provider_id: moderation, provider_type: openai, config: {{base_url: "{upstream.base_url}", check_input: true, '
-                  'fail_closed: false}}')
-        with LibraryClient(config(tmp_path, upstream.base_url, safety), env={}) as library:
-            response = library.openai(max_retries=0).responses.create(model="fake-model", input="[moderation-error:500] [tokens:1] hi")
+    with moderated("library", tmp_path, check_input=True, fail_closed=False) as stack:
+        response = stack.client.responses.create(model="fake-model", input="[moderation-error:500] [tokens:1] hi")
     assert response.output_text == "tok1"
 
 
@@ -152,13 +144,8 @@ CALM = ("The sea was calm and the boats stayed in the harbour. " * 10).strip()  
 @pytest.fixture(scope="module", params=["server", "library"])
 def guarded(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     """A stack whose safety provider checks model output (and not input)."""
-    root = tmp_path_factory.mktemp("output-guard")
-    with running_fake_upstream() as upstream:
-        safety = f'{{provider_id: moderation, provider_type: openai, config: {{base_url: "{upstream.base_url}", check_output: true}}}}'
-        with open_target(f"{request.param}:{config(root, upstream.base_url, safety)}", env={**os.environ, "STACK_RECORDING_MODE": "live"}) as target:
-            client = target.openai(max_retries=0, timeout=30)
-            yield Stack(client, upstream)
-            client.close()
+    with moderated(request.param, tmp_path_factory.mktemp("output-guard"), check_output=True) as stack:
+        yield stack
 
 
 def _answer(text: str) -> str:

@@ -5,7 +5,6 @@ its HTTP API. The model's turns come from the fake upstream's directives."""
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +15,7 @@ import pytest
 
 from fake_search import FakeSearch, running_fake_search
 from fake_upstream.server import FakeUpstream, running_fake_upstream
-from runtime.testing.targets import open_target
+from support.live_stack import run_yaml, served
 
 ANSWER = "In fog the keeper sounds the horn [1]. High water is at 06:12 [2]."
 FOG, TIDES = "https://www.lighthouses.example.com/fog", "https://tides.example.org/harbour"
@@ -34,17 +33,7 @@ class Stack:
 
 
 def config(root: Path, upstream: str, backend: str) -> Path:
-    path = root / "run.yaml"
-    path.write_text(f"""
-name: web-search
-state_dir: {root / 'state'}
-recording: {{mode: live}}
-providers:
-  inference: [{{provider_id: fake, provider_type: openai, config: {{base_url: "{upstream}", api_key: k}}}}]
-  responses: [{{provider_id: builtin, provider_type: builtin}}]
-  conversations: [{{provider_id: builtin, provider_type: builtin}}]
-{backend}""")
-    return path
+    return run_yaml(root, upstream, f"  conversations: [{{provider_id: builtin, provider_type: builtin}}]\n{backend}", name="web-search")
 
 
 @pytest.fixture(scope="module", params=[f"{engine}-{mode}" for engine in ("tavily", "brave", "searxng") for mode in ("server", "library")])
@@ -54,10 +43,8 @@ def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
     with running_fake_search(engine) as search, running_fake_upstream() as upstream:
         key = "" if engine == "searxng" else ", api_key: test-key"
         backend = f"  tool_runtime: [{{provider_id: web, provider_type: {engine}, config: {{base_url: \"{search.base_url}\"{key}, timeout_s: 1}}}}]"
-        with open_target(f"{mode}:{config(root, upstream.base_url, backend)}", env={**os.environ, "STACK_RECORDING_MODE": "live"}) as target:
-            client = target.openai(max_retries=0, timeout=30)
+        with served(mode, config(root, upstream.base_url, backend)) as client:
             yield Stack(client, search, upstream)
-            client.close()
 
 
 def cited(text: str, annotations: list[Any]) -> list[tuple[str, str, str]]:

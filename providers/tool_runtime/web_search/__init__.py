@@ -18,6 +18,7 @@ fails the call, not the response: the model is told the search failed.
 from __future__ import annotations
 
 import asyncio
+import html
 import json
 import logging
 import re
@@ -171,8 +172,11 @@ class WebSearchSession:
     def __init__(self, backend: SearchBackend, timeout_s: float, tool: Mapping[str, Any], reader: PageReader | None = None) -> None:
         self.backend = backend
         self.timeout_s = timeout_s
-        self.tool = tool
         self.reader = reader
+        # What the tool's entry asks for, read once: how many pages and how much of each, from where.
+        self.count, self.length = CONTEXT_SIZES[tool.get("search_context_size") or "medium"]
+        self.domains = tuple(d.strip().strip("/").lower() for d in ((tool.get("filters") or {}).get("allowed_domains") or ()))
+        self.location: Mapping[str, Any] = tool.get("user_location") or {}
         self._latest: list[Source] = []
         self._pages: dict[str, tuple[str, str]] = {}
 
@@ -208,10 +212,8 @@ class WebSearchSession:
             return
         item.item["status"] = "searching"
         item.emit("response.web_search_call.searching")
-        count, length = CONTEXT_SIZES[self.tool.get("search_context_size") or "medium"]
-        domains = tuple(d.strip().strip("/").lower() for d in ((self.tool.get("filters") or {}).get("allowed_domains") or ()))
-        location = self.tool.get("user_location") or {}
-        web_query = WebQuery(query, count, domains, location.get("country"), location.get("region"), location.get("city"),
+        location = self.location
+        web_query = WebQuery(query, self.count, self.domains, location.get("country"), location.get("region"), location.get("city"),
                              location.get("timezone"))
         try:
             pages = await asyncio.wait_for(self.backend.search(web_query), self.timeout_s)
@@ -219,8 +221,9 @@ class WebSearchSession:
             log.warning("web search for %r failed: %s", query[:80], _describe(error))
             item.item["status"] = "failed"
             return
-        kept = [page for page in pages if page.url.startswith(("http://", "https://")) and domain_allowed(page.url, domains)][:count]
-        action["sources"] = [{"type": "url", "url": page.url, "title": page.title, "text": page.text[:length]} for page in kept]
+        kept = [page for page in pages if page.url.startswith(("http://", "https://")) and domain_allowed(page.url, self.domains)]
+        action["sources"] = [{"type": "url", "url": page.url, "title": page.title, "text": page.text[:self.length]}
+                             for page in kept[:self.count]]
         item.item["status"] = "completed"
         self._latest = _sources(action["sources"])
         item.emit("response.web_search_call.completed")
@@ -234,8 +237,7 @@ class WebSearchSession:
             action["pattern"] = pattern
         item = sink.open({"id": new_id("ws"), "type": "web_search_call", "status": "in_progress", "action": action})
         item.emit("response.web_search_call.in_progress")
-        domains = tuple(d.strip().strip("/").lower() for d in ((self.tool.get("filters") or {}).get("allowed_domains") or ()))
-        if self.reader is None or not url or not domain_allowed(url, domains) or (call.name == "find_in_page" and not pattern):
+        if self.reader is None or not url or not domain_allowed(url, self.domains) or (call.name == "find_in_page" and not pattern):
             item.item["status"] = "failed"
             return
         item.item["status"] = "searching"
@@ -248,8 +250,7 @@ class WebSearchSession:
             log.warning("opening %s failed: %s", url[:200], _describe(error))
             item.item["status"] = "failed"
             return
-        _, length = CONTEXT_SIZES[self.tool.get("search_context_size") or "medium"]
-        read = text[:length * 4] if call.name == "open_page" else _passages(text, pattern)
+        read = text[:self.length * 4] if call.name == "open_page" else _passages(text, pattern)
         action["text"] = read  # for the model alone (runtime.apis.items.INCLUDED_ONLY never shows it)
         action["title"] = title
         item.item["status"] = "completed"
@@ -329,6 +330,4 @@ def page(url: str, title: Any, text: Any) -> WebPage:
 
 
 def _plain(value: Any) -> str:
-    import html
-
     return " ".join(html.unescape(re.sub(r"<[^>]{0,200}>", "", str(value or ""))).split())

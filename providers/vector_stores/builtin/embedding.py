@@ -11,7 +11,7 @@ from typing import Any, Protocol
 from runtime import fastjson
 from runtime.errors import APIError, InvalidRequestError
 
-__all__ = ["EmbeddingError", "EmbeddingModel", "Embeddings", "probe"]
+__all__ = ["EmbeddingError", "EmbeddingModel", "Embeddings", "model_columns", "model_of", "probe"]
 
 RETRIES = (0.5, 2.0, 5.0)  # waits before trying a failed call again, when the upstream may recover
 
@@ -61,6 +61,21 @@ class EmbeddingModel:
         if wrong is not None:
             raise EmbeddingError(f"The embedding model '{self.model}' gave vectors of {wrong} dimensions; the store's are {self.dimension}.")
         return vectors
+
+
+def model_of(row: Any) -> EmbeddingModel | None:
+    """A store's model, from its row (the columns `model_columns` writes); None: keyword search only."""
+    if not row["embedding_model"]:
+        return None
+    return EmbeddingModel(row["embedding_model"], int(row["embedding_dimension"]), bool(row["embedding_sends_dimension"]))
+
+
+def model_columns(embedding: EmbeddingModel | None) -> dict[str, Any]:
+    """A store row's columns for its model."""
+    if embedding is None:
+        return {"embedding_model": None, "embedding_dimension": None, "embedding_sends_dimension": None}
+    return {"embedding_model": embedding.model, "embedding_dimension": embedding.dimension,
+            "embedding_sends_dimension": embedding.send_dimension}
 
 
 def _vectors(answer: bytes, count: int) -> list[list[float]] | None:

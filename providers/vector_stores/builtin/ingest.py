@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 
 from providers.vector_stores.builtin.chunking import chunk_text
-from providers.vector_stores.builtin.embedding import EmbeddingError, EmbeddingModel, Embeddings
+from providers.vector_stores.builtin.embedding import EmbeddingError, EmbeddingModel, Embeddings, model_of
 from providers.vector_stores.builtin.extract import ExtractionError, text_pieces
 from providers.vector_stores.builtin.tables import chunks, files, stores
 from providers.vector_stores.builtin.vectors import insert_vectors
@@ -121,10 +121,8 @@ class Ingestor:
                 .where(files.c.seq == row["seq"], files.c.attempt == row["attempt"], claimable)
                 .values(attempt=attempt, lease_owner=self.owner, lease_until=now + self.lease_s))
             if claimed:
-                embedding = (EmbeddingModel(row["embedding_model"], row["embedding_dimension"], bool(row["embedding_sends_dimension"]))
-                             if row["embedding_model"] else None)
                 return Job(row["vector_store_id"], row["file_id"], row["filename"], attempt, row["chunk_tokens"], row["overlap_tokens"],
-                           embedding)
+                           model_of(row))
         return None
 
     def _mine(self, job: Job) -> sa.ColumnElement[bool]:

@@ -11,7 +11,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from providers.vector_stores.builtin import search as keyword
-from providers.vector_stores.builtin.embedding import EmbeddingError, EmbeddingModel, Embeddings, probe
+from providers.vector_stores.builtin.embedding import EmbeddingError, EmbeddingModel, Embeddings, model_columns, model_of, probe
 from providers.vector_stores.builtin.ingest import Ingestor
 from providers.vector_stores.builtin.tables import batches, chunks, files, stores
 from providers.vector_stores.builtin.vectors import PgvectorMissing, ensure_vector_table, vector_statement
@@ -52,8 +52,7 @@ class BuiltinVectorStores:
         store_id = f"vs_{random_hex(16)}"
         row = {"id": store_id, "created_at": now, "name": request.name, "description": request.description,
                "metadata": request.metadata or {}, "expires_after_days": request.expires_after_days, "last_active_at": now,
-               "embedding_model": embedding.model if embedding else None, "embedding_dimension": embedding.dimension if embedding else None,
-               "embedding_sends_dimension": embedding.send_dimension if embedding else None}
+               **model_columns(embedding)}
 
         def write(conn: sa.Connection) -> None:
             conn.execute(stores.insert().values(row))
@@ -265,7 +264,7 @@ class BuiltinVectorStores:
         stale = [store_id for store_id in store_ids if found[store_id]["last_active_at"] < now - ACTIVE_EVERY_S]
         if stale:
             await self.db.execute(stores.update().where(stores.c.id.in_(stale)).values(last_active_at=now))
-        models = {store_id: _store_model(found[store_id]) for store_id in store_ids}
+        models = {store_id: model_of(found[store_id]) for store_id in store_ids}
         if request.mode == "vector":
             bare = next((store_id for store_id, model in models.items() if model is None), None)
             if bare is not None:
@@ -355,12 +354,6 @@ class BuiltinVectorStores:
 
 async def _nothing() -> dict[tuple[str, str, str], SearchHit]:
     return {}
-
-
-def _store_model(row: Any) -> EmbeddingModel | None:
-    if not row["embedding_model"]:
-        return None
-    return EmbeddingModel(row["embedding_model"], int(row["embedding_dimension"]), bool(row["embedding_sends_dimension"]))
 
 
 def _weights(request: Search) -> tuple[float, float]:
