@@ -1,11 +1,16 @@
-"""What guardrails and reasoning summaries add to a streamed response, at c=1, in process (the
-library client, through the openai SDK): time to the last event of a streamed response whose
-answer is about 2,000 characters, with and without the safety provider's input and output
-guardrails (moderation by the fake upstream's /v1/moderations on 127.0.0.1: a local guard), and
-a reasoning model's response with and without `reasoning.summary` (one more model call).
-Requests to the stacks compared alternate, so drift hits both alike.
+"""What guardrails and reasoning summaries add to a streamed answer, at c=1, in process (the
+library client, through the openai SDK): time to the last event of a streamed response (and of a
+streamed chat completion) whose answer is about 2,000 characters, with and without the safety
+provider's input and output guardrails (moderation by the fake upstream's /v1/moderations on
+127.0.0.1: a local guard), and a reasoning model's response with and without `reasoning.summary`
+(one more model call). Requests to the stacks compared alternate, so drift hits both alike.
 
-    .venv/bin/python bench/guardrails.py [--requests 200]
+Twice: with the fake upstream answering at once (the whole answer in a few ms: what the
+guardrails cost in absolute terms), and paced like a fast model (`--pace-ms` between tokens,
+5 ms = 200 tokens/s): the time to the last token a user waits for, which the issue's target is
+a share of.
+
+    .venv/bin/python bench/guardrails.py [--requests 200] [--paced-requests 20] [--pace-ms 5]
 """
 
 from __future__ import annotations
@@ -41,23 +46,44 @@ def last_event_ms(client: Any, **request: Any) -> float:
     return (time.perf_counter() - start) * 1000
 
 
-def compare(clients: dict[str, Any], requests: dict[str, dict[str, Any]], count: int) -> dict[str, float]:
+WARM_UP = 20
+
+
+def compare(measure: Any, clients: dict[str, Any], requests: dict[str, dict[str, Any]], count: int,
+            warm_up: int = WARM_UP) -> dict[str, float]:
     samples: dict[str, list[float]] = {name: [] for name in clients}
-    for round_ in range(count + 20):
+    for round_ in range(count + warm_up):
         for name, client in clients.items():
-            took = last_event_ms(client, **requests[name])
-            if round_ >= 20:  # warm-up
+            took = measure(client, **requests[name])
+            if round_ >= warm_up:
                 samples[name].append(took)
     return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def last_chunk_ms(client: Any, **request: Any) -> float:
+    start = time.perf_counter()
+    for _ in client.chat.completions.create(stream=True, **request):
+        pass
+    return (time.perf_counter() - start) * 1000
+
+
+def added(medians: dict[str, float], plain: str, guarded: str) -> str:
+    extra = medians[guarded] - medians[plain]
+    return f"{medians[plain]:8.2f} ms -> {medians[guarded]:8.2f} ms   +{extra:.2f} ms ({100 * extra / medians[plain]:.1f} %)"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=200)
+    parser.add_argument("--paced-requests", type=int, default=20)
+    parser.add_argument("--pace-ms", type=int, default=5)
     options = parser.parse_args()
     from fake_upstream.server import running_fake_upstream
 
-    answer = {"model": "fake-model", "input": f"[answer {json.dumps({'text': ANSWER})}]"}
+    prompt = f"[answer {json.dumps({'text': ANSWER})}]"
+    answer = {"model": "fake-model", "input": prompt}
+    paced = {"model": "fake-model", "input": f"[slow:{options.pace_ms}] {prompt}"}
+    chat = {"model": "fake-model", "messages": [{"role": "user", "content": prompt}]}
     reasoner = {"model": "fake-reasoner", "input": "[tokens:50] think"}
     with tempfile.TemporaryDirectory() as tmp, running_fake_upstream() as upstream:
         root = Path(tmp)
@@ -67,19 +93,18 @@ def main() -> None:
                 LibraryClient(config(root / "guarded", upstream.base_url, guard), env={}) as guarded:
             clients = {"plain": plain.openai(max_retries=0), "guarded": guarded.openai(max_retries=0)}
             before = len(upstream.bodies("/v1/moderations"))
-            medians = compare(clients, {"plain": answer, "guarded": answer}, options.requests)
-            checks = (len(upstream.bodies("/v1/moderations")) - before) / (options.requests + 20)
-            added = medians["guarded"] - medians["plain"]
-            print(f"streamed response of {len(ANSWER)} characters, c=1, time to the last event (median of {options.requests}):")
-            print(f"  without guardrails  {medians['plain']:8.2f} ms")
-            print(f"  input + output      {medians['guarded']:8.2f} ms   +{added:.2f} ms ({100 * added / medians['plain']:.1f} %), "
-                  f"{checks:.1f} moderation calls per response")
-            summaries = compare({"plain": clients["plain"], "summary": clients["plain"]},
+            medians = compare(last_event_ms, clients, {"plain": answer, "guarded": answer}, options.requests)
+            checks = (len(upstream.bodies("/v1/moderations")) - before) / (options.requests + WARM_UP)
+            print(f"{len(ANSWER)} characters streamed at c=1, time to the last event, without -> with input + output guardrails:")
+            print(f"  response, instant upstream          {added(medians, 'plain', 'guarded')}, {checks:.1f} moderation calls each")
+            medians = compare(last_chunk_ms, clients, {"plain": chat, "guarded": chat}, options.requests)
+            print(f"  chat completion, instant upstream   {added(medians, 'plain', 'guarded')}")
+            medians = compare(last_event_ms, clients, {"plain": paced, "guarded": paced}, options.paced_requests, warm_up=2)
+            print(f"  response, {1000 // options.pace_ms} tokens/s upstream      {added(medians, 'plain', 'guarded')}")
+            summaries = compare(last_event_ms, {"plain": clients["plain"], "summary": clients["plain"]},
                                 {"plain": reasoner, "summary": {**reasoner, "reasoning": {"summary": "auto"}}}, options.requests)
-            added = summaries["summary"] - summaries["plain"]
-            print("reasoning model, c=1, time to the last event:")
-            print(f"  without a summary   {summaries['plain']:8.2f} ms")
-            print(f"  reasoning.summary   {summaries['summary']:8.2f} ms   +{added:.2f} ms (one model call)")
+            print("reasoning model, c=1, time to the last event, without -> with reasoning.summary (one model call):")
+            print(f"  {added(summaries, 'plain', 'summary')}")
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ from runtime import fastjson
 from runtime.apis.items import new_id, normalize_input
 from runtime.apis.files.protocol import FilesProvider
 from runtime.apis.prompts.protocol import PromptsProvider
-from runtime.apis.safety.guard import guard_input
+from runtime.apis.safety.guard import flagged_outputs, guard_input
 from runtime.apis.safety.protocol import SafetyProvider
 from runtime.apis.responses.models import CreateResponse, response_object
 from runtime.apis.tool_runtime.protocol import Citations, ToolContext
@@ -399,16 +399,7 @@ class ResponsesEngine:
     async def _flagged(self, text: str) -> bool:
         """Whether the output guardrail flags `text` (raises the 503 when the check fails closed)."""
         assert self.safety is not None
-        try:
-            moderation = await self.safety.moderate([text])
-        except APIError as error:
-            if self.safety.guardrails.fail_closed:
-                raise UpstreamError(f"The answer could not be checked for safety (the safety provider failed: {error.message}), and "
-                                    "this server does not pass on what it cannot check.", status_code=503,
-                                    code="guardrail_unavailable") from None
-            log.warning("the output guardrail could not check an answer and let it pass: %s", error.message)
-            return False
-        return any(result.get("flagged") for result in moderation.get("results") or ())
+        return (await flagged_outputs(self.safety, [text]))[0]
 
     def _settle(self, translator: StreamTranslator, pending: tuple[asyncio.Task[bool], int]) -> list[Event]:
         """The events a finished check covers: released, or the answer blocked."""

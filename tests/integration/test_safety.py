@@ -179,3 +179,53 @@ def test_a_flagged_answer_that_is_not_streamed_is_not_returned(guarded: Stack) -
     response = guarded.client.responses.create(model="fake-model", input=_answer("[flag:hate] words"))
     assert response.status == "incomplete" and response.incomplete_details is not None
     assert response.incomplete_details.reason == "content_filter" and "[flag:hate]" not in response.output_text
+
+
+def test_flagged_chat_input_asked_to_be_stored_is_stored_as_refused(stack: Stack) -> None:
+    completion = stack.client.chat.completions.create(model="fake-model", store=True, metadata={"case": "refused"},
+                                                      messages=[{"role": "user", "content": "[flag:violence] hurt"}])
+    stored = stack.client.chat.completions.retrieve(completion.id)
+    assert stored.choices[0].finish_reason == "content_filter" and stored.choices[0].message.refusal == "I can't help with that."
+    assert [m.content for m in stack.client.chat.completions.messages.list(completion.id)] == ["[flag:violence] hurt"]
+
+
+def _chat_text(chunks: list[openai.types.chat.ChatCompletionChunk]) -> str:
+    return "".join(chunk.choices[0].delta.content or "" for chunk in chunks if chunk.choices)
+
+
+def test_clean_chat_output_streams_through_checked_in_batches_and_is_stored(guarded: Stack) -> None:
+    before = len(guarded.upstream.bodies("/v1/moderations"))
+    chunks = list(guarded.client.chat.completions.create(model="fake-model", stream=True, store=True,
+                                                         messages=[{"role": "user", "content": _answer(CALM)}]))
+    assert _chat_text(chunks) == CALM and chunks[-1].choices[0].finish_reason == "stop"
+    checks = guarded.upstream.bodies("/v1/moderations")[before:]
+    assert 2 <= len(checks) <= 4 and "".join(check["input"][0] for check in checks) == CALM
+    stored = guarded.client.chat.completions.retrieve(chunks[0].id)
+    assert stored.choices[0].message.content == CALM
+
+
+def test_flagged_chat_output_is_stopped_before_any_client_sees_it_and_stored_as_sent(guarded: Stack) -> None:
+    flagged = CALM + " Then [flag:violence] something terrible. " + CALM
+    chunks = list(guarded.client.chat.completions.create(model="fake-model", stream=True, store=True,
+                                                         messages=[{"role": "user", "content": _answer(flagged)}]))
+    sent = _chat_text(chunks)
+    assert "[flag:violence]" not in sent and sent and CALM.startswith(sent)
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["content_filter"]
+    stored = guarded.client.chat.completions.retrieve(chunks[0].id)
+    assert stored.choices[0].message.content == sent and stored.choices[0].finish_reason == "content_filter"
+
+
+def test_a_flagged_chat_answer_that_is_not_streamed_is_withheld(guarded: Stack) -> None:
+    completion = guarded.client.chat.completions.create(model="fake-model", store=True,
+                                                        messages=[{"role": "user", "content": _answer("[flag:hate] words")}])
+    choice = completion.choices[0]
+    assert choice.finish_reason == "content_filter" and choice.message.content is None
+    assert guarded.client.chat.completions.retrieve(completion.id).choices[0].finish_reason == "content_filter"
+    clean = guarded.client.chat.completions.create(model="fake-model", messages=[{"role": "user", "content": _answer("calm words")}])
+    assert clean.choices[0].message.content == "calm words" and clean.choices[0].finish_reason == "stop"
+
+
+def test_a_chat_output_guard_that_fails_closed_ends_the_stream_with_an_error(guarded: Stack) -> None:
+    with pytest.raises(openai.APIStatusError) as refused:
+        guarded.client.chat.completions.create(model="fake-model", messages=[{"role": "user", "content": _answer("[moderation-error:500] x")}])
+    assert refused.value.status_code == 503 and refused.value.body["code"] == "guardrail_unavailable"  # type: ignore[index]

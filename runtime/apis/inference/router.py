@@ -19,8 +19,10 @@ from typing import TYPE_CHECKING, Any
 from builder.config import ModelConfig
 from runtime import fastjson
 from runtime.apis.inference.chunks import ChunkAccumulator
+from runtime.apis.inference.guarded import guard_completion, guard_stream
 from runtime.apis.inference.protocol import InferenceProvider, UpstreamModel, UpstreamRequest
 from runtime.apis.inference.store import ChatCompletionStore, new_completion_id
+from runtime.apis.safety.protocol import SafetyProvider
 from runtime.errors import APIError, InvalidRequestError, NotFoundError, UpstreamError
 
 if TYPE_CHECKING:
@@ -156,62 +158,70 @@ class InferenceRouter:
 
     # --- chat completions -----------------------------------------------------------------
 
-    async def chat_completion(self, body: Mapping[str, Any], raw: bytes | None = None, *, echo_model: bool = True) -> bytes:
+    async def chat_completion(self, body: Mapping[str, Any], raw: bytes | None = None, *, echo_model: bool = True,
+                              guard: SafetyProvider | None = None) -> bytes:
         """The upstream's ChatCompletion JSON; with `store: true`, stored first under an id of
         ours, which the answer carries. Its `model` is the client's id (with `echo_model=False`,
-        the upstream's: for callers that only read the output, which saves a re-encoding)."""
+        the upstream's: for callers that only read the output, which saves a re-encoding). With
+        a `guard`, the answer passes the output guardrail before it is stored or returned."""
         provider_id, request, requested = await self._route(body, raw)
         result = await self._call(provider_id, self.providers[provider_id].chat_completion(request))
         if result[:1] != b"{" or result.rstrip()[-1:] != b"}":  # a body cut short (the bytes are passed on unparsed)
             raise _malformed(provider_id, result)
+        if body.get("store") is not True and guard is None:
+            return _with_model(result, requested) if requested is not None and echo_model else result
+        completion = _completion(result, provider_id)
+        if guard is not None:
+            await guard_completion(guard, completion)
+        if requested is not None:
+            completion["model"] = requested
         if body.get("store") is True:
-            return await self._store_completion(result, body, requested)
-        if requested is not None and echo_model:
-            result = _with_model(result, requested)
-        return result
-
-    async def _store_completion(self, result: bytes, body: Mapping[str, Any], model: str | None) -> bytes:
-        try:
-            completion = fastjson.loads(result)
-        except ValueError:
-            completion = None
-        if not isinstance(completion, dict):
-            raise _malformed(str(body.get("model")), result)
-        upstream_id = completion.get("id")
-        completion["id"] = new_completion_id()
-        if model is not None:
-            completion["model"] = model
-        await self.store.save(completion, list(body.get("messages") or ()), body.get("metadata"), _text_or_none(upstream_id))
+            upstream_id = completion.get("id")
+            completion["id"] = new_completion_id()
+            await self.store.save(completion, list(body.get("messages") or ()), body.get("metadata"), _text_or_none(upstream_id))
         return fastjson.dumps(completion)
 
     async def stream_chat_completion(
-        self, body: Mapping[str, Any], raw: bytes | None = None, *, echo_model: bool = True
+        self, body: Mapping[str, Any], raw: bytes | None = None, *, echo_model: bool = True, guard: SafetyProvider | None = None
     ) -> AsyncIterator[bytes]:
         """Chunk payloads as the upstream sends them (with the client's model id, as above); with
         `store: true` every chunk carries the id of ours the completion is stored under, and the
-        folded completion is stored after the last chunk, before the caller sends `[DONE]`."""
+        folded completion is stored after the last chunk, before the caller sends `[DONE]`. With
+        a `guard`, chunks pass the output guardrail (held and checked in batches) first."""
         provider_id, request, requested = await self._route(body, raw)
         chunks = self.providers[provider_id].stream_chat_completion(request)
-        if body.get("store") is True:
-            return self._stored_stream(chunks, body, requested, provider_id)
+        if body.get("store") is True or guard is not None:
+            return self._rewritten_stream(chunks, body, requested, provider_id, guard)
         if requested is not None and echo_model:
             chunks = _chunks_with_model(chunks, requested, provider_id)
         return chunks
 
-    async def _stored_stream(self, chunks: AsyncIterator[bytes], body: Mapping[str, Any], model: str | None,
-                             provider_id: str) -> AsyncIterator[bytes]:
-        completion_id = new_completion_id()
-        folded = ChunkAccumulator(id=completion_id)
+    async def _rewritten_stream(self, chunks: AsyncIterator[bytes], body: Mapping[str, Any], model: str | None,
+                                provider_id: str, guard: SafetyProvider | None) -> AsyncIterator[bytes]:
+        stored = body.get("store") is True
+        completion_id = new_completion_id() if stored else None
+        folded = ChunkAccumulator(id=completion_id or "")
         upstream_id: Any = None
-        async for raw in chunks:
-            chunk = _chunk(raw, provider_id)
-            upstream_id = upstream_id or chunk.get("id")
-            chunk["id"] = completion_id
-            if model is not None:
-                chunk["model"] = model
-            folded.add(chunk)
+
+        async def parsed() -> AsyncIterator[dict[str, Any]]:
+            nonlocal upstream_id
+            async for raw in chunks:
+                chunk = _chunk(raw, provider_id)
+                upstream_id = upstream_id or chunk.get("id")
+                if completion_id is not None:
+                    chunk["id"] = completion_id
+                if model is not None:
+                    chunk["model"] = model
+                yield chunk
+
+        n = body.get("n")
+        passed = parsed() if guard is None else guard_stream(guard, parsed(), n if isinstance(n, int) and n > 0 else 1)
+        async for chunk in passed:
+            if stored:
+                folded.add(chunk)
             yield fastjson.dumps(chunk)
-        await self.store.save(folded.completion(), list(body.get("messages") or ()), body.get("metadata"), _text_or_none(upstream_id))
+        if stored:
+            await self.store.save(folded.completion(), list(body.get("messages") or ()), body.get("metadata"), _text_or_none(upstream_id))
 
     async def embeddings(self, body: Mapping[str, Any], raw: bytes | None = None) -> bytes:
         """Embeddings JSON. base64 (the SDK's default) is encoded here from floats, since not
@@ -255,6 +265,16 @@ def _with_model(result: bytes, model: str) -> bytes:
         return result
     document["model"] = model
     return fastjson.dumps(document)
+
+
+def _completion(result: bytes, provider_id: str) -> dict[str, Any]:
+    try:
+        completion = fastjson.loads(result)
+    except ValueError:
+        completion = None
+    if not isinstance(completion, dict):
+        raise _malformed(provider_id, result)
+    return completion
 
 
 def _chunk(raw: bytes, provider_id: str) -> dict[str, Any]:

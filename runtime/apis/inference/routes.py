@@ -69,6 +69,7 @@ EMBEDDINGS_BODY = _body_schema(["model", "input"], {
 
 def router(impl: InferenceRouter, files: FilesProvider | None = None, safety: SafetyProvider | None = None) -> APIRouter:
     guarded = safety if safety is not None and safety.guardrails.input else None
+    output_guard = safety if safety is not None and safety.guardrails.output else None
     routes = APIRouter()
 
     @routes.post("/chat/completions", summary="Create a chat completion (streamed with `stream: true`)", openapi_extra=CHAT_BODY)
@@ -83,10 +84,10 @@ def router(impl: InferenceRouter, files: FilesProvider | None = None, safety: Sa
         if guarded is not None:
             refusal = await guard_input(guarded, None, _new_messages(body["messages"]))
             if refusal is not None:
-                return _refused(body, refusal)
+                return await _refused(impl, body, refusal)
         if body.get("stream") is True:
-            return await _sse_response(request, await impl.stream_chat_completion(body, forwarded))
-        return _json_or_gone(await unless_disconnected(request, impl.chat_completion(body, forwarded)))
+            return await _sse_response(request, await impl.stream_chat_completion(body, forwarded, guard=output_guard))
+        return _json_or_gone(await unless_disconnected(request, impl.chat_completion(body, forwarded, guard=output_guard)))
 
     @routes.get("/chat/completions", summary="List stored chat completions")
     async def list_chat_completions(
@@ -210,20 +211,24 @@ def _new_messages(messages: Any) -> list[Any]:
     return [message for message in messages[last + 1:] if isinstance(message, dict)]
 
 
-def _refused(body: dict[str, Any], refusal: str) -> Response:
-    """The answer to flagged input, as a model's refusal (`finish_reason: content_filter`), streamed or not."""
+async def _refused(impl: InferenceRouter, body: dict[str, Any], refusal: str) -> Response:
+    """The answer to flagged input, as a model's refusal (`finish_reason: content_filter`), streamed
+    or not; stored like any completion when the request asks for it."""
     completion_id, created, model = new_completion_id(), int(time.time()), str(body.get("model"))
+    usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+    completion = {"id": completion_id, "object": "chat.completion", "created": created, "model": model,
+                  "choices": [{"index": 0, "message": {"role": "assistant", "content": None, "refusal": refusal},
+                               "logprobs": None, "finish_reason": "content_filter"}], "usage": usage}
+    if body.get("store") is True:
+        await impl.store.save(completion, list(body["messages"]), body.get("metadata"), None)
     if body.get("stream") is not True:
-        return JSONBytes({"id": completion_id, "object": "chat.completion", "created": created, "model": model,
-                          "choices": [{"index": 0, "message": {"role": "assistant", "content": None, "refusal": refusal},
-                                       "logprobs": None, "finish_reason": "content_filter"}],
-                          "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}})
+        return JSONBytes(completion)
     base = {"id": completion_id, "object": "chat.completion.chunk", "created": created, "model": model}
     chunks = [{**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": None, "refusal": refusal},
                                     "logprobs": None, "finish_reason": None}]},
               {**base, "choices": [{"index": 0, "delta": {}, "logprobs": None, "finish_reason": "content_filter"}]}]
     if (body.get("stream_options") or {}).get("include_usage"):
-        chunks.append({**base, "choices": [], "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}})
+        chunks.append({**base, "choices": [], "usage": usage})
     frames = b"".join(b"data: " + fastjson.dumps(chunk) + b"\n\n" for chunk in chunks) + b"data: [DONE]\n\n"
     return Response(frames, media_type="text/event-stream")
 

@@ -1,7 +1,7 @@
-"""The input guardrail, for Responses and chat alike: a request's new input checked by the
-stack's safety provider before any model sees it. Flagged input is answered with the provider's
-refusal; a provider that cannot answer refuses the request (503) when it fails closed, else lets
-it pass."""
+"""The guardrails' checks, for Responses and chat alike. The input guardrail: a request's new
+input checked by the stack's safety provider before any model sees it; flagged input is answered
+with the provider's refusal. The output guardrail: a model's text checked before any client sees
+it. A provider that cannot answer refuses the request (503) when it fails closed, else lets it pass."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 from runtime.apis.safety.protocol import SafetyProvider
 from runtime.errors import APIError, UpstreamError
 
-__all__ = ["guard_input", "input_text"]
+__all__ = ["flagged_outputs", "guard_input", "input_text"]
 
 log = logging.getLogger("stack")
 
@@ -48,3 +48,20 @@ async def guard_input(safety: SafetyProvider, instructions: str | None, items: S
         return None
     flagged = any(result.get("flagged") for result in moderation.get("results") or ())
     return safety.guardrails.refusal if flagged else None
+
+
+async def flagged_outputs(safety: SafetyProvider, texts: Sequence[str]) -> list[bool]:
+    """Whether the output guardrail flags each of `texts` (one moderation call for all of them)."""
+    try:
+        moderation = await safety.moderate(list(texts))
+    except APIError as error:
+        if safety.guardrails.fail_closed:
+            raise UpstreamError(f"The answer could not be checked for safety (the safety provider failed: {error.message}), and "
+                                "this server does not pass on what it cannot check.", status_code=503,
+                                code="guardrail_unavailable") from None
+        log.warning("the output guardrail could not check an answer and let it pass: %s", error.message)
+        return [False] * len(texts)
+    results = list(moderation.get("results") or ())
+    if len(results) != len(texts):  # a provider that answers fewer results than inputs: the answer is one verdict
+        return [any(bool(result.get("flagged")) for result in results)] * len(texts)
+    return [bool(result.get("flagged")) for result in results]
