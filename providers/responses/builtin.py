@@ -7,7 +7,7 @@ import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -47,6 +47,10 @@ class BuiltinResponsesConfig(BaseModel):
 
     summary_model: str | None = Field(default=None, min_length=1, description=(
         "The model that writes reasoning summaries (reasoning.summary); default: the request's own model"))
+    unserved_tools: Literal["reject", "omit"] = Field(default="reject", description=(
+        "A request's server-side tool of a type no tool_runtime provider serves (web_search without a search backend...): "
+        "`reject` answers a 400 naming it; `omit` leaves it out of the model's view and answers the rest (for clients such as "
+        "the Codex CLI, which send such tools with every request)"))
 
     @field_validator("reasoning_key")
     @classmethod
@@ -147,7 +151,7 @@ async def create(context: ProviderContext[BuiltinResponsesConfig]) -> AsyncItera
                              tools=context.deps.get(Api.tool_runtime), limits=limits, files=context.deps.get(Api.files),
                              seal=ReasoningSeal(lambda: load_key(context.config.reasoning_key, context.state_dir)),
                              summary_model=context.config.summary_model, prompts=context.deps.get(Api.prompts),
-                             safety=context.deps.get(Api.safety))
+                             safety=context.deps.get(Api.safety), omit_unserved=context.config.unserved_tools == "omit")
     service = BuiltinResponses(engine, context.config)
     await engine.background.recover(at_start=True)
     sweeper = asyncio.get_running_loop().create_task(_sweep(engine))

@@ -24,7 +24,7 @@ from providers.responses.items import ChatContext, Renderer, Reveal, chat_messag
 from providers.responses.loop import LoopLimits, ModelTurn, ToolLoop
 from providers.responses.request import chat_request
 from providers.responses.store import ResponseStore
-from providers.responses.tools import RequestTools, check_server_tools, public_tools
+from providers.responses.tools import RequestTools, check_server_tools, public_tools, served_only
 from providers.responses.translate import PART_EVENTS, Event, StreamTranslator, usage_from_chat
 from providers.responses.prompting import expand_prompt
 from providers.responses.sealing import ReasoningSeal
@@ -134,7 +134,7 @@ class ResponsesEngine:
     def __init__(self, inference: Inference, store: ResponseStore, conversations: Conversations | None = None,
                  lease_s: float = 30.0, tools: ToolRouter | None = None, limits: LoopLimits | None = None,
                  files: FilesProvider | None = None, seal: ReasoningSeal | None = None, summary_model: str | None = None,
-                 prompts: PromptsProvider | None = None, safety: SafetyProvider | None = None) -> None:
+                 prompts: PromptsProvider | None = None, safety: SafetyProvider | None = None, omit_unserved: bool = False) -> None:
         self.inference = inference
         self.store = store
         self.conversations = conversations
@@ -147,6 +147,7 @@ class ResponsesEngine:
         self.summary_model = summary_model
         self.prompts = prompts
         self.safety = safety
+        self.omit_unserved = omit_unserved
         self._tasks: set[asyncio.Task[Any]] = set()
         self.background = Background(self)
         # Stored responses this process is streaming to a client; their leases are renewed
@@ -171,6 +172,9 @@ class ResponsesEngine:
         prompt = None
         if request.prompt is not None:
             request, prompt = await expand_prompt(request, self.prompts)
+        asked = request
+        if self.omit_unserved:
+            request = served_only(request, self.tools)
         await check_server_tools(request, self.tools)
         await self.inference.resolve(request.model)
         input_items = normalize_input(request.input)
@@ -183,7 +187,7 @@ class ResponsesEngine:
         self._check_sealed(input_items)
         status = "queued" if request.background else "in_progress"
         response = response_object(request, new_id("resp"), status, conversation_id=request.conversation_id)
-        response["tools"] = public_tools(request, self.tools)[0]
+        response["tools"] = public_tools(asked, self.tools)[0]
         if prompt is not None:
             response["prompt"] = prompt
         turn = Turn(request, response, input_items, context.items, context.ancestors, context.chat, self.renderers,
@@ -228,7 +232,9 @@ class ResponsesEngine:
     def _loop(self, turn: Turn, *, stream: bool) -> ToolLoop:
         def translator(first_index: int, is_server: Callable[[str], bool], citations: Callable[[], Citations | None] | None) -> StreamTranslator:
             return StreamTranslator(first_output_index=first_index, with_logprobs=turn.request.wants_logprobs(), is_server=is_server,
-                                    citations=citations, seal=seal, guard=guard)
+                                    citations=citations, seal=seal, guard=guard, client_tool=client_tool)
+
+        client_tool = turn.tools.client_tool if turn.tools is not None else None
 
         guard = self.safety is not None and self.safety.guardrails.output
 

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from providers.responses.client_tools import CALL_TYPES, OUTPUT_TYPES, call_input, model_name, output_call_id, output_text
 from runtime.apis.tool_runtime.protocol import ToolExchange
 
 __all__ = ["ChatContext", "Renderer", "chat_messages"]
@@ -68,7 +69,19 @@ class ChatContext:
                     pending_reasoning = []
                 messages.append(message)
             elif kind == "function_call":
+                if item.get("namespace"):
+                    item = {**item, "name": model_name("function", str(item["name"]), str(item["namespace"]))}
                 _append_tool_call(messages, item)
+            elif kind in CALL_TYPES:
+                name, arguments = call_input(item)
+                _append_tool_call(messages, {"call_id": item["call_id"], "name": name, "arguments": arguments})
+            elif kind in OUTPUT_TYPES:
+                output = output_text(item)
+                if output.__class__ is str:
+                    _append_tool_message(messages, {"role": "tool", "tool_call_id": output_call_id(item), "content": output})
+                else:
+                    text, attachments = _output_parts(output)
+                    _append_tool_message(messages, {"role": "tool", "tool_call_id": output_call_id(item), "content": text}, attachments)
             elif kind == "function_call_output":
                 output = item["output"]
                 if output.__class__ is str:

@@ -23,6 +23,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, 
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from providers.responses.client_tools import CALL_TYPES
 from providers.responses.tools import RequestTools
 from providers.responses.translate import Event, StreamTranslator
 from runtime.apis.tool_runtime.protocol import Citations, ItemSink, ModelCall, ToolSession
@@ -123,7 +124,7 @@ class ToolLoop:
             if calls:
                 async for event in self._run_calls(calls):
                     yield event
-            client_side = any(item["type"] == "function_call" for item in translator.output)
+            client_side = any(item["type"] == "function_call" or item["type"] in CALL_TYPES for item in translator.output)
             if not calls or client_side or any(approval is not None for _, _, approval in calls):
                 self.status = "completed"
                 return

@@ -10,18 +10,22 @@ back by that name and go to the session that offered the function.
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from providers.responses.client_tools import CLIENT_TOOL_TYPES, ClientTool, check_client_tool, client_tools, tool_choice_name
 from runtime.apis.responses.models import CreateResponse
 from runtime.apis.tool_runtime.protocol import Citations, FunctionSpec, ModelCall, ToolContext, ToolSession
 from runtime.apis.tool_runtime.router import ToolRouter
 from runtime.apis.tool_runtime.web_search import WEB_SEARCH_TYPES
 from runtime.errors import InvalidRequestError
 
-__all__ = ["Offered", "RequestTools", "check_server_tools", "public_tools"]
+__all__ = ["Offered", "RequestTools", "check_server_tools", "public_tools", "served_only"]
+
+log = logging.getLogger("stack")
 
 _NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 MAX_NAME = 64  # OpenAI's limit on function names, which OpenAI-compatible servers copy
@@ -31,7 +35,8 @@ async def check_server_tools(request: CreateResponse, router: ToolRouter | None)
     """Every non-function tool must be of a type a tool runtime serves, and pass its checks."""
     for index, tool in enumerate(request.tools or ()):
         kind = tool.get("type")
-        if kind == "function":
+        if kind in CLIENT_TOOL_TYPES:
+            check_client_tool(tool, f"tools[{index}]")
             continue
         runtime = router.runtime_for(kind) if router is not None and isinstance(kind, str) else None
         if runtime is None and isinstance(kind, str) and kind in WEB_SEARCH_TYPES:
@@ -40,13 +45,27 @@ async def check_server_tools(request: CreateResponse, router: ToolRouter | None)
                 "tool_runtime provider of type tavily, brave or searxng to run.yaml (see README: Web search).",
                 param=f"tools[{index}].type", code="unsupported_tool_type")
         if runtime is None:
-            supported = ", ".join(["function", *(router.tool_types if router is not None else ())])
+            supported = ", ".join([*sorted(CLIENT_TOOL_TYPES), *(router.tool_types if router is not None else ())])
             raise InvalidRequestError(
                 f"Invalid value for 'tools[{index}].type': tool type {str(kind)[:80]!r} is not supported by this server "
                 f"(supported: {supported}). Server-side tools are served by tool_runtime providers in run.yaml.",
                 param=f"tools[{index}].type", code="unsupported_tool_type",
             )
         await runtime.check_tool(tool, f"tools[{index}]")
+    client_tools(request.tools or ())  # two tools the model would know by one name are a 400
+
+
+def served_only(request: CreateResponse, router: ToolRouter | None) -> CreateResponse:
+    """The request without its server-side tools of types no tool runtime serves (run.yaml's
+    `unserved_tools: omit`): the model never sees them."""
+    tools = request.tools or []
+    kept = [tool for tool in tools if tool.get("type") in CLIENT_TOOL_TYPES
+            or (router is not None and isinstance(tool.get("type"), str) and router.runtime_for(tool["type"]) is not None)]
+    if len(kept) == len(tools):
+        return request
+    log.info("left out of the model's view: tools of types no tool runtime serves (%s)",
+             ", ".join(sorted({str(tool.get("type")) for tool in tools if tool not in kept})))
+    return request.model_copy(update={"tools": kept})
 
 
 def public_tools(request: CreateResponse, router: ToolRouter | None) -> tuple[list[dict[str, Any]], bool]:
@@ -76,6 +95,8 @@ class Offered:
     """None: a client-side function tool."""
     spec: FunctionSpec | None
     tool_types: frozenset[str]
+    client: ClientTool | None = None
+    """The client tool (function, custom, apply_patch...) this function stands for."""
 
 
 class RequestTools:
@@ -114,11 +135,9 @@ class RequestTools:
         """Name every function for the model (after the sessions are prepared)."""
         offered: list[Offered] = []
         taken: set[str] = set()
-        for tool in self.request.tools or ():
-            if tool.get("type") == "function":
-                chat = {"type": "function", "function": {k: tool[k] for k in ("name", "description", "parameters", "strict") if tool.get(k) is not None}}
-                offered.append(Offered(tool["name"], chat, None, None, frozenset({"function"})))
-                taken.add(tool["name"])
+        for client in client_tools(self.request.tools or ()):
+            offered.append(Offered(client.model_name, client.chat, None, None, frozenset({client.kind}), client))
+            taken.add(client.model_name)
         for session, types in self.sessions:
             for spec in session.functions():
                 name = _unique_name(spec, taken)
@@ -130,6 +149,10 @@ class RequestTools:
         self._offered = offered
         self._by_name = {entry.model_name: entry for entry in offered}
         _check_choice_targets(self.request.tool_choice, offered)
+
+    def client_tool(self, model_name: str) -> ClientTool | None:
+        entry = self._by_name.get(model_name)
+        return entry.client if entry is not None else None
 
     def is_server(self, model_name: str) -> bool:
         entry = self._by_name.get(model_name)
@@ -161,7 +184,7 @@ class RequestTools:
         assert isinstance(choice, dict)
         if choice.get("type") == "allowed_tools":
             return tools, choice.get("mode") or "auto"
-        if len(tools) == 1 or (choice.get("type") == "function"):
+        if len(tools) == 1 or tool_choice_name(choice) is not None:
             return tools, {"type": "function", "function": {"name": tools[0]["function"]["name"]}}
         return tools, "required"
 
@@ -199,8 +222,8 @@ def _chosen(entry: Offered, choice: Mapping[str, Any]) -> bool:
     kind = choice.get("type")
     if kind == "allowed_tools":
         return any(isinstance(tool, Mapping) and _chosen(entry, tool) for tool in choice.get("tools") or ())
-    if kind == "function":
-        return entry.session is None and entry.model_name == choice.get("name")
+    if entry.client is not None:
+        return tool_choice_name(choice) == entry.model_name
     if kind not in entry.tool_types or entry.spec is None:
         return False
     label = choice.get("server_label")

@@ -8,6 +8,10 @@ Order for each output item (as OpenAI streams it):
                    output_text.done, content_part.done, [same for a refusal part], output_item.done
     function_call: output_item.added, function_call_arguments.delta..., function_call_arguments.done,
                    output_item.done
+    custom_tool_call: output_item.added, custom_tool_call_input.delta, custom_tool_call_input.done,
+                   output_item.done (all once the call is whole: the model streams JSON arguments,
+                   the input is a string inside them)
+    apply_patch_call, shell_call, local_shell_call: output_item.added, output_item.done (likewise)
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from providers.responses.client_tools import ClientTool
 from runtime.apis.items import new_id
 from runtime.apis.tool_runtime.protocol import Citations
 
@@ -48,6 +53,8 @@ class _Item:
     item: dict[str, Any]
     parts: list[_Part] = field(default_factory=list)
     arguments: list[str] = field(default_factory=list)
+    client: ClientTool | None = None
+    """The client tool of a call whose item is of that tool's own type (not a function_call)."""
 
 
 @dataclass
@@ -78,6 +85,8 @@ class StreamTranslator:
     is_server: Callable[[str], bool] = _client_side
     citations: Callable[[], Citations | None] | None = None
     """Gives each output_text part what turns its source markers into annotations (None: no sources)."""
+    client_tool: Callable[[str], ClientTool | None] | None = None
+    """The client tool a function name stands for (custom, namespace members, apply_patch...)."""
     seal: Callable[[Mapping[str, Any]], str] | None = None
     """Seals a finished reasoning item's content into its `encrypted_content` (include asked for it)."""
     guard: bool = False
@@ -203,7 +212,8 @@ class StreamTranslator:
         """Close every open item; `status` is "incomplete" when the model was cut off."""
         events = self._close_open(status)
         for index in sorted(self._calls):
-            events += _close_call(self._calls[index], status)
+            call = self._calls[index]
+            events += _close_call(call, status) if call.client is None else self._close_client_call(call, status)
         self._calls.clear()
         return events
 
@@ -269,20 +279,46 @@ class StreamTranslator:
                 self._server[index] = ServerCall(call_id, name, [function["arguments"]] if function.get("arguments") else [])
                 return events
             events += self._close_open("completed")
+            tool = self.client_tool(name) if self.client_tool is not None and name else None
+            if tool is not None and tool.kind != "function":  # its item is made once its arguments are whole
+                call = _Item(self.first_output_index + len(self.items), {"type": tool.kind, "call_id": call_id}, client=tool)
+                self.items.append(call)
+                self._calls[index] = call
+                if function.get("arguments"):
+                    call.arguments.append(function["arguments"])
+                return events
             item = {
                 "id": self.make_id("fc"), "type": "function_call", "status": "in_progress",
-                "call_id": call_id, "name": name, "arguments": "",
+                "call_id": call_id, "name": tool.name if tool is not None else name, "arguments": "",
             }
+            if tool is not None and tool.namespace:
+                item["namespace"] = tool.namespace
             call = _Item(self.first_output_index + len(self.items), item)
             self.items.append(call)
             self._calls[index] = call
             events.append({"type": "response.output_item.added", "output_index": call.output_index, "item": dict(item)})
-        elif function.get("name"):
+        elif function.get("name") and call.client is None and "namespace" not in call.item:
             call.item["name"] += function["name"]
         if function.get("arguments"):
             call.arguments.append(function["arguments"])
+        if function.get("arguments") and call.client is None:
             events.append({"type": "response.function_call_arguments.delta", "item_id": call.item["id"],
                            "output_index": call.output_index, "delta": function["arguments"]})
+        return events
+
+    def _close_client_call(self, call: _Item, status: str) -> list[Event]:
+        """The whole item of a client tool call, added and done at once (with its input's events)."""
+        assert call.client is not None
+        arguments = "".join(call.arguments)
+        done_status = status if call.client.kind != "apply_patch" or status in ("in_progress", "completed") else "completed"
+        call.item = call.client.output_item(str(call.item["call_id"]), arguments, self.make_id, done_status)
+        added = {**call.item, "input": ""} if call.item["type"] == "custom_tool_call" else call.item
+        events: list[Event] = [{"type": "response.output_item.added", "output_index": call.output_index, "item": dict(added)}]
+        if call.item["type"] == "custom_tool_call":
+            base = {"item_id": call.item["id"], "output_index": call.output_index}
+            events += [{"type": "response.custom_tool_call_input.delta", **base, "delta": call.item["input"]},
+                       {"type": "response.custom_tool_call_input.done", **base, "input": call.item["input"]}]
+        events.append({"type": "response.output_item.done", "output_index": call.output_index, "item": call.item})
         return events
 
 

@@ -32,8 +32,15 @@ _PASSIVE_TYPES = {
     "web_search_call": "ws", "file_search_call": "fs", "mcp_call": "mcp", "mcp_list_tools": "mcpl",
     "mcp_approval_request": "mcpr", "mcp_approval_response": "mcpa", "computer_call": "cu",
     "computer_call_output": "cuo", "code_interpreter_call": "ci", "image_generation_call": "ig",
-    "local_shell_call": "lsh", "local_shell_call_output": "lsho", "custom_tool_call": "ctc",
-    "custom_tool_call_output": "ctco", "compaction": "cmp",
+    "compaction": "cmp",
+}
+# The items of tools the client runs (besides functions): the id prefix of each, and what it must hold.
+_CLIENT_CALL_TYPES = {
+    "custom_tool_call": ("ctc", ("call_id", "name", "input")), "custom_tool_call_output": ("ctco", ("call_id", "output")),
+    "apply_patch_call": ("apc", ("call_id", "operation")), "apply_patch_call_output": ("apco", ("call_id", "status")),
+    "shell_call": ("sh", ("call_id", "action")), "shell_call_output": ("sho", ("call_id", "output")),
+    "local_shell_call": ("lsh", ("call_id", "action")),
+    "local_shell_call_output": ("lsho", ("id", "output")),  # names its call by `id` (the call's call_id)
 }
 
 
@@ -132,6 +139,10 @@ def normalize_item(item: Any, where: str) -> dict[str, Any]:
     if kind == "item_reference":
         _require(item, where, ("id",))
         return {"type": "item_reference", "id": item["id"]}
+    if kind in _CLIENT_CALL_TYPES:
+        prefix, required = _CLIENT_CALL_TYPES[kind]
+        _require(item, where, required)
+        return {**item, "id": item.get("id") or new_id(prefix)}
     if kind in _PASSIVE_TYPES:
         return {**item, "id": item.get("id") or new_id(_PASSIVE_TYPES[kind])}
     raise InvalidRequestError(f"Invalid value for '{where}.type': unknown input item type {kind!r}.", param=f"{where}.type", code="invalid_value")
