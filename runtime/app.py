@@ -17,7 +17,7 @@ from starlette.routing import compile_path
 from providers.spec import Api
 from runtime.apis import SURFACES
 from runtime.apis.unavailable import NoModels, Unavailable, unavailable_message
-from runtime.errors import APIError, error_body
+from runtime.errors import APIError, error_body, validation_error_body
 from runtime.middleware import Draining, RequestGuard
 from runtime.stack import Stack
 from runtime.system_routes import stack_version, system_router
@@ -85,21 +85,7 @@ async def _api_error(_request: Request, error: Exception) -> JSONResponse:
 
 async def _validation_error(_request: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, RequestValidationError)
-    first: dict[str, Any] = error.errors()[0] if error.errors() else {}
-    loc = [str(part) for part in first.get("loc", ()) if part not in ("body", "query", "path", "header")]
-    param = ".".join(loc) or None
-    kind = first.get("type", "")
-    if kind == "json_invalid":
-        message, code = "We could not parse the JSON body of your request: it is not valid JSON.", "invalid_json"
-    elif kind == "missing":
-        message, code = f"Missing required parameter: '{param}'.", "missing_required_parameter"
-    else:
-        got = first.get("input")
-        message = f"Invalid value for '{param}': {first.get('msg', 'invalid')}" + (f" (got {got!r:.80})." if got is not None else ".")
-        code = "invalid_value"
-    if len(error.errors()) > 1:
-        message += f" ({len(error.errors()) - 1} more problem(s) in the request.)"
-    return JSONResponse(error_body(message, "invalid_request_error", param, code), status_code=400)
+    return JSONResponse(validation_error_body(error.errors()), status_code=400)
 
 
 async def _http_error(request: Request, error: Exception) -> JSONResponse:

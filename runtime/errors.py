@@ -13,7 +13,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 __all__ = [
@@ -32,6 +32,26 @@ __all__ = [
 
 def error_body(message: str, type: str, param: str | None = None, code: str | None = None) -> dict[str, Any]:
     return {"error": {"message": message, "type": type, "param": param, "code": code}}
+
+
+def validation_error_body(errors: Sequence[Any]) -> dict[str, Any]:
+    """The 400 body of a request pydantic refused (its errors, as `ValidationError.errors()` lists
+    them): the first problem, named by its path in the body."""
+    first: dict[str, Any] = errors[0] if errors else {}
+    loc = [str(part) for part in first.get("loc", ()) if part not in ("body", "query", "path", "header")]
+    param = ".".join(loc) or None
+    kind = first.get("type", "")
+    if kind == "json_invalid":
+        message, code = "We could not parse the JSON body of your request: it is not valid JSON.", "invalid_json"
+    elif kind == "missing":
+        message, code = f"Missing required parameter: '{param}'.", "missing_required_parameter"
+    else:
+        got = first.get("input")
+        message = f"Invalid value for '{param}': {first.get('msg', 'invalid')}" + (f" (got {got!r:.80})." if got is not None else ".")
+        code = "invalid_value"
+    if len(errors) > 1:
+        message += f" ({len(errors) - 1} more problem(s) in the request.)"
+    return error_body(message, "invalid_request_error", param, code)
 
 
 class APIError(Exception):

@@ -31,10 +31,21 @@ if TYPE_CHECKING:
     from openai import AsyncOpenAI, OpenAI
     from fastapi import FastAPI
 
-__all__ = ["BASE_URL", "LibraryClient"]
+__all__ = ["BASE_URL", "LibraryClient", "NoWebSocketTransport"]
 
 BASE_URL = "http://stack.local/v1"
 """The URL the in-process clients use; the host is never resolved or connected to."""
+
+
+class NoWebSocketTransport(RuntimeError):
+    """The in-process transport carries HTTP requests only."""
+
+
+def _no_websocket(*_args: Any, **_kwargs: Any) -> Any:
+    # Without this the SDK would try to resolve the made-up host and fail with a bare DNS error.
+    raise NoWebSocketTransport(
+        "The library client has no WebSocket transport: responses.connect() needs the server (`stack run`, then "
+        "ws://host:port/v1/responses). In process, stream with responses.create(stream=True) instead.")
 
 
 class LibraryClient:
@@ -110,14 +121,18 @@ class LibraryClient:
         import openai
 
         kwargs.setdefault("api_key", "none")
-        return openai.OpenAI(base_url=BASE_URL, http_client=self.http_client(), **kwargs)
+        client = openai.OpenAI(base_url=BASE_URL, http_client=self.http_client(), **kwargs)
+        client.responses.connect = _no_websocket  # type: ignore[method-assign]
+        return client
 
     def async_openai(self, **kwargs: Any) -> AsyncOpenAI:
         """An `openai.AsyncOpenAI` client over the in-process app; kwargs go to its constructor."""
         import openai
 
         kwargs.setdefault("api_key", "none")
-        return openai.AsyncOpenAI(base_url=BASE_URL, http_client=self.async_http_client(), **kwargs)
+        client = openai.AsyncOpenAI(base_url=BASE_URL, http_client=self.async_http_client(), **kwargs)
+        client.responses.connect = _no_websocket  # type: ignore[method-assign]
+        return client
 
     def _running_loop(self) -> BackgroundLoop:
         if self._loop is None:

@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Request, WebSocket
 from fastapi.responses import Response
 
 from runtime.apis.responses.models import CreateResponse, shown_event, shown_response
 from runtime.apis.common import JSONBytes, include_query, unless_disconnected, validate_id, validate_limit, validate_order
 from runtime.apis.responses.protocol import ResponsesProvider
+from runtime.apis.responses.websocket import serve_connection
 from runtime import fastjson
 from runtime.errors import APIError
 from runtime.sse import EventStreamResponse, sse_frame
@@ -31,6 +32,10 @@ def router(impl: ResponsesProvider) -> APIRouter:
         # A client that leaves before the answer cancels it (its model and tool calls with it).
         answer = await unless_disconnected(http, impl.create_response(request))
         return Response(status_code=499) if answer is None else JSONBytes(shown_response(answer, include))
+
+    @routes.websocket("/responses")
+    async def responses_socket(socket: WebSocket) -> None:
+        await serve_connection(socket, impl)
 
     @routes.post("/responses/input_tokens", summary="Count the input tokens a response would use")
     async def count_input_tokens(request: CreateResponse) -> Response:

@@ -1,0 +1,121 @@
+"""WebSocket mode of the Responses API (`ws://host/v1/responses`, the openai SDK's
+`client.responses.connect()`): the client sends `response.create` messages (a create body with
+`type`), and each is answered with the events a streamed POST would send, one response at a time.
+
+A connection keeps what its recent responses said (their input and output items), so a client
+that stores nothing (`store: false`) continues a chain by `previous_response_id` within the
+connection, and `generate: false` prepares such a context without a model call. Every mistake is
+an `error` event (with the status a POST would have had); the socket stays open for the next
+message.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from typing import Any
+
+from fastapi import WebSocket, WebSocketDisconnect
+from pydantic import ValidationError
+
+from runtime import fastjson
+from runtime.apis.items import new_id, normalize_input
+from runtime.apis.responses.models import CreateResponse, response_object, shown_event
+from runtime.apis.responses.protocol import ResponsesProvider
+from runtime.errors import APIError, InvalidRequestError, error_body, validation_error_body
+
+__all__ = ["serve_connection"]
+
+CACHED_RESPONSES = 32  # per connection: a chain continues from one of its last few responses
+_TERMINAL = ("response.completed", "response.incomplete", "response.failed")
+_WS_ONLY = ("type", "stream_id", "generate", "stream")
+
+
+class _Context:
+    """What a connection's recent unstored responses said, by response id: the stored response
+    their chain continues from (if any), and their items since (input, then output)."""
+
+    def __init__(self) -> None:
+        self.items: OrderedDict[str, tuple[str | None, list[dict[str, Any]]]] = OrderedDict()
+
+    def keep(self, response_id: str, stored_parent: str | None, items: list[dict[str, Any]]) -> None:
+        self.items[response_id] = (stored_parent, items)
+        self.items.move_to_end(response_id)
+        while len(self.items) > CACHED_RESPONSES:
+            self.items.popitem(last=False)
+
+
+async def serve_connection(socket: WebSocket, impl: ResponsesProvider) -> None:
+    """Answer a connection's `response.create` messages in order, until the client closes it."""
+    await socket.accept()
+    context = _Context()
+    try:
+        while True:
+            message = await socket.receive_text()
+            await _answer(socket, impl, message, context)
+    except WebSocketDisconnect:
+        return
+
+
+async def _answer(socket: WebSocket, impl: ResponsesProvider, message: str, context: _Context) -> None:
+    stream_id: Any = None
+    try:
+        body = json.loads(message)
+        if not isinstance(body, dict):
+            raise InvalidRequestError("Each message must be a JSON object (a response.create event).", code="invalid_json")
+        stream_id = body.get("stream_id")
+        if body.get("type") != "response.create":
+            raise InvalidRequestError(f"Invalid value for 'type': {str(body.get('type'))[:80]!r}. This socket takes 'response.create' "
+                                      "events.", param="type", code="invalid_value")
+        request = CreateResponse.model_validate({key: value for key, value in body.items() if key not in _WS_ONLY})
+        request.stream = True
+        previous = request.previous_response_id
+        kept = context.items.get(previous) if previous is not None else None
+        if kept is not None:  # an unstored response of this connection: continued from what it kept
+            parent, history = kept
+            request = request.model_copy(update={"input": [*history, *normalize_input(request.input)], "previous_response_id": parent})
+        if body.get("generate") is False:
+            await _warm_up(socket, request, context, previous, stream_id)
+            return
+        events = await impl.stream_response(request)
+    except ValueError as error:  # not JSON, or a body pydantic refused
+        body = validation_error_body(error.errors()) if isinstance(error, ValidationError) else error_body(
+            "We could not parse this message: it is not valid JSON.", "invalid_request_error", None, "invalid_json")
+        await _send(socket, {"type": "error", "status": 400, **body}, stream_id)
+        return
+    except APIError as error:
+        await _send(socket, {"type": "error", "status": error.status, **error.body()}, stream_id)
+        return
+    include = frozenset(request.include or ())
+    sequence = -1
+    try:
+        async for event in events:
+            sequence = event["sequence_number"]
+            if event["type"] in _TERMINAL and request.store is False:
+                response = event["response"]
+                context.keep(response["id"], request.previous_response_id, [*normalize_input(request.input), *response["output"]])
+            if kept is not None and "response" in event:  # the chain as the client sees it
+                event = {**event, "response": {**event["response"], "previous_response_id": previous}}
+            await _send(socket, shown_event(event, include), stream_id)
+    except APIError as error:  # only a failure the provider could not turn into response.failed
+        await _send(socket, {"type": "error", "status": error.status, "sequence_number": sequence + 1, **error.body()}, stream_id)
+    finally:
+        close = getattr(events, "aclose", None)
+        if close is not None:
+            await close()  # a client gone mid-response: the response is cancelled, as for a dropped SSE stream
+
+
+async def _warm_up(socket: WebSocket, request: CreateResponse, context: _Context, previous: str | None, stream_id: Any) -> None:
+    """`generate: false`: a response with no output whose context later turns continue from."""
+    request.check()
+    response = response_object(request, new_id("resp"), "completed", conversation_id=request.conversation_id)
+    response.update(output=[], previous_response_id=previous, completed_at=response.get("created_at"))
+    context.keep(response["id"], request.previous_response_id, normalize_input(request.input))
+    await _send(socket, {"type": "response.created", "sequence_number": 0, "response": {**response, "status": "in_progress"}}, stream_id)
+    await _send(socket, {"type": "response.completed", "sequence_number": 1, "response": response}, stream_id)
+
+
+async def _send(socket: WebSocket, event: dict[str, Any], stream_id: Any) -> None:
+    if stream_id is not None:
+        event = {**event, "stream_id": stream_id}
+    await socket.send_text(fastjson.dumps(event).decode())
