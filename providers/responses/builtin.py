@@ -16,7 +16,7 @@ from providers.responses.engine import ResponsesEngine
 from providers.responses.sealing import ReasoningSeal, decode_key, load_key
 from providers.responses.loop import LoopLimits
 from providers.responses.request import chat_request
-from runtime.apis.responses.models import CreateResponse
+from runtime.apis.responses.models import CompactRequest, CreateResponse
 from providers.responses.store import ResponseStore
 from providers.responses.translate import Event
 from providers.spec import Api, ProviderContext, ProviderSpec
@@ -47,6 +47,8 @@ class BuiltinResponsesConfig(BaseModel):
 
     summary_model: str | None = Field(default=None, min_length=1, description=(
         "The model that writes reasoning summaries (reasoning.summary); default: the request's own model"))
+    compaction_model: str | None = Field(default=None, min_length=1, description=(
+        "The model that writes compaction summaries (POST /v1/responses/compact, context_management); default: the request's own model"))
     unserved_tools: Literal["reject", "omit"] = Field(default="reject", description=(
         "A request's server-side tool of a type no tool_runtime provider serves (web_search without a search backend...): "
         "`reject` answers a 400 naming it; `omit` leaves it out of the model's view and answers the rest (for clients such as "
@@ -79,6 +81,9 @@ class BuiltinResponses:
         if request.background:
             return await self.engine.background.start_streamed(turn)
         return self.engine.stream(turn)
+
+    async def compact_response(self, request: CompactRequest) -> dict[str, Any]:
+        return await self.engine.compact(request)
 
     async def get_response(self, response_id: str) -> dict[str, Any]:
         return (await self.store.get(response_id)).response
@@ -151,7 +156,8 @@ async def create(context: ProviderContext[BuiltinResponsesConfig]) -> AsyncItera
                              tools=context.deps.get(Api.tool_runtime), limits=limits, files=context.deps.get(Api.files),
                              seal=ReasoningSeal(lambda: load_key(context.config.reasoning_key, context.state_dir)),
                              summary_model=context.config.summary_model, prompts=context.deps.get(Api.prompts),
-                             safety=context.deps.get(Api.safety), omit_unserved=context.config.unserved_tools == "omit")
+                             safety=context.deps.get(Api.safety), omit_unserved=context.config.unserved_tools == "omit",
+                             compaction_model=context.config.compaction_model)
     service = BuiltinResponses(engine, context.config)
     await engine.background.recover(at_start=True)
     sweeper = asyncio.get_running_loop().create_task(_sweep(engine))

@@ -13,12 +13,13 @@ import itertools
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Protocol
 
 from providers.responses.background import Background
+from providers.responses.compaction import compaction_summary, estimated_tokens, kept_messages, try_compaction_summary
 from providers.responses.files import with_files_read
 from providers.responses.items import ChatContext, Renderer, Reveal, chat_messages
 from providers.responses.loop import LoopLimits, ModelTurn, ToolLoop
@@ -35,7 +36,7 @@ from runtime.apis.files.protocol import FilesProvider
 from runtime.apis.prompts.protocol import PromptsProvider
 from runtime.apis.safety.guard import flagged_outputs, guard_input
 from runtime.apis.safety.protocol import SafetyProvider
-from runtime.apis.responses.models import CreateResponse, response_object
+from runtime.apis.responses.models import CompactRequest, CreateResponse, response_object
 from runtime.apis.tool_runtime.protocol import Citations, ToolContext
 from runtime.apis.tool_runtime.router import ToolRouter
 from runtime.errors import APIError, InvalidRequestError, NotFoundError, UpstreamError
@@ -134,7 +135,8 @@ class ResponsesEngine:
     def __init__(self, inference: Inference, store: ResponseStore, conversations: Conversations | None = None,
                  lease_s: float = 30.0, tools: ToolRouter | None = None, limits: LoopLimits | None = None,
                  files: FilesProvider | None = None, seal: ReasoningSeal | None = None, summary_model: str | None = None,
-                 prompts: PromptsProvider | None = None, safety: SafetyProvider | None = None, omit_unserved: bool = False) -> None:
+                 prompts: PromptsProvider | None = None, safety: SafetyProvider | None = None, omit_unserved: bool = False,
+                 compaction_model: str | None = None) -> None:
         self.inference = inference
         self.store = store
         self.conversations = conversations
@@ -148,6 +150,7 @@ class ResponsesEngine:
         self.prompts = prompts
         self.safety = safety
         self.omit_unserved = omit_unserved
+        self.compaction_model = compaction_model
         self._tasks: set[asyncio.Task[Any]] = set()
         self.background = Background(self)
         # Stored responses this process is streaming to a client; their leases are renewed
@@ -208,11 +211,13 @@ class ResponsesEngine:
     def _check_sealed(self, input_items: Sequence[Mapping[str, Any]]) -> None:
         """Encrypted reasoning sent back must be this server's, unaltered: a 400 naming the item if not."""
         for index, item in enumerate(input_items):
-            if item.get("type") == "reasoning" and item.get("encrypted_content") is not None:
+            compaction = item.get("type") == "compaction"
+            if (item.get("type") == "reasoning" and item.get("encrypted_content") is not None) or compaction:
                 if self.seal is None:
-                    raise InvalidRequestError(f"Encrypted reasoning in 'input[{index}]' cannot be read: this server seals none.",
+                    raise InvalidRequestError(f"Encrypted content in 'input[{index}]' cannot be read: this server seals none.",
                                               param=f"input[{index}].encrypted_content", code="invalid_encrypted_content")
-                self.seal.open(item["encrypted_content"], f"input[{index}].encrypted_content")
+                opened = self.seal.open_compaction if compaction else self.seal.open
+                opened(item.get("encrypted_content"), f"input[{index}].encrypted_content")
 
     async def read_files(self, turn: Turn) -> None:
         """Read in the files the context names by id, for the model (the stored items keep the
@@ -441,13 +446,65 @@ class ResponsesEngine:
             item["encrypted_content"] = translator.seal(item)
         return summary_events(item, output_index, summary)
 
+    async def _events(self, turn: Turn, loop: ToolLoop) -> AsyncGenerator[Event, None]:
+        """The loop's events, after the tools' preparation and, when the request asks for it and
+        its context has grown past the threshold, the compaction of that context."""
+        for event in turn.prepared or ():
+            yield event
+        for event in await self._auto_compaction(turn, loop):
+            yield event
+        async with contextlib.aclosing(loop.events()) as events:
+            async for event in events:
+                yield event
+
+    async def _auto_compaction(self, turn: Turn, loop: ToolLoop) -> list[Event]:
+        """`context_management` compaction: a `compaction` item first in the output when the
+        context passes `compact_threshold` tokens; the model then reads the compacted window."""
+        threshold = turn.request.compact_threshold()
+        if threshold is None or turn.refusal is not None or self.seal is None:
+            return []
+        messages = turn.messages()
+        if estimated_tokens(messages) <= threshold:
+            return []
+        written = await try_compaction_summary(self.inference, self.compaction_model or str(turn.request.model), messages)
+        if written is None:
+            return []
+        summary, usage = written
+        if usage is not None:
+            loop.usages.append(usage)
+        item = {"id": new_id("cmp"), "type": "compaction", "encrypted_content": self.seal.seal_compaction(summary)}
+        output = turn.response["output"]
+        output.append(item)
+        index = len(output) - 1
+        return [{"type": "response.output_item.added", "output_index": index, "item": {**item, "encrypted_content": ""}},
+                {"type": "response.compaction.compacting", "output_index": index, "item_id": item["id"]},
+                {"type": "response.output_item.done", "output_index": index, "item": item}]
+
+    async def compact(self, request: CompactRequest) -> dict[str, Any]:
+        """POST /v1/responses/compact: the context of `request` (a chain, its input, or both) as
+        the user's messages and one compaction item."""
+        request.check()
+        if self.seal is None:
+            raise InvalidRequestError("This server cannot compact: it has no key to seal compaction items with.", param="model",
+                                      code="invalid_value")
+        await self.inference.resolve(request.model)
+        context = await self._chain(request.previous_response_id) if request.previous_response_id else Context([], [])
+        input_items = await self._resolve_references(normalize_input(request.input if request.input is not None else []))
+        self._check_sealed(input_items)
+        items = [*context.items, *input_items]
+        messages = ChatContext(renderers=self.renderers, reveal=self.seal.reveal).extend(items).messages_with(request.instructions)
+        summary, usage = await compaction_summary(self.inference, self.compaction_model or str(request.model), messages)
+        item = {"id": new_id("cmp"), "type": "compaction", "encrypted_content": self.seal.seal_compaction(summary)}
+        return {"id": new_id("resp"), "object": "response.compaction", "created_at": int(time.time()),
+                "output": [*kept_messages(items), item], "usage": usage_from_chat(usage or {"prompt_tokens": 0})}
+
     # --- non-streamed ----------------------------------------------------------------------
 
     async def run(self, turn: Turn) -> dict[str, Any]:
         """Produce the whole response, store it (one transaction), return it."""
         loop = self._loop(turn, stream=False)
         try:
-            async for _ in loop.events(turn.prepared or ()):
+            async for _ in self._events(turn, loop):
                 pass
         finally:
             if turn.tools is not None:
@@ -485,7 +542,7 @@ class ResponsesEngine:
                         yield self._numbered(turn, event)
             # Closed with this stream, not left to the garbage collector: a tool call under way
             # stops when the stream does.
-            async with contextlib.aclosing(loop.events(turn.prepared or ())) as events:
+            async with contextlib.aclosing(self._events(turn, loop)) as events:
                 async for event in events:
                     yield self._numbered(turn, event)
             _finalize(response, loop)

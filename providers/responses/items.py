@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from providers.responses.compaction import SUMMARY_HEADER
 from providers.responses.client_tools import CALL_TYPES, OUTPUT_TYPES, call_input, model_name, output_call_id, output_text
 from runtime.apis.tool_runtime.protocol import ToolExchange
 
@@ -92,6 +93,14 @@ class ChatContext:
                     _append_tool_message(messages, {"role": "tool", "tool_call_id": item["call_id"], "content": text}, attachments)
             elif kind == "reasoning":
                 pending_reasoning.extend(_reasoning_text(item, self.reveal))
+            elif kind == "compaction":
+                # What came before it reads as its summary, the user's own messages after it (so a
+                # chat model's last message is still the user's, not the summary).
+                summary = "".join(self.reveal(item)) if self.reveal is not None else ""
+                messages = [message for message in messages if message["role"] in ("user", "system", "developer")]
+                lead = next((i for i, message in enumerate(messages) if message["role"] == "user"), len(messages))
+                messages.insert(lead, {"role": "user", "content": f"{SUMMARY_HEADER}\n\n{summary}"})
+                pending_reasoning = []
             elif (render := self.renderers.get(str(kind))) is not None and (exchange := render(item)) is not None:
                 server_calls, deferred = _append_exchange(messages, exchange, server_calls, deferred, pending_reasoning)
         return ChatContext(tuple(messages), tuple(pending_reasoning), self.renderers, server_calls, deferred, file_ids, self.reveal)

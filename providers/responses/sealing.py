@@ -1,6 +1,7 @@
-"""Encrypted reasoning: a reasoning item's content sealed with a key only the server holds, so a
-client that keeps no state on the server (`store: false`) can send its reasoning back and the
-model reads it again, while the client can neither read nor forge it.
+"""Encrypted reasoning and compaction: a reasoning item's content (or a compaction item's summary)
+sealed with a key only the server holds, so a client that keeps no state on the server
+(`store: false`) can send it back and the model reads it again, while the client can neither read
+nor forge it.
 
 AES-256-GCM (the `cryptography` package): a token is `v1.` and the URL-safe base64 of a random
 96-bit nonce and the ciphertext with its tag. The associated data names the format, so a token
@@ -24,6 +25,7 @@ __all__ = ["ReasoningSeal", "decode_key", "load_key"]
 
 _PREFIX = "v1."
 _AAD = b"stack reasoning item v1"
+_COMPACTION_AAD = b"stack compaction item v1"  # a reasoning token is no compaction token, nor the reverse
 KEY_FILE = "reasoning.key"
 
 
@@ -45,35 +47,52 @@ class ReasoningSeal:
 
     def seal(self, item: Mapping[str, Any]) -> str:
         """The token of a reasoning item's content (and summary)."""
-        plain = json.dumps({"content": item.get("content") or [], "summary": item.get("summary") or []}, separators=(",", ":"))
-        nonce = os.urandom(12)
-        sealed = nonce + self._aead.encrypt(nonce, plain.encode(), _AAD)
-        return _PREFIX + base64.urlsafe_b64encode(sealed).decode()
+        return self._seal({"content": item.get("content") or [], "summary": item.get("summary") or []}, _AAD)
+
+    def seal_compaction(self, summary: str) -> str:
+        """The token of a compaction item: the summary that stands for the context it replaced."""
+        return self._seal({"summary": summary}, _COMPACTION_AAD)
 
     def open(self, token: Any, param: str) -> dict[str, Any]:
-        """The content and summary a token holds; a 400 naming `param` if it is not ours."""
+        """The content and summary a reasoning token holds; a 400 naming `param` if it is not ours."""
+        return self._open(token, param, _AAD)
+
+    def open_compaction(self, token: Any, param: str) -> str:
+        """The summary a compaction token holds; a 400 naming `param` if it is not ours."""
+        return str(self._open(token, param, _COMPACTION_AAD).get("summary") or "")
+
+    def reveal(self, item: Mapping[str, Any]) -> list[str]:
+        """The text of an item that carries it only sealed (checked at the request's start): a
+        reasoning item's reasoning, a compaction item's summary."""
+        try:
+            if item.get("type") == "compaction":
+                return [self.open_compaction(item.get("encrypted_content"), "encrypted_content")]
+            opened = self.open(item.get("encrypted_content"), "encrypted_content")
+        except InvalidRequestError:
+            return []
+        parts = opened.get("content") or opened.get("summary") or []
+        return [str(part.get("text", "")) for part in parts if isinstance(part, Mapping)]
+
+    def _seal(self, payload: Mapping[str, Any], aad: bytes) -> str:
+        plain = json.dumps(payload, separators=(",", ":"))
+        nonce = os.urandom(12)
+        sealed = nonce + self._aead.encrypt(nonce, plain.encode(), aad)
+        return _PREFIX + base64.urlsafe_b64encode(sealed).decode()
+
+    def _open(self, token: Any, param: str, aad: bytes) -> dict[str, Any]:
         from cryptography.exceptions import InvalidTag
 
         try:
             if not isinstance(token, str) or not token.startswith(_PREFIX):
                 raise ValueError("not a token of this server")
             sealed = base64.urlsafe_b64decode(token[len(_PREFIX):].encode())
-            plain = self._aead.decrypt(sealed[:12], sealed[12:], _AAD)
+            plain = self._aead.decrypt(sealed[:12], sealed[12:], aad)
             opened = json.loads(plain)
         except (ValueError, InvalidTag, binascii.Error, UnicodeError):
             raise InvalidRequestError(f"The encrypted content of '{param.rsplit('.', 1)[0]}' could not be verified or decrypted: it was "
                                       "altered, or sealed by another server (or with another key).", param=param,
                                       code="invalid_encrypted_content") from None
         return opened if isinstance(opened, dict) else {}
-
-    def reveal(self, item: Mapping[str, Any]) -> list[str]:
-        """The reasoning text of an item that carries it only sealed (checked at the request's start)."""
-        try:
-            opened = self.open(item.get("encrypted_content"), "encrypted_content")
-        except InvalidRequestError:
-            return []
-        parts = opened.get("content") or opened.get("summary") or []
-        return [str(part.get("text", "")) for part in parts if isinstance(part, Mapping)]
 
 
 def decode_key(text: str) -> bytes:

@@ -19,7 +19,7 @@ from runtime.apis.common import MAX_STRING, validate_id, validate_metadata
 from runtime.apis.items import check_include, shown_item, shown_items
 from runtime.errors import InvalidRequestError
 
-__all__ = ["CreateResponse", "ConversationRef", "response_object"]
+__all__ = ["CompactRequest", "CreateResponse", "ConversationRef", "response_object"]
 
 _SCHEMA_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
@@ -27,6 +27,25 @@ _SCHEMA_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 class ConversationRef(BaseModel):
     model_config = ConfigDict(extra="allow")
     id: str
+
+
+class CompactRequest(BaseModel):
+    """The body of POST /v1/responses/compact: the context to compact (input, a chain, or both)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str | None = None
+    input: str | list[Any] | None = None
+    instructions: str | None = None
+    previous_response_id: str | None = None
+
+    def check(self) -> None:
+        if not self.model:
+            raise InvalidRequestError("Missing required parameter: 'model'.", param="model", code="missing_required_parameter")
+        validate_id(self.previous_response_id, "previous_response_id", "resp")
+        if not self.input and self.previous_response_id is None:
+            raise InvalidRequestError("Nothing to compact: give 'input', 'previous_response_id', or both.", param="input",
+                                      code="missing_required_parameter")
 
 
 class CreateResponse(BaseModel):
@@ -59,6 +78,7 @@ class CreateResponse(BaseModel):
     prompt: Any = None
     service_tier: str | None = None
     stream_options: dict[str, Any] | None = None
+    context_management: list[dict[str, Any]] | None = None
 
     @property
     def conversation_id(self) -> str | None:
@@ -92,9 +112,32 @@ class CreateResponse(BaseModel):
         _check_tools(self.tools or [])
         _check_text_format(self.text)
         check_include(self.include or [])
+        _check_context_management(self.context_management)
+
+    def compact_threshold(self) -> int | None:
+        """The context size (tokens) past which the context is compacted first, if asked for."""
+        for entry in self.context_management or ():
+            if entry.get("type") == "compaction":
+                return int(entry.get("compact_threshold") or DEFAULT_COMPACT_THRESHOLD)
+        return None
 
     def wants_logprobs(self) -> bool:
         return bool(self.top_logprobs) or "message.output_text.logprobs" in (self.include or [])
+
+
+DEFAULT_COMPACT_THRESHOLD = 100_000  # tokens: when `compact_threshold` is left out
+
+
+def _check_context_management(entries: list[dict[str, Any]] | None) -> None:
+    for index, entry in enumerate(entries or ()):
+        where = f"context_management[{index}]"
+        if not isinstance(entry, dict) or entry.get("type") != "compaction":
+            raise InvalidRequestError(f"Invalid value for '{where}.type': expected 'compaction'.", param=f"{where}.type",
+                                      code="invalid_value")
+        threshold = entry.get("compact_threshold")
+        if threshold is not None and (not isinstance(threshold, int) or isinstance(threshold, bool) or threshold < 1):
+            raise InvalidRequestError(f"Invalid value for '{where}.compact_threshold': expected a positive integer (tokens).",
+                                      param=f"{where}.compact_threshold", code="invalid_value")
 
 
 _TOOL_CHOICE_MODES = ("none", "auto", "required")

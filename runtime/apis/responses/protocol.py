@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any, Protocol, runtime_checkable
 
-from runtime.apis.responses.models import CreateResponse
+from runtime.apis.responses.models import CompactRequest, CreateResponse
 
 __all__ = ["ResponsesProvider"]
 
@@ -19,6 +19,10 @@ class ResponsesProvider(Protocol):
     async def create_response(self, request: CreateResponse) -> dict[str, Any]: ...
 
     async def stream_response(self, request: CreateResponse) -> AsyncIterator[dict[str, Any]]: ...
+
+    async def compact_response(self, request: CompactRequest) -> dict[str, Any]:
+        """A `response.compaction`: the context's user messages and one sealed `compaction` item."""
+        ...
 
     async def get_response(self, response_id: str) -> dict[str, Any]: ...
 

@@ -8,7 +8,7 @@ from typing import Any
 from fastapi import APIRouter, Request, WebSocket
 from fastapi.responses import Response
 
-from runtime.apis.responses.models import CreateResponse, shown_event, shown_response
+from runtime.apis.responses.models import CompactRequest, CreateResponse, shown_event, shown_response
 from runtime.apis.common import JSONBytes, include_query, unless_disconnected, validate_id, validate_limit, validate_order
 from runtime.apis.responses.protocol import ResponsesProvider
 from runtime.apis.responses.websocket import serve_connection
@@ -36,6 +36,10 @@ def router(impl: ResponsesProvider) -> APIRouter:
     @routes.websocket("/responses")
     async def responses_socket(socket: WebSocket) -> None:
         await serve_connection(socket, impl)
+
+    @routes.post("/responses/compact", summary="Compact a context into its user messages and one compaction item")
+    async def compact_response(request: CompactRequest) -> Response:
+        return JSONBytes(await impl.compact_response(request))
 
     @routes.post("/responses/input_tokens", summary="Count the input tokens a response would use")
     async def count_input_tokens(request: CreateResponse) -> Response:
