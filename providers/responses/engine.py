@@ -702,7 +702,7 @@ def _finalize(response: dict[str, Any], loop: ToolLoop, status: str | None = Non
     response["error"] = error
     response["incomplete_details"] = {"reason": loop.incomplete_reason or "max_output_tokens"} if status == "incomplete" else None
     if status == "completed":
-        response["completed_at"] = time.time()
+        response["completed_at"] = int(time.time())
 
 
 def _snapshot(response: dict[str, Any]) -> dict[str, Any]:

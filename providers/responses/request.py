@@ -32,6 +32,8 @@ def chat_request(request: CreateResponse, messages: list[dict[str, Any]], *, str
         "max_completion_tokens": request.max_output_tokens if max_tokens is None else max_tokens,
         "temperature": request.temperature,
         "top_p": request.top_p,
+        "presence_penalty": request.presence_penalty,
+        "frequency_penalty": request.frequency_penalty,
         "user": request.user,
         "safety_identifier": request.safety_identifier,
         "prompt_cache_key": request.prompt_cache_key,

@@ -76,7 +76,8 @@ def public_tools(request: CreateResponse, router: ToolRouter | None) -> tuple[li
     for tool in request.tools or ():
         runtime = router.runtime_for(tool["type"]) if router is not None and tool.get("type") != "function" else None
         if runtime is None:
-            tools.append(tool)
+            # A function's optional keys are shown (null when not given), as OpenAI's echo has them.
+            tools.append({"description": None, "parameters": None, "strict": None, **tool} if tool.get("type") == "function" else tool)
             continue
         public = runtime.public_tool(tool)
         tools.append(public.tool)

@@ -426,7 +426,8 @@ def usage_from_chat(usage: Mapping[str, Any] | None) -> dict[str, Any] | None:
     output_tokens = int(usage.get("completion_tokens") or 0)
     return {
         "input_tokens": input_tokens,
-        "input_tokens_details": {"cached_tokens": int(prompt_details.get("cached_tokens") or 0)},
+        "input_tokens_details": {"cached_tokens": int(prompt_details.get("cached_tokens") or 0),
+                                 "cache_write_tokens": int(prompt_details.get("cache_write_tokens") or 0)},
         "output_tokens": output_tokens,
         "output_tokens_details": {"reasoning_tokens": int(completion_details.get("reasoning_tokens") or 0)},
         "total_tokens": int(usage.get("total_tokens") or input_tokens + output_tokens),

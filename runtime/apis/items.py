@@ -183,7 +183,13 @@ def _normalize_message(item: Mapping[str, Any], where: str) -> dict[str, Any]:
         parts = [_normalize_part(part, f"{where}.content[{index}]") for index, part in enumerate(content)]
     else:
         raise InvalidRequestError(f"Invalid type for '{where}.content': expected a string or an array of content parts.", param=f"{where}.content", code="invalid_type")
-    return _message(str(role), parts, item.get("id"), str(item.get("status") or "completed"))
+    message = _message(str(role), parts, item.get("id"), str(item.get("status") or "completed"))
+    if role == "assistant" and item.get("phase") is not None:
+        if item["phase"] not in ("commentary", "final_answer"):
+            raise InvalidRequestError(f"Invalid value for '{where}.phase': expected 'commentary' or 'final_answer'.", param=f"{where}.phase",
+                                      code="invalid_value")
+        message["phase"] = item["phase"]  # kept as sent: agents read it back from stored items and chains
+    return message
 
 
 def _normalize_part(part: Any, where: str) -> dict[str, Any]:

@@ -197,3 +197,17 @@ def test_the_codex_clis_first_request_is_answered_when_unserved_tools_are_omitte
         *[item.model_dump(exclude_none=True) for item in final.output],
         {"type": "function_call_output", "call_id": function_call.call_id, "output": "found it"}])))
     assert follow[-1].response.output_text == "Tool result: found it"  # type: ignore[union-attr]
+
+
+def test_an_assistant_messages_phase_is_kept_in_stored_items_and_chains(stack: Stack) -> None:
+    first = stack.client.responses.create(model="fake-model", input=[
+        {"role": "user", "content": "fix the bug"},
+        {"type": "message", "role": "assistant", "content": "Looking at the code first.", "phase": "commentary"},
+        {"role": "user", "content": "[tokens:1] go on"}])
+    items = stack.client.responses.input_items.list(first.id, order="asc").data
+    assert [getattr(item, "phase", None) for item in items] == [None, "commentary", None]
+    second = stack.client.responses.create(model="fake-model", previous_response_id=first.id, input="[tokens:1] and?")
+    assert second.status == "completed"
+    with pytest.raises(openai.BadRequestError) as refused:
+        stack.client.responses.create(model="fake-model", input=[{"type": "message", "role": "assistant", "content": "x", "phase": "draft"}])
+    assert refused.value.body["param"] == "input[0].phase"  # type: ignore[index]

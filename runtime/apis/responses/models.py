@@ -66,6 +66,8 @@ class CreateResponse(BaseModel):
     max_output_tokens: int | None = Field(default=None, ge=16)  # OpenAI's minimum
     temperature: float | None = Field(default=None, ge=0, le=2)
     top_p: float | None = Field(default=None, ge=0, le=1)
+    presence_penalty: float | None = Field(default=None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
     text: dict[str, Any] | None = None
     reasoning: dict[str, Any] | None = None
@@ -233,7 +235,7 @@ def response_object(request: CreateResponse, response_id: str, status: str, *, c
     return {
         "id": response_id,
         "object": "response",
-        "created_at": time.time(),
+        "created_at": int(time.time()),  # whole seconds, as OpenAI and the Open Responses schema give it
         "status": status,
         "background": bool(request.background),
         "completed_at": None,
@@ -260,6 +262,8 @@ def response_object(request: CreateResponse, response_id: str, status: str, *, c
         "tools": request.tools or [],
         "top_logprobs": request.top_logprobs or 0,
         "top_p": 1.0 if request.top_p is None else request.top_p,
+        "presence_penalty": 0.0 if request.presence_penalty is None else request.presence_penalty,
+        "frequency_penalty": 0.0 if request.frequency_penalty is None else request.frequency_penalty,
         "truncation": request.truncation or "disabled",
         "usage": None,
         "user": request.user,

@@ -104,6 +104,6 @@ def test_a_whole_completion_gives_the_same_items_as_its_stream() -> None:
 def test_usage_maps_to_the_responses_shape() -> None:
     usage = usage_from_chat({"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15,
                              "prompt_tokens_details": {"cached_tokens": 4}, "completion_tokens_details": {"reasoning_tokens": 2}})
-    assert usage == {"input_tokens": 10, "input_tokens_details": {"cached_tokens": 4}, "output_tokens": 5,
+    assert usage == {"input_tokens": 10, "input_tokens_details": {"cached_tokens": 4, "cache_write_tokens": 0}, "output_tokens": 5,
                      "output_tokens_details": {"reasoning_tokens": 2}, "total_tokens": 15}
     assert usage_from_chat(None) is None
