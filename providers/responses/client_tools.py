@@ -1,6 +1,7 @@
 """Tools the client runs: functions, and the tool types coding agents send beside them: `custom`
 (freeform text input), `namespace` (functions and custom tools grouped under a name),
-`apply_patch`, `shell` and `local_shell`.
+`apply_patch`, `shell`, `local_shell`, and `tool_search` run by the client, which loads tools
+marked `defer_loading` (they reach the model only once a `tool_search_output` has loaded them).
 
 A chat model knows only functions, so each is offered to it as one, under a name that depends on
 the tool alone: a function or custom tool its own name, a member of namespace `ns` `ns__name`,
@@ -15,17 +16,18 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from runtime.errors import InvalidRequestError
 
-__all__ = ["CLIENT_TOOL_TYPES", "ClientTool", "call_input", "client_tools", "output_text", "tool_choice_name"]
+__all__ = ["CLIENT_TOOL_TYPES", "ClientTool", "call_input", "client_tools", "loaded_tools", "output_text", "tool_choice_name"]
 
-CLIENT_TOOL_TYPES = frozenset({"function", "custom", "namespace", "apply_patch", "shell", "local_shell"})
-CALL_TYPES = frozenset({"custom_tool_call", "apply_patch_call", "shell_call", "local_shell_call"})
-OUTPUT_TYPES = frozenset({"custom_tool_call_output", "apply_patch_call_output", "shell_call_output", "local_shell_call_output"})
+CLIENT_TOOL_TYPES = frozenset({"function", "custom", "namespace", "apply_patch", "shell", "local_shell", "tool_search"})
+CALL_TYPES = frozenset({"custom_tool_call", "apply_patch_call", "shell_call", "local_shell_call", "tool_search_call"})
+OUTPUT_TYPES = frozenset({"custom_tool_call_output", "apply_patch_call_output", "shell_call_output", "local_shell_call_output",
+                          "tool_search_output"})
 
 _NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 MAX_NAME = 64
@@ -56,7 +58,12 @@ _LOCAL_SHELL = {
         "env": {"type": "object", "additionalProperties": {"type": "string"}}},
         "required": ["command"]},
 }
-_BUILT_IN = {"apply_patch": _APPLY_PATCH, "shell": _SHELL, "local_shell": _LOCAL_SHELL}
+_TOOL_SEARCH = {
+    "description": "Search for more tools to load: describe the capability you need; the matching tools become available.",
+    "parameters": {"type": "object", "properties": {"query": {"type": "string", "description": "What the tools should do"}},
+                   "required": ["query"]},
+}
+_BUILT_IN = {"apply_patch": _APPLY_PATCH, "shell": _SHELL, "local_shell": _LOCAL_SHELL, "tool_search": _TOOL_SEARCH}
 
 
 def model_name(kind: str, name: str | None = None, namespace: str | None = None) -> str:
@@ -79,6 +86,8 @@ class ClientTool:
     chat: dict[str, Any]
     """The Chat Completions tool definition."""
     environment: dict[str, Any] | None = None
+    deferred: bool = False
+    """Marked `defer_loading`: offered only once a tool search has loaded it."""
 
     def output_item(self, call_id: str, arguments: str, make_id: Callable[[str], str], status: str = "completed") -> dict[str, Any]:
         """The output item of the model's call, in the tool type's own shape."""
@@ -103,6 +112,9 @@ class ClientTool:
                       "timeout_ms": _integer(parsed.get("timeout_ms")), "max_output_length": _integer(parsed.get("max_output_length"))}
             shell: dict[str, Any] = {"id": make_id("sh"), "type": "shell_call", "status": status, "call_id": call_id, "action": action}
             return {**shell, "environment": self.environment} if self.environment else shell
+        if self.kind == "tool_search":
+            return {"id": make_id("tsc"), "type": "tool_search_call", "call_id": call_id, "execution": "client",
+                    "status": status if status in ("in_progress", "completed", "incomplete") else "completed", "arguments": parsed}
         command = parsed.get("command")
         env = parsed.get("env")
         return {"id": make_id("lsh"), "type": "local_shell_call", "status": status, "call_id": call_id, "action": {
@@ -125,18 +137,20 @@ def _integer(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def client_tools(tools: Iterable[Mapping[str, Any]]) -> list[ClientTool]:
-    """The client tools of a request's `tools`, each under its model name (a 400 when two share one)."""
+def loaded_tools(items: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The tool definitions `tool_search_output` items of a context have loaded, in order."""
+    return [dict(tool) for item in items if item.get("type") == "tool_search_output"
+            for tool in item.get("tools") or () if isinstance(tool, Mapping)]
+
+
+def client_tools(tools: Sequence[Mapping[str, Any]], loaded: Sequence[Mapping[str, Any]] = ()) -> list[ClientTool]:
+    """The client tools the model sees, each under its model name (a 400 when two of the request's
+    share one): the request's, less those marked `defer_loading` that no tool search has loaded,
+    and the tools a `tool_search_output` of the context loaded that the request does not have."""
     found: list[ClientTool] = []
     where: dict[str, str] = {}
     for index, tool in enumerate(tools):
-        kind = tool.get("type")
-        members: list[tuple[str, Mapping[str, Any], str | None]] = [(f"tools[{index}]", tool, None)]
-        if kind == "namespace":
-            group = str(tool.get("name") or "")
-            members = [(f"tools[{index}].tools[{n}]", member, group) for n, member in enumerate(tool.get("tools") or ())
-                       if isinstance(member, Mapping)]
-        for path, member, namespace in members:
+        for path, member, namespace in _members(tool, f"tools[{index}]"):
             entry = _client_tool(member, namespace)
             if entry is None:
                 continue
@@ -146,7 +160,24 @@ def client_tools(tools: Iterable[Mapping[str, Any]]) -> list[ClientTool]:
                     "Tool names must be unique.", param=path, code="invalid_value")
             where[entry.model_name] = path
             found.append(entry)
-    return found
+    names = {entry.model_name for tool in loaded for _, member, namespace in _members(tool, "")
+             if (entry := _client_tool(member, namespace)) is not None}
+    offered = [entry for entry in found if not entry.deferred or entry.model_name in names]
+    for tool in loaded:
+        for _, member, namespace in _members(tool, ""):
+            entry = _client_tool(member, namespace)
+            if entry is not None and entry.model_name not in where:
+                where[entry.model_name] = "tool_search_output"
+                offered.append(entry)
+    return offered
+
+
+def _members(tool: Mapping[str, Any], path: str) -> list[tuple[str, Mapping[str, Any], str | None]]:
+    """A tool as the functions it offers: itself, or a namespace's members (with its name)."""
+    if tool.get("type") != "namespace":
+        return [(path, tool, None)]
+    group = str(tool.get("name") or "")
+    return [(f"{path}.tools[{n}]", member, group) for n, member in enumerate(tool.get("tools") or ()) if isinstance(member, Mapping)]
 
 
 def _client_tool(tool: Mapping[str, Any], namespace: str | None) -> ClientTool | None:
@@ -166,7 +197,11 @@ def _client_tool(tool: Mapping[str, Any], namespace: str | None) -> ClientTool |
         return None
     model = model_name(str(kind), name, namespace)
     environment = tool.get("environment") if kind == "shell" and isinstance(tool.get("environment"), dict) else None
-    return ClientTool(str(kind), name, namespace, model, {"type": "function", "function": {"name": model, **chat}}, environment)
+    if kind == "tool_search":
+        chat = {"description": tool.get("description") or chat["description"],
+                "parameters": tool.get("parameters") if isinstance(tool.get("parameters"), dict) else chat["parameters"]}
+    return ClientTool(str(kind), name, namespace, model, {"type": "function", "function": {"name": model, **chat}}, environment,
+                      deferred=tool.get("defer_loading") is True)
 
 
 def _custom_description(tool: Mapping[str, Any]) -> str:
@@ -195,6 +230,10 @@ def check_client_tool(tool: Mapping[str, Any], path: str) -> None:
             _check_named(member, member_path)
     elif kind in ("custom", "function"):
         _check_named(tool, path)
+    elif kind == "tool_search" and tool.get("execution") != "client":
+        raise InvalidRequestError(f"Invalid value for '{path}.execution': tool search runs on the client here: set execution to 'client' "
+                                  "(the client answers each tool_search_call with a tool_search_output).", param=f"{path}.execution",
+                                  code="invalid_value")
     if kind == "custom":
         fmt = tool.get("format")
         if fmt is not None and (not isinstance(fmt, Mapping) or fmt.get("type") not in ("text", "grammar")):
@@ -244,6 +283,9 @@ def call_input(item: Mapping[str, Any]) -> tuple[str, str]:
         return model_name("custom", str(item.get("name") or ""), item.get("namespace")), json.dumps({"input": str(item.get("input") or "")})
     if kind == "apply_patch_call":
         return "apply_patch", json.dumps(item.get("operation") or {})
+    if kind == "tool_search_call":
+        arguments = item.get("arguments")
+        return "tool_search", arguments if isinstance(arguments, str) else json.dumps(arguments or {})
     if kind == "shell_call":
         action = item.get("action") or {}
         return "shell", json.dumps({key: value for key, value in action.items() if value is not None})
@@ -264,6 +306,10 @@ def output_text(item: Mapping[str, Any]) -> str | list[Any]:
     if kind == "apply_patch_call_output":
         status = str(item.get("status") or "completed")
         return f"{status}: {output}" if output else status
+    if kind == "tool_search_output":
+        found = [f"{tool.get('name') or tool.get('type')}: {tool.get('description') or ''}".rstrip(": ")
+                 for tool in item.get("tools") or () if isinstance(tool, Mapping)]
+        return "Tools loaded: " + "; ".join(found) if found else "No tools matched."
     if kind == "shell_call_output" and isinstance(output, list):
         texts = []
         for entry in output:

@@ -230,7 +230,9 @@ class ResponsesEngine:
             turn.chat = None
 
     async def open_tools(self, turn: Turn) -> None:
-        if any(tool.get("type") != "function" for tool in turn.request.tools or ()):
+        tools = turn.request.tools or ()
+        if any(tool.get("type") != "function" or tool.get("defer_loading") for tool in tools) or (tools and any(
+                item.get("type") == "tool_search_output" for item in (*turn.history, *turn.input_items))):
             context = ToolContext(turn.response["id"], turn.history, turn.input_items)
             turn.tools = await RequestTools.open(turn.request, self.tools, context)
 

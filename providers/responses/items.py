@@ -75,7 +75,7 @@ class ChatContext:
                 _append_tool_call(messages, item)
             elif kind in CALL_TYPES:
                 name, arguments = call_input(item)
-                _append_tool_call(messages, {"call_id": item["call_id"], "name": name, "arguments": arguments})
+                _append_tool_call(messages, {"call_id": item.get("call_id") or item.get("id"), "name": name, "arguments": arguments})
             elif kind in OUTPUT_TYPES:
                 output = output_text(item)
                 if output.__class__ is str:

@@ -16,7 +16,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from providers.responses.client_tools import CLIENT_TOOL_TYPES, ClientTool, check_client_tool, client_tools, tool_choice_name
+from providers.responses.client_tools import (
+    CLIENT_TOOL_TYPES, ClientTool, check_client_tool, client_tools, loaded_tools, tool_choice_name,
+)
 from runtime.apis.responses.models import CreateResponse
 from runtime.apis.tool_runtime.protocol import Citations, FunctionSpec, ModelCall, ToolContext, ToolSession
 from runtime.apis.tool_runtime.router import ToolRouter
@@ -103,9 +105,12 @@ class Offered:
 class RequestTools:
     """Open with `open`, `prepare` (sessions first), then ask for `chat_tools` each model turn."""
 
-    def __init__(self, request: CreateResponse, sessions: Sequence[tuple[ToolSession, frozenset[str]]]) -> None:
+    def __init__(self, request: CreateResponse, sessions: Sequence[tuple[ToolSession, frozenset[str]]],
+                 loaded: Sequence[Mapping[str, Any]] = ()) -> None:
         self.request = request
         self.sessions = list(sessions)
+        self.loaded = list(loaded)
+        """Tools a client tool search loaded earlier in the context (`tool_search_output`)."""
         self._offered: list[Offered] = []
         self._by_name: dict[str, Offered] = {}
 
@@ -126,7 +131,7 @@ class RequestTools:
         except BaseException:
             await asyncio.gather(*(session.aclose() for session, _ in opened), return_exceptions=True)
             raise
-        return cls(request, opened)
+        return cls(request, opened, loaded_tools([*context.history, *context.input]))
 
     @property
     def has_server_tools(self) -> bool:
@@ -136,7 +141,7 @@ class RequestTools:
         """Name every function for the model (after the sessions are prepared)."""
         offered: list[Offered] = []
         taken: set[str] = set()
-        for client in client_tools(self.request.tools or ()):
+        for client in client_tools(self.request.tools or (), self.loaded):
             offered.append(Offered(client.model_name, client.chat, None, None, frozenset({client.kind}), client))
             taken.add(client.model_name)
         for session, types in self.sessions:

@@ -11,7 +11,9 @@ Order for each output item (as OpenAI streams it):
     custom_tool_call: output_item.added, custom_tool_call_input.delta, custom_tool_call_input.done,
                    output_item.done (all once the call is whole: the model streams JSON arguments,
                    the input is a string inside them)
-    apply_patch_call, shell_call, local_shell_call: output_item.added, output_item.done (likewise)
+    shell_call:    output_item.added, then per command shell_call_command.added, .delta, .done, then
+                   output_item.done (likewise)
+    apply_patch_call, local_shell_call, tool_search_call: output_item.added, output_item.done (likewise)
 """
 
 from __future__ import annotations
@@ -318,6 +320,12 @@ class StreamTranslator:
             base = {"item_id": call.item["id"], "output_index": call.output_index}
             events += [{"type": "response.custom_tool_call_input.delta", **base, "delta": call.item["input"]},
                        {"type": "response.custom_tool_call_input.done", **base, "input": call.item["input"]}]
+        elif call.item["type"] == "shell_call":
+            for index, command in enumerate(call.item["action"]["commands"]):
+                base = {"output_index": call.output_index, "command_index": index}
+                events += [{"type": "response.shell_call_command.added", **base, "command": ""},
+                           {"type": "response.shell_call_command.delta", **base, "delta": command},
+                           {"type": "response.shell_call_command.done", **base, "command": command}]
         events.append({"type": "response.output_item.done", "output_index": call.output_index, "item": call.item})
         return events
 

@@ -41,6 +41,7 @@ _CLIENT_CALL_TYPES = {
     "shell_call": ("sh", ("call_id", "action")), "shell_call_output": ("sho", ("call_id", "output")),
     "local_shell_call": ("lsh", ("call_id", "action")),
     "local_shell_call_output": ("lsho", ("id", "output")),  # names its call by `id` (the call's call_id)
+    "tool_search_call": ("tsc", ("arguments",)), "tool_search_output": ("tso", ("tools",)),
 }
 
 

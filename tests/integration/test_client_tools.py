@@ -108,6 +108,14 @@ def test_shell_calls_carry_their_commands_and_their_outputs_go_back(stack: Stack
     assert second.output_text == "Tool result: a.txt\n(exit code 0)\n\n(timed out)"
 
 
+def test_a_streamed_shell_call_sends_its_command_events(stack: Stack) -> None:
+    events = list(stack.client.responses.create(model="fake-model", tools=[{"type": "shell"}], stream=True,
+                                                input=call("shell", {"commands": ["ls", "pwd"]})))
+    commands = [(e.type.rsplit(".", 1)[1], e.command_index, getattr(e, "delta", None) or getattr(e, "command", None))  # type: ignore[union-attr]
+                for e in events if e.type.startswith("response.shell_call_command.")]
+    assert commands == [("added", 0, ""), ("delta", 0, "ls"), ("done", 0, "ls"), ("added", 1, ""), ("delta", 1, "pwd"), ("done", 1, "pwd")]
+
+
 def test_local_shell_calls_are_exec_actions_answered_by_id(stack: Stack) -> None:
     first = stack.client.responses.create(model="fake-model", tools=[{"type": "local_shell"}],
                                           input=call("local_shell", {"command": ["git", "status"], "working_directory": "/src"}))
@@ -211,3 +219,30 @@ def test_an_assistant_messages_phase_is_kept_in_stored_items_and_chains(stack: S
     with pytest.raises(openai.BadRequestError) as refused:
         stack.client.responses.create(model="fake-model", input=[{"type": "message", "role": "assistant", "content": "x", "phase": "draft"}])
     assert refused.value.body["param"] == "input[0].phase"  # type: ignore[index]
+
+
+WEATHER = {"type": "function", "name": "get_weather", "description": "The weather in a city", "defer_loading": True,
+           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}
+SEARCHABLE: list[dict[str, Any]] = [{"type": "tool_search", "execution": "client"}, WEATHER, {"type": "function", "name": "echo"}]
+
+
+def test_deferred_tools_reach_the_model_only_once_a_client_tool_search_loads_them(stack: Stack) -> None:
+    first = stack.client.responses.create(model="fake-model", tools=SEARCHABLE, input=call("tool_search", {"query": "weather"}))
+    (search,) = first.output
+    assert search.type == "tool_search_call" and search.execution == "client" and search.arguments == {"query": "weather"}  # type: ignore[union-attr]
+    assert [tool["function"]["name"] for tool in stack.last_chat()["tools"]] == ["tool_search", "echo"]
+    second = stack.client.responses.create(model="fake-model", previous_response_id=first.id, tools=SEARCHABLE, input=[
+        {"type": "tool_search_output", "call_id": search.call_id, "execution": "client", "status": "completed",  # type: ignore[union-attr]
+         "tools": [{k: v for k, v in WEATHER.items() if k != "defer_loading"}]},
+        {"role": "user", "content": call("get_weather", {"city": "Oslo"})}])
+    sent = stack.last_chat()
+    assert [tool["function"]["name"] for tool in sent["tools"]] == ["tool_search", "get_weather", "echo"]
+    assert {"role": "tool", "tool_call_id": search.call_id, "content": "Tools loaded: get_weather: The weather in a city"} in sent["messages"]  # type: ignore[union-attr]
+    (weather,) = second.output
+    assert weather.type == "function_call" and weather.name == "get_weather"  # type: ignore[union-attr]
+
+
+def test_a_tool_search_run_by_the_server_is_a_400_saying_to_run_it_on_the_client(stack: Stack) -> None:
+    with pytest.raises(openai.BadRequestError) as refused:
+        stack.client.responses.create(model="fake-model", input="hi", tools=[{"type": "tool_search"}])  # type: ignore[list-item]
+    assert refused.value.body["param"] == "tools[0].execution"  # type: ignore[index]

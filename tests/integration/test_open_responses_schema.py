@@ -44,6 +44,8 @@ CASES: dict[str, dict[str, Any]] = {
                          "tools": [{"type": "custom", "name": "patch", "description": "Apply a patch"}]},
     "apply_patch and shell": {"model": "fake-model", "input": '[tool:apply_patch {"type": "delete_file", "path": "a"}] '
                               '[tool:shell {"commands": ["ls"]}]', "tools": [{"type": "apply_patch"}, {"type": "shell"}]},
+    "tool search": {"model": "fake-model", "input": '[tool:tool_search {"query": "maps"}]',
+                    "tools": [{"type": "tool_search", "execution": "client"}, {**FUNCTION, "defer_loading": True}]},
     "reasoning": {"model": "fake-reasoner", "input": "[tokens:2] think", "reasoning": {"effort": "low", "summary": "auto"},
                   "include": ["reasoning.encrypted_content"], "store": False},
     "refusal": {"model": "fake-model", "input": "[refusal] no"},
