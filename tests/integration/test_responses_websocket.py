@@ -139,3 +139,25 @@ def test_the_library_client_says_it_has_no_websocket_transport(tmp_path: Path) -
             library.openai().responses.connect()
         with pytest.raises(NoWebSocketTransport):
             library.async_openai().responses.connect()
+
+
+def test_a_codex_shaped_session_runs_over_one_socket(stack: Stack) -> None:
+    """Codex's request shape (function, namespace and custom tools, reasoning summary, encrypted
+    reasoning, store: false) over a socket: a tool call, its output, the answer."""
+    tools: list[dict[str, Any]] = [
+        {"type": "function", "name": "exec_command", "strict": False,
+         "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]}},
+        {"type": "namespace", "name": "mcp__docs__", "description": "docs", "tools": [
+            {"type": "function", "name": "search", "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}]},
+        {"type": "custom", "name": "apply_patch", "description": "Apply a patch"}]
+    shape = {"model": "fake-reasoner", "instructions": "You are a coding agent.", "tools": tools, "tool_choice": "auto",
+             "parallel_tool_calls": False, "reasoning": {"summary": "auto"}, "store": False,
+             "include": ["reasoning.encrypted_content"], "prompt_cache_key": "s1"}
+    with stack.client.responses.connect() as connection:
+        first = turn(connection, **shape, input='[tool:exec_command {"cmd": "ls"}]')
+        final = first[-1].response
+        reasoning, command = final.output
+        assert reasoning.type == "reasoning" and reasoning.encrypted_content and command.name == "exec_command"
+        second = turn(connection, **shape, previous_response_id=final.id, input=[
+            {"type": "function_call_output", "call_id": command.call_id, "output": "a.txt"}])
+    assert second[-1].type == "response.completed" and second[-1].response.output_text == "Tool result: a.txt"
