@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 __all__ = [
     "BackendConfig",
@@ -99,6 +99,82 @@ class CorsConfig(_Strict):
     allow_credentials: bool = False
 
 
+class ApiKeyConfig(_Strict):
+    """One API key and the principal it stands for. Give the key's SHA-256 (`key_sha256`, so the
+    file holds no secret) or the key itself (`key`, e.g. `${env.TEAM_A_KEY}`), hashed at start."""
+
+    principal: str = Field(min_length=1)
+    key_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+    key: str | None = Field(default=None, min_length=8)
+    attributes: dict[str, Any] = Field(default_factory=dict)
+    """What policies may read: e.g. `team`, `roles`."""
+
+    @model_validator(mode="after")
+    def _one_key(self) -> ApiKeyConfig:
+        if (self.key is None) == (self.key_sha256 is None):
+            raise ValueError("give exactly one of key_sha256 (the key's SHA-256 in hex) or key")
+        return self
+
+
+class JwtConfig(_Strict):
+    """Bearer tokens that are JWTs, checked against a JWKS URL or a static key."""
+
+    jwks_url: str | None = None
+    public_key: str | None = None
+    """A PEM public key (RS/ES/EdDSA), or for HS256 the shared secret."""
+    algorithms: list[str] = Field(default_factory=lambda: ["RS256"], min_length=1)
+    issuer: str | None = None
+    audience: str | None = None
+    leeway_s: float = Field(default=30.0, ge=0)
+    """Clock skew allowed on `exp`, `nbf` and `iat`."""
+    principal_claim: str = "sub"
+    attribute_claims: dict[str, str] = Field(default_factory=dict)
+    """Principal attribute -> claim, e.g. `{team: org_id, roles: groups}`."""
+    keys_cache_s: float = Field(default=300.0, gt=0)
+    """How long keys fetched from `jwks_url` are kept (a token naming an unknown key fetches them again)."""
+    timeout_s: float = Field(default=5.0, gt=0)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> JwtConfig:
+        if (self.jwks_url is None) == (self.public_key is None):
+            raise ValueError("give exactly one of jwks_url or public_key")
+        return self
+
+
+class HeaderAuthConfig(_Strict):
+    """A principal named by a trusted gateway in front of the server (which must be the only way in)."""
+
+    name: str = Field(default="x-forwarded-user", min_length=1)
+    attribute_headers: dict[str, str] = Field(default_factory=dict)
+    """Principal attribute -> header, e.g. `{team: x-forwarded-groups}`."""
+
+
+class DelegateAuthConfig(_Strict):
+    """The check delegated to an HTTP endpoint: `POST url` with `{"token": ...}`; a 200 answer
+    `{"principal": ..., "attributes": {...}}` admits, a 401 or 403 refuses."""
+
+    url: str = Field(min_length=1)
+    timeout_s: float = Field(default=5.0, gt=0)
+    cache_s: float = Field(default=30.0, ge=0)
+    """How long an answer is reused for the same token."""
+
+
+class AuthConfig(_Strict):
+    """Who may use the server. With any method configured, every route but health and version
+    needs a principal; methods are tried in this order: api_keys, jwt, delegate, header."""
+
+    api_keys: list[ApiKeyConfig] = Field(default_factory=list)
+    jwt: JwtConfig | None = None
+    delegate: DelegateAuthConfig | None = None
+    header: HeaderAuthConfig | None = None
+
+    @model_validator(mode="after")
+    def _some_method(self) -> AuthConfig:
+        if not (self.api_keys or self.jwt or self.delegate or self.header):
+            raise ValueError("configure at least one of api_keys, jwt, delegate or header (or leave auth out)")
+        return self
+
+
 class ServerConfig(_Strict):
     host: str = "127.0.0.1"
     port: int = Field(default=DEFAULT_PORT, ge=0, le=65535)
@@ -110,6 +186,8 @@ class ServerConfig(_Strict):
     shutdown_grace_s: int = Field(default=30, ge=0, le=3600)
     """On SIGTERM/SIGINT: how long requests and streams under way may take to finish (new ones
     are refused meanwhile) before the rest are ended."""
+    auth: AuthConfig | None = None
+    """Off (anyone who reaches the port is served) unless configured."""
 
 
 RECORDING_MODES = ("live", "record", "replay", "record-if-missing")

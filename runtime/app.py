@@ -17,6 +17,7 @@ from starlette.routing import compile_path
 from providers.spec import Api
 from runtime.apis import SURFACES
 from runtime.apis.unavailable import NoModels, Unavailable, unavailable_message
+from runtime.auth import AuthGuard, Authenticator
 from runtime.errors import APIError, error_body, validation_error_body
 from runtime.middleware import Draining, RequestGuard
 from runtime.stack import Stack
@@ -52,6 +53,8 @@ def create_app(stack: Stack) -> FastAPI:
     app.state.route_methods = [entry for router, prefix, _ in routers for entry in _route_methods(router, prefix)]
     install_error_handlers(app)
     server = stack.plan.config.server
+    if server.auth is not None:  # inside CORS, so a browser can read a 401; off, it costs nothing
+        app.add_middleware(AuthGuard, authenticator=Authenticator(server.auth))
     if server.cors is not None:
         app.add_middleware(
             CORSMiddleware,

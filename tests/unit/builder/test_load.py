@@ -142,3 +142,20 @@ def test_distributions_are_found_by_name_and_paths_as_given(tmp_path: Path) -> N
 def test_an_unknown_distribution_lists_the_known_ones() -> None:
     with pytest.raises(ConfigError, match=r"no-such-thing: no such file, and no distribution of that name \(distributions: .*starter"):
         find_config("no-such-thing")
+
+
+@pytest.mark.parametrize(("auth", "path"), [
+    ({"api_keys": [{"principal": "a", "key": "sk-0123456789", "key_sha256": "0" * 64}]}, "server.auth.api_keys[0]"),
+    ({"api_keys": [{"principal": "a", "key_sha256": "not-a-hash"}]}, "server.auth.api_keys[0].key_sha256"),
+    ({"jwt": {"issuer": "x"}}, "server.auth.jwt"),
+    ({}, "server.auth"),
+])
+def test_an_auth_mistake_names_its_path(auth: dict[str, object], path: str) -> None:
+    with pytest.raises(ConfigError) as error:
+        parse_config({"server": {"auth": auth}}, {})
+    assert str(error.value).startswith(path), str(error.value)
+
+
+def test_auth_keys_may_come_from_the_environment() -> None:
+    config = parse_config({"server": {"auth": {"api_keys": [{"principal": "a", "key": "${env.TEAM_KEY}"}]}}}, {"TEAM_KEY": "sk-team-0123456"})
+    assert config.server.auth is not None and config.server.auth.api_keys[0].key == "sk-team-0123456"

@@ -1,0 +1,231 @@
+"""Authentication: who is calling. One ASGI middleware of the app, so the server and the library
+client check alike (the library client's requests go through the same app; there is no bypass).
+
+run.yaml's `server.auth` lists the methods (builder/config.py `AuthConfig`); they are tried in
+order, and the first that names a principal admits the request:
+
+- `api_keys`: the bearer token's SHA-256 looked up among the configured keys' (the file may hold
+  only hashes);
+- `jwt`: a bearer token that is a JWT, its signature checked with a key from `jwks_url` (PyJWT's
+  JWKS client, keys cached) or with `public_key`, and its issuer, audience and times (with
+  `leeway_s` of clock skew); claims map to the principal and its attributes;
+- `delegate`: the token sent to an HTTP endpoint that names the principal (answers cached briefly);
+- `header`: a principal named by a trusted gateway in a request header.
+
+A request no method admits is a 401 in OpenAI's shape with a `WWW-Authenticate` header. A verifier
+that cannot answer (the JWKS endpoint or the delegate down) is a 503: never an open door. Health
+and version stay open. The principal is in `scope["state"]["principal"]` and `current_principal()`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import hashlib
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from builder.config import AuthConfig, DelegateAuthConfig, JwtConfig
+from runtime import fastjson
+from runtime.errors import error_body
+
+__all__ = ["AuthGuard", "Authenticator", "Principal", "current_principal"]
+
+log = logging.getLogger("stack")
+
+OPEN_PATHS = frozenset({"/v1/health", "/v1/version", "/health", "/version"})
+_REALM = 'Bearer realm="stack"'
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who a request acts for: an id, and attributes that access policies may read (team, roles)."""
+
+    id: str
+    attributes: Mapping[str, Any] = field(default_factory=dict)
+    method: str = "api_key"
+
+
+_current: contextvars.ContextVar[Principal | None] = contextvars.ContextVar("principal", default=None)
+
+
+def current_principal() -> Principal | None:
+    """The principal of the request being served (None when auth is off)."""
+    return _current.get()
+
+
+class AuthFailed(Exception):
+    """No method admits the request: a 401."""
+
+    def __init__(self, message: str, *, invalid_token: bool = True) -> None:
+        super().__init__(message)
+        self.message = message
+        self.invalid_token = invalid_token
+
+
+class VerifierDown(Exception):
+    """A verifier could not answer: a 503 (the request is refused, not let in)."""
+
+
+def key_hash(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+class _Jwt:
+    def __init__(self, config: JwtConfig) -> None:
+        import jwt
+
+        self.config = config
+        self._jwt = jwt
+        self._jwks = (jwt.PyJWKClient(config.jwks_url, cache_keys=True, lifespan=config.keys_cache_s, timeout=config.timeout_s)
+                      if config.jwks_url else None)
+
+    async def principal(self, token: str) -> Principal | None:
+        jwt, config = self._jwt, self.config
+        try:
+            if self._jwks is not None:
+                # PyJWKClient fetches with urllib (blocking): off the event loop; its cache makes it rare.
+                key: Any = (await asyncio.to_thread(self._jwks.get_signing_key_from_jwt, token)).key
+            else:
+                key = config.public_key
+            claims = jwt.decode(token, key, algorithms=config.algorithms, audience=config.audience, issuer=config.issuer,
+                                leeway=config.leeway_s,
+                                options={"require": ["exp"], "verify_aud": config.audience is not None,
+                                         "verify_iss": config.issuer is not None})
+        except jwt.PyJWKClientConnectionError as error:
+            raise VerifierDown(f"the JWKS endpoint could not be reached ({error})") from None
+        except (jwt.PyJWKClientError, jwt.InvalidTokenError) as error:
+            raise AuthFailed(f"The bearer token was refused: {error}.") from None
+        subject = claims.get(config.principal_claim)
+        if not isinstance(subject, str) or not subject:
+            raise AuthFailed(f"The bearer token has no '{config.principal_claim}' claim naming a principal.")
+        attributes = {name: claims[claim] for name, claim in config.attribute_claims.items() if claim in claims}
+        return Principal(subject, attributes, "jwt")
+
+
+class _Delegate:
+    def __init__(self, config: DelegateAuthConfig) -> None:
+        self.config = config
+        self._answers: dict[str, tuple[float, Principal | None]] = {}
+        self._client: Any = None
+
+    async def principal(self, token: str) -> Principal | None:
+        import httpx2
+
+        digest = key_hash(token)
+        cached = self._answers.get(digest)
+        if cached is not None and cached[0] > time.monotonic():
+            return cached[1]
+        if self._client is None:
+            self._client = httpx2.AsyncClient(timeout=self.config.timeout_s)
+        try:
+            answer = await self._client.post(self.config.url, json={"token": token})
+        except httpx2.HTTPError as error:
+            raise VerifierDown(f"the delegated check at {self.config.url} could not be reached ({type(error).__name__})") from None
+        if answer.status_code in (401, 403):
+            principal = None
+        elif answer.status_code != 200:
+            raise VerifierDown(f"the delegated check answered {answer.status_code}")
+        else:
+            try:
+                body = answer.json()
+                principal = Principal(str(body["principal"]), dict(body.get("attributes") or {}), "delegate")
+            except (ValueError, KeyError, TypeError, AttributeError):
+                raise VerifierDown("the delegated check's answer names no principal") from None
+        if len(self._answers) > 10_000:
+            self._answers.clear()
+        self._answers[digest] = (time.monotonic() + self.config.cache_s, principal)
+        return principal
+
+
+class Authenticator:
+    """The principal a request's headers stand for, by the configured methods in order."""
+
+    def __init__(self, config: AuthConfig) -> None:
+        self.config = config
+        self._keys = {(entry.key_sha256 or key_hash(entry.key or "")): Principal(entry.principal, dict(entry.attributes), "api_key")
+                      for entry in config.api_keys}
+        self._jwt = _Jwt(config.jwt) if config.jwt is not None else None
+        self._delegate = _Delegate(config.delegate) if config.delegate is not None else None
+
+    async def principal(self, headers: Headers) -> Principal:
+        authorization = headers.get("authorization", "")
+        scheme, _, token = authorization.partition(" ")
+        token = token.strip() if scheme.lower() == "bearer" else ""
+        refusal: AuthFailed | None = None
+        if token:
+            principal = self._keys.get(key_hash(token))
+            if principal is not None:
+                return principal
+            if self._jwt is not None and token.count(".") == 2:
+                try:
+                    found = await self._jwt.principal(token)
+                except AuthFailed as failed:
+                    refusal, found = failed, None
+                if found is not None:
+                    return found
+            if self._delegate is not None:
+                found = await self._delegate.principal(token)
+                if found is not None:
+                    return found
+        gateway = self.config.header
+        if gateway is not None and headers.get(gateway.name):
+            attributes = {name: headers[header] for name, header in gateway.attribute_headers.items() if header in headers}
+            return Principal(headers[gateway.name], attributes, "header")
+        if refusal is not None:
+            raise refusal
+        if not token:
+            raise AuthFailed("You didn't provide an API key. Send it as a bearer token (Authorization: Bearer KEY).", invalid_token=False)
+        raise AuthFailed("Incorrect API key provided.")
+
+
+class AuthGuard:
+    """Admits a request only with a principal (health and version, and CORS preflights, stay open)."""
+
+    def __init__(self, app: ASGIApp, authenticator: Authenticator, open_paths: frozenset[str] = OPEN_PATHS) -> None:
+        self.app = app
+        self.authenticator = authenticator
+        self.open_paths = open_paths
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind not in ("http", "websocket") or scope["path"] in self.open_paths or (kind == "http" and scope["method"] == "OPTIONS"):
+            await self.app(scope, receive, send)
+            return
+        try:
+            principal = await self.authenticator.principal(Headers(scope=scope))
+        except AuthFailed as failed:
+            challenge = _REALM + (', error="invalid_token"' if failed.invalid_token else "")
+            await _refuse(scope, receive, send, 401, error_body(failed.message, "invalid_request_error", None, "invalid_api_key"),
+                          {"www-authenticate": challenge})
+            return
+        except VerifierDown as down:
+            log.warning("authentication could not be checked: %s", down)
+            await _refuse(scope, receive, send, 503, error_body(
+                f"Your credentials could not be checked right now: {down}. Try again shortly.", "server_error", None,
+                "auth_unavailable"), {"retry-after": "1"})
+            return
+        scope.setdefault("state", {})["principal"] = principal
+        reset = _current.set(principal)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            _current.reset(reset)
+
+
+async def _refuse(scope: Scope, receive: Receive, send: Send, status: int, body: dict[str, Any], headers: dict[str, str]) -> None:
+    if scope["type"] == "websocket":
+        await receive()  # websocket.connect
+        await send({"type": "websocket.close", "code": 1008 if status == 401 else 1013, "reason": body["error"]["message"][:120]})
+        return
+    raw = fastjson.dumps(body)
+    await send({"type": "http.response.start", "status": status, "headers": [
+        (b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode()),
+        *((name.encode(), value.encode()) for name, value in headers.items())]})
+    await send({"type": "http.response.body", "body": raw})
