@@ -35,7 +35,7 @@ from builder.config import AuthConfig, DelegateAuthConfig, JwtConfig
 from runtime import fastjson
 from runtime.errors import error_body
 
-__all__ = ["AuthGuard", "Authenticator", "Principal", "current_principal"]
+__all__ = ["AuthGuard", "Authenticator", "Principal", "current_principal", "principal_id"]
 
 log = logging.getLogger("stack")
 
@@ -58,6 +58,13 @@ _current: contextvars.ContextVar[Principal | None] = contextvars.ContextVar("pri
 def current_principal() -> Principal | None:
     """The principal of the request being served (None when auth is off)."""
     return _current.get()
+
+
+def principal_id() -> str | None:
+    """The id stores record as an object's owner and filter by: the caller's (None when auth is
+    off, or for the server's own work outside a request, such as the sweep of orphans)."""
+    principal = _current.get()
+    return None if principal is None else principal.id
 
 
 class AuthFailed(Exception):

@@ -21,6 +21,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from runtime.auth import principal_id
 from runtime.errors import NotFoundError
 from runtime.storage import Database, json_type
 
@@ -34,6 +35,8 @@ conversations = sa.Table(
     sa.Column("created_at", sa.BigInteger, nullable=False),
     sa.Column("metadata", json_type(), nullable=True),
     sa.Column("next_seq", sa.BigInteger, nullable=False, default=0),
+    # Who made it (runtime.auth): with auth on, only they reach it and its items. Null when auth was off.
+    sa.Column("principal", sa.String(160), nullable=True, index=True),
 )
 conversation_items = sa.Table(
     "conversation_items",
@@ -50,6 +53,9 @@ conversation_items = sa.Table(
 # their cached compiled form (see providers/responses/store.py).
 _GET = sa.select(conversations).where(conversations.c.id == sa.bindparam("cid"))
 _VERSION = sa.select(conversations.c.next_seq).where(conversations.c.id == sa.bindparam("cid"))
+_OWNED = conversations.c.principal == sa.bindparam("caller")  # not "principal": a column's own name is reserved in an UPDATE
+_GET_OWNED = _GET.where(_OWNED)
+_VERSION_OWNED = _VERSION.where(_OWNED)
 _BURN_ONE = conversations.update().where(conversations.c.id == sa.bindparam("cid")).values(next_seq=conversations.c.next_seq + 1)
 _RESERVE = (
     conversations.update()
@@ -57,6 +63,7 @@ _RESERVE = (
     .values(next_seq=conversations.c.next_seq + sa.bindparam("count", type_=sa.BigInteger))
     .returning(conversations.c.next_seq)
 )
+_RESERVE_OWNED = _RESERVE.where(_OWNED)
 _ALL_ITEMS = (
     sa.select(conversation_items.c.item)
     .where(conversation_items.c.conversation_id == sa.bindparam("cid"))
@@ -73,6 +80,12 @@ _PAGE = {
     .order_by(conversation_items.c.seq.desc()).limit(sa.bindparam("rows")),
 }
 _BEFORE_ALL, _AFTER_ALL = -1, 2**62
+
+
+def _scoped(plain: Any, owned: Any, params: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """The statement and parameters for the caller: `owned` (filtered by principal) when auth is on."""
+    principal = principal_id()
+    return (plain, params) if principal is None else (owned, {**params, "caller": principal})
 
 
 def _not_found(conversation_id: str) -> NotFoundError:
@@ -94,7 +107,8 @@ class ConversationStore:
 
     async def create(self, conversation_id: str, metadata: dict[str, str] | None, items: Sequence[dict[str, Any]]) -> dict[str, Any]:
         created_at = int(time.time())
-        row = {"id": conversation_id, "created_at": created_at, "metadata": metadata or {}, "next_seq": len(items)}
+        row = {"id": conversation_id, "created_at": created_at, "metadata": metadata or {}, "next_seq": len(items),
+               "principal": principal_id()}
         item_rows = _rows(conversation_id, 0, items)
 
         def work(connection: sa.Connection) -> None:
@@ -106,20 +120,27 @@ class ConversationStore:
         return _public({"id": conversation_id, "created_at": created_at, "metadata": metadata or {}})
 
     async def get(self, conversation_id: str) -> dict[str, Any]:
-        row = await self.db.fetch_one(_GET, {"cid": conversation_id})
+        row = await self.db.fetch_one(*_scoped(_GET, _GET_OWNED, {"cid": conversation_id}))
         if row is None:
             raise _not_found(conversation_id)
         return _public(dict(row))
 
     async def update(self, conversation_id: str, metadata: dict[str, str] | None) -> dict[str, Any]:
-        changed = await self.db.execute(conversations.update().where(conversations.c.id == conversation_id).values(metadata=metadata or {}))
+        update = conversations.update().where(conversations.c.id == conversation_id)
+        if (principal := principal_id()) is not None:
+            update = update.where(conversations.c.principal == principal)
+        changed = await self.db.execute(update.values(metadata=metadata or {}))
         if not changed:
             raise _not_found(conversation_id)
         return await self.get(conversation_id)
 
     async def delete(self, conversation_id: str) -> None:
+        delete = conversations.delete().where(conversations.c.id == conversation_id)
+        if (principal := principal_id()) is not None:
+            delete = delete.where(conversations.c.principal == principal)
+
         def work(connection: sa.Connection) -> bool:
-            if not connection.execute(conversations.delete().where(conversations.c.id == conversation_id)).rowcount:
+            if not connection.execute(delete).rowcount:
                 return False
             connection.execute(conversation_items.delete().where(conversation_items.c.conversation_id == conversation_id))
             return True
@@ -133,8 +154,10 @@ class ConversationStore:
         if not items:
             await self.get(conversation_id)
             return
+        reserve, params = _scoped(_RESERVE, _RESERVE_OWNED, {"cid": conversation_id, "count": len(items)})
+
         def work(connection: sa.Connection) -> int | None:
-            end = connection.execute(_RESERVE, {"cid": conversation_id, "count": len(items)}).scalar_one_or_none()
+            end = connection.execute(reserve, params).scalar_one_or_none()
             if end is None:
                 return None
             connection.execute(conversation_items.insert(), _rows(conversation_id, int(end) - len(items), items))
@@ -156,11 +179,12 @@ class ConversationStore:
         may be the cached one: the caller must not change it."""
         cached = self._contexts.get(conversation_id)
         known = cached[0] if cached is not None else None
+        version_of = _scoped(_VERSION, _VERSION_OWNED, {"cid": conversation_id})  # another owner's reads as absent
 
         def work(connection: sa.Connection) -> tuple[int, list[dict[str, Any]] | None] | None:
             # The version first: items read after it are at least as new, so a list is never
             # cached under a version newer than itself.
-            version = connection.execute(_VERSION, {"cid": conversation_id}).scalar()
+            version = connection.execute(*version_of).scalar()
             if version is None:
                 return None
             if version == known:
@@ -199,8 +223,10 @@ class ConversationStore:
     async def page(self, conversation_id: str, *, after: str | None, limit: int, order: str) -> tuple[list[dict[str, Any]], bool]:
         """One page of items, read in one go (one connection, one thread hop on SQLite)."""
 
+        version_of = _scoped(_VERSION, _VERSION_OWNED, {"cid": conversation_id})
+
         def work(connection: sa.Connection) -> list[dict[str, Any]] | str:
-            if connection.execute(_VERSION, {"cid": conversation_id}).first() is None:
+            if connection.execute(*version_of).first() is None:
                 return "conversation"
             anchor = _BEFORE_ALL if order == "asc" else _AFTER_ALL
             if after is not None:

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from providers.spec import Api, ProviderContext, ProviderSpec
 from runtime.apis.files.protocol import FileContent
+from runtime.auth import principal_id
 from runtime.errors import InvalidRequestError, NotFoundError, PayloadTooLargeError
 from runtime.ids import random_hex
 from runtime.storage import Database
@@ -43,7 +44,16 @@ files = sa.Table(
     sa.Column("purpose", sa.String(32), nullable=False, index=True),
     sa.Column("filename", sa.Text, nullable=False),
     sa.Column("bytes", sa.BigInteger, nullable=False),
+    # Who uploaded it (runtime.auth): with auth on, only they reach it. Null when auth was off.
+    sa.Column("principal", sa.String(160), nullable=True),
+    sa.Index("ix_files_principal", "principal", "seq"),
 )
+
+
+def _mine() -> Any:
+    """The caller's files (every file with auth off, and for the server's own work)."""
+    principal = principal_id()
+    return sa.true() if principal is None else files.c.principal == principal
 
 
 class LocalFilesConfig(BaseModel):
@@ -73,7 +83,7 @@ class LocalFiles:
         row = {"id": file_id, "created_at": now, "expires_at": now + expires_after_s if expires_after_s else None,
                "purpose": purpose, "filename": filename[:1024], "bytes": size}
         try:
-            await self.db.execute(files.insert().values(row))
+            await self.db.execute(files.insert().values({**row, "principal": principal_id()}))
         except BaseException:
             self._path(file_id).unlink(missing_ok=True)
             raise
@@ -101,7 +111,7 @@ class LocalFiles:
         return self.directory / file_id
 
     async def list_files(self, purpose: str | None, after: str | None, limit: int, order: str) -> tuple[list[dict[str, Any]], bool]:
-        query = sa.select(files).where(_live())
+        query = sa.select(files).where(_live(), _mine())
         if purpose is not None:
             query = query.where(files.c.purpose == purpose)
         if after is not None:
@@ -115,7 +125,7 @@ class LocalFiles:
         return _public(await self._row(file_id))
 
     async def _row(self, file_id: str) -> sa.RowMapping:
-        row = await self.db.fetch_one(sa.select(files).where(files.c.id == file_id, _live()))
+        row = await self.db.fetch_one(sa.select(files).where(files.c.id == file_id, _live(), _mine()))
         if row is None:
             raise NotFoundError(f"No such File object: {file_id}", param="file_id", code="not_found")
         return row

@@ -11,6 +11,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from providers.spec import Api, EmptyConfig, ProviderContext, ProviderSpec
+from runtime.auth import principal_id
 from runtime.errors import InvalidRequestError, NotFoundError
 from runtime.ids import random_hex
 from runtime.storage import Database, json_type
@@ -27,7 +28,15 @@ prompts = sa.Table(
     sa.Column("created_at", sa.BigInteger, nullable=False),
     sa.Column("latest_version", sa.Integer, nullable=False),
     sa.Column("default_version", sa.Integer, nullable=False),
+    # Who made it (runtime.auth): with auth on, only they reach it and its versions. Null when auth was off.
+    sa.Column("principal", sa.String(160), nullable=True),
+    sa.Index("ix_prompts_principal", "principal", "seq"),
 )
+
+
+def _mine() -> sa.ColumnElement[bool]:
+    principal = principal_id()
+    return sa.true() if principal is None else prompts.c.principal == principal
 
 versions = sa.Table(
     "prompt_versions",
@@ -51,9 +60,11 @@ class BuiltinPrompts:
     async def create_prompt(self, template: str, variables: Sequence[str]) -> dict[str, Any]:
         prompt_id = f"pmpt_{random_hex(24)}"  # 48 hex digits, as OGX makes them
         now = int(time.time())
+        principal = principal_id()  # here: the write runs on the database's thread, outside the request's context
 
         def write(conn: sa.Connection) -> None:
-            conn.execute(prompts.insert().values(prompt_id=prompt_id, created_at=now, latest_version=1, default_version=1))
+            conn.execute(prompts.insert().values(prompt_id=prompt_id, created_at=now, latest_version=1, default_version=1,
+                                                 principal=principal))
             conn.execute(versions.insert().values(prompt_id=prompt_id, version=1, template=template, variables=list(variables),
                                                   created_at=now))
 
@@ -62,7 +73,8 @@ class BuiltinPrompts:
 
     async def list_prompts(self) -> list[dict[str, Any]]:
         joined = prompts.join(versions, sa.and_(versions.c.prompt_id == prompts.c.prompt_id, versions.c.version == prompts.c.default_version))
-        rows = await self.db.fetch_all(sa.select(versions, prompts.c.default_version).select_from(joined).order_by(prompts.c.seq.desc()))
+        rows = await self.db.fetch_all(sa.select(versions, prompts.c.default_version).select_from(joined).where(_mine())
+                                       .order_by(prompts.c.seq.desc()))
         return [_public(row, row["default_version"]) for row in rows]
 
     async def get_prompt(self, prompt_id: str, version: int | None = None) -> dict[str, Any]:
@@ -113,7 +125,7 @@ class BuiltinPrompts:
         await self.db.write(write)
 
     async def _head(self, prompt_id: str) -> sa.RowMapping:
-        row = await self.db.fetch_one(sa.select(prompts).where(prompts.c.prompt_id == prompt_id))
+        row = await self.db.fetch_one(sa.select(prompts).where(prompts.c.prompt_id == prompt_id, _mine()))
         if row is None:
             raise NotFoundError(f"No prompt found with id '{prompt_id[:64]}'.", param="prompt_id", code="not_found")
         return row

@@ -39,6 +39,7 @@ from runtime.apis.safety.protocol import SafetyProvider
 from runtime.apis.responses.models import CompactRequest, CreateResponse, response_object
 from runtime.apis.tool_runtime.protocol import Citations, ToolContext
 from runtime.apis.tool_runtime.router import ToolRouter
+from runtime.auth import principal_id
 from runtime.errors import APIError, InvalidRequestError, NotFoundError, UpstreamError
 
 __all__ = ["Inference", "ResponsesEngine", "Turn"]
@@ -129,6 +130,8 @@ class Context:
     ancestors: list[str]
     items: list[dict[str, Any]]
     chat: ChatContext | None = None
+    principal: str | None = None
+    """Whose it is (runtime.auth): a cached context serves only them."""
 
 
 class ResponsesEngine:
@@ -254,7 +257,7 @@ class ResponsesEngine:
     async def _chain(self, previous_id: str) -> Context:
         """The ancestors a response continuing `previous_id` has, and its context items."""
         cached = self._contexts.get(previous_id)
-        if cached is not None:
+        if cached is not None and cached.principal == principal_id():
             self._contexts.move_to_end(previous_id)
             return cached
         try:
@@ -274,7 +277,8 @@ class ResponsesEngine:
         response_id = turn.response["id"]
         output = turn.response["output"]
         chat = turn.chat.extend(output) if turn.chat is not None else None
-        self._contexts[response_id] = Context([*turn.ancestors, response_id], [*turn.history, *turn.input_items, *output], chat)
+        self._contexts[response_id] = Context([*turn.ancestors, response_id], [*turn.history, *turn.input_items, *output], chat,
+                                              principal_id())
         while len(self._contexts) > CONTEXT_CACHE_SIZE:
             self._contexts.popitem(last=False)
 

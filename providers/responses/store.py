@@ -13,6 +13,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from runtime.auth import principal_id
 from runtime.errors import NotFoundError
 from runtime.owners import owner_is_gone, process_owner
 from runtime.storage import Database, json_type
@@ -37,6 +38,9 @@ responses = sa.Table(
     sa.Column("heartbeat_at", sa.Float, nullable=True),
     # The process producing it (runtime.owners): a restart on its host takes it over at once.
     sa.Column("owner", sa.String(160), nullable=True),
+    # Who made it (runtime.auth): with auth on, only they reach it. Null when auth was off.
+    sa.Column("principal", sa.String(160), nullable=True),
+    sa.Index("ix_responses_principal", "principal", "seq"),
     # Only the responses still being produced: the sweep for orphans reads this, never the table.
     sa.Index("ix_responses_open", "heartbeat_at", sqlite_where=sa.text(_OPEN_SQL), postgresql_where=sa.text(_OPEN_SQL)),
 )
@@ -64,6 +68,7 @@ events = sa.Table(
 # computes by walking the statement, and a statement built per call is walked per call (about
 # 60 us for an UPDATE ... WHERE here, five times the cost of executing it).
 _GET = sa.select(responses).where(responses.c.id == sa.bindparam("rid"))
+_GET_OWNED = _GET.where(responses.c.principal == sa.bindparam("principal"))
 _FINISH = responses.update().where(responses.c.id == sa.bindparam("rid")).values(
     status=sa.bindparam("new_status"), response=sa.bindparam("new_response"))
 _FINISH_IF = _FINISH.where(responses.c.status.in_(sa.bindparam("statuses", expanding=True)))
@@ -108,7 +113,7 @@ class ResponseStore:
             "id": response["id"], "created_at": response["created_at"], "status": response["status"],
             "background": bool(response.get("background")), "ancestors": list(ancestors),
             "conversation_id": (response.get("conversation") or {}).get("id"), "response": response, "request": request,
-            "heartbeat_at": time.time(), "owner": process_owner(),
+            "heartbeat_at": time.time(), "owner": process_owner(), "principal": principal_id(),
         }
         item_rows = _item_rows(response["id"], "input", input_items) + _item_rows(response["id"], "output", output_items)
 
@@ -139,7 +144,12 @@ class ResponseStore:
         return await self.db.write(work)
 
     async def get(self, response_id: str) -> StoredResponse:
-        row = await self.db.fetch_one(_GET, {"rid": response_id})
+        """The response, if the caller may reach it (any, with auth off): else a 404, as if absent."""
+        principal = principal_id()
+        if principal is None:
+            row = await self.db.fetch_one(_GET, {"rid": response_id})
+        else:
+            row = await self.db.fetch_one(_GET_OWNED, {"rid": response_id, "principal": principal})
         if row is None:
             raise NotFoundError(f"Response with id '{response_id}' not found.", param="response_id", code="not_found")
         return StoredResponse(row)
@@ -162,11 +172,18 @@ class ResponseStore:
     async def items_by_id(self, item_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
         if not item_ids:
             return {}
-        rows = await self.db.fetch_all(sa.select(items.c.item_id, items.c.item).where(items.c.item_id.in_(list(item_ids))))
+        query = sa.select(items.c.item_id, items.c.item).where(items.c.item_id.in_(list(item_ids)))
+        principal = principal_id()
+        if principal is not None:  # another owner's items are not there to reference
+            query = query.join(responses, responses.c.id == items.c.response_id).where(responses.c.principal == principal)
+        rows = await self.db.fetch_all(query)
         return {row["item_id"]: row["item"] for row in rows}
 
     async def page(self, *, after: str | None, limit: int, order: str) -> tuple[list[dict[str, Any]], bool]:
         query = sa.select(responses.c.response)
+        principal = principal_id()
+        if principal is not None:
+            query = query.where(responses.c.principal == principal)
         if after is not None:
             anchor = sa.select(responses.c.seq).where(responses.c.id == after).scalar_subquery()
             query = query.where(responses.c.seq > anchor if order == "asc" else responses.c.seq < anchor)

@@ -18,6 +18,7 @@ from providers.vector_stores.builtin.vectors import PgvectorMissing, ensure_vect
 from runtime.apis.files.protocol import FilesProvider
 from runtime.apis.vector_stores.models import CreateBatch, CreateStore, FileSpec, Search, UpdateStore
 from runtime.apis.vector_stores.protocol import FILE_STATUSES, Page, SearchHit
+from runtime.auth import principal_id
 from runtime.errors import InvalidRequestError, NotFoundError, UpstreamError
 from runtime.ids import random_hex
 from runtime.storage import Database
@@ -52,7 +53,7 @@ class BuiltinVectorStores:
         store_id = f"vs_{random_hex(16)}"
         row = {"id": store_id, "created_at": now, "name": request.name, "description": request.description,
                "metadata": request.metadata or {}, "expires_after_days": request.expires_after_days, "last_active_at": now,
-               **model_columns(embedding)}
+               "principal": principal_id(), **model_columns(embedding)}
 
         def write(conn: sa.Connection) -> None:
             conn.execute(stores.insert().values(row))
@@ -86,7 +87,7 @@ class BuiltinVectorStores:
         return embedding
 
     async def list_stores(self, page: Page) -> tuple[list[dict[str, Any]], bool]:
-        rows, has_more = await _page(self.db, stores, sa.true(), stores.c.id, page)
+        rows, has_more = await _page(self.db, stores, _mine(), stores.c.id, page)
         counts = await self._counts([row["id"] for row in rows])
         return [_public_store(row, counts.get(row["id"], {})) for row in rows], has_more
 
@@ -117,7 +118,7 @@ class BuiltinVectorStores:
         return {"id": store_id, "object": "vector_store.deleted", "deleted": True}
 
     async def _store(self, store_id: str) -> sa.RowMapping:
-        row = await self.db.fetch_one(sa.select(stores).where(stores.c.id == store_id))
+        row = await self.db.fetch_one(sa.select(stores).where(stores.c.id == store_id, _mine()))
         if row is None:
             raise NotFoundError(f"No vector store found with id '{store_id}'.", param="vector_store_id", code="not_found")
         return row
@@ -181,6 +182,8 @@ class BuiltinVectorStores:
         return _public_file(await self._file(store_id, file_id))
 
     async def _file(self, store_id: str, file_id: str) -> sa.RowMapping:
+        if principal_id() is not None:
+            await self._store(store_id)  # another owner's store is not there, nor its files
         row = await self.db.fetch_one(sa.select(files).where(files.c.vector_store_id == store_id, files.c.file_id == file_id))
         if row is None:
             await self._store(store_id)
@@ -252,7 +255,7 @@ class BuiltinVectorStores:
     # --- search ----------------------------------------------------------------------------------
 
     async def search(self, store_ids: Sequence[str], request: Search) -> list[SearchHit]:
-        found = {row["id"]: row for row in await self.db.fetch_all(sa.select(stores).where(stores.c.id.in_(list(store_ids))))}
+        found = {row["id"]: row for row in await self.db.fetch_all(sa.select(stores).where(stores.c.id.in_(list(store_ids)), _mine()))}
         now = int(time.time())
         for store_id in store_ids:
             row = found.get(store_id)
@@ -350,6 +353,12 @@ class BuiltinVectorStores:
             return list(conn.execute(statement).mappings().all())
 
         return await self.db.read_with(run)
+
+
+def _mine() -> sa.ColumnElement[bool]:
+    """The caller's stores (every store with auth off, and for the server's own work: ingestion)."""
+    principal = principal_id()
+    return sa.true() if principal is None else stores.c.principal == principal
 
 
 async def _nothing() -> dict[tuple[str, str, str], SearchHit]:

@@ -34,6 +34,9 @@ stores = sa.Table(
     sa.Column("embedding_model", sa.Text, nullable=True),
     sa.Column("embedding_dimension", sa.Integer, nullable=True),
     sa.Column("embedding_sends_dimension", sa.Boolean, nullable=True),  # the size is asked of the model (`dimensions`)
+    # Who made it (runtime.auth): with auth on, only they reach it, its files and its search. Null when auth was off.
+    sa.Column("principal", sa.String(160), nullable=True),
+    sa.Index("ix_vector_stores_principal", "principal", "seq"),
 )
 
 files = sa.Table(
