@@ -159,6 +159,21 @@ class DelegateAuthConfig(_Strict):
     """How long an answer is reused for the same token."""
 
 
+class QuotaLimits(_Strict):
+    requests_per_minute: int | None = Field(default=None, ge=1)
+    tokens_per_minute: int | None = Field(default=None, ge=1)
+    """Tokens in and out, as upstreams report them (chat, responses, embeddings)."""
+
+
+class QuotaConfig(QuotaLimits):
+    """Per-principal limits, counted in fixed one-minute windows: in this process, or in Redis
+    (`redis_url`) when replicas share them."""
+
+    redis_url: str | None = None
+    principals: dict[str, QuotaLimits] = Field(default_factory=dict)
+    """Limits of their own for some principals (by id), over the defaults above."""
+
+
 class AuthConfig(_Strict):
     """Who may use the server. With any method configured, every route but health and version
     needs a principal; methods are tried in this order: api_keys, jwt, delegate, header."""
@@ -167,6 +182,7 @@ class AuthConfig(_Strict):
     jwt: JwtConfig | None = None
     delegate: DelegateAuthConfig | None = None
     header: HeaderAuthConfig | None = None
+    quotas: QuotaConfig | None = None
 
     @model_validator(mode="after")
     def _some_method(self) -> AuthConfig:

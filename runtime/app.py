@@ -18,6 +18,7 @@ from providers.spec import Api
 from runtime.apis import SURFACES
 from runtime.apis.unavailable import NoModels, Unavailable, unavailable_message
 from runtime.auth import AuthGuard, Authenticator
+from runtime.quotas import Quotas
 from runtime.errors import APIError, error_body, validation_error_body
 from runtime.middleware import Draining, RequestGuard
 from runtime.stack import Stack
@@ -54,7 +55,8 @@ def create_app(stack: Stack) -> FastAPI:
     install_error_handlers(app)
     server = stack.plan.config.server
     if server.auth is not None:  # inside CORS, so a browser can read a 401; off, it costs nothing
-        app.add_middleware(AuthGuard, authenticator=Authenticator(server.auth))
+        quotas = Quotas(server.auth.quotas) if server.auth.quotas is not None else None
+        app.add_middleware(AuthGuard, authenticator=Authenticator(server.auth), quotas=quotas)
     if server.cors is not None:
         app.add_middleware(
             CORSMiddleware,

@@ -29,11 +29,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.datastructures import Headers
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from builder.config import AuthConfig, DelegateAuthConfig, JwtConfig
 from runtime import fastjson
-from runtime.errors import error_body
+from runtime.errors import APIError, error_body
+from runtime.quotas import Quotas, meter_tokens, reset_meter
 
 __all__ = ["AuthGuard", "Authenticator", "Principal", "current_principal", "principal_id"]
 
@@ -195,10 +196,12 @@ class Authenticator:
 class AuthGuard:
     """Admits a request only with a principal (health and version, and CORS preflights, stay open)."""
 
-    def __init__(self, app: ASGIApp, authenticator: Authenticator, open_paths: frozenset[str] = OPEN_PATHS) -> None:
+    def __init__(self, app: ASGIApp, authenticator: Authenticator, open_paths: frozenset[str] = OPEN_PATHS,
+                 quotas: Quotas | None = None) -> None:
         self.app = app
         self.authenticator = authenticator
         self.open_paths = open_paths
+        self.quotas = quotas
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -219,17 +222,46 @@ class AuthGuard:
                 "auth_unavailable"), {"retry-after": "1"})
             return
         scope.setdefault("state", {})["principal"] = principal
+        if self.quotas is not None:
+            await self._within_quotas(principal, scope, receive, send)
+            return
         reset = _current.set(principal)
         try:
             await self.app(scope, receive, send)
         finally:
             _current.reset(reset)
 
+    async def _within_quotas(self, principal: Principal, scope: Scope, receive: Receive, send: Send) -> None:
+        assert self.quotas is not None
+        quotas = self.quotas
+        try:
+            limits = await quotas.admit(principal.id)
+        except APIError as error:
+            await _refuse(scope, receive, send, error.status, error.body(), dict(error.headers))
+            return
+        extra = [(name.encode(), value.encode()) for name, value in limits.items()]
+
+        async def send_with_limits(message: Message) -> None:
+            if message["type"] == "http.response.start" and extra:
+                message = {**message, "headers": [*message.get("headers", ()), *extra]}
+            await send(message)
+
+        async def spend(tokens: int) -> None:
+            await quotas.spend(principal.id, tokens)
+
+        reset, metered = _current.set(principal), meter_tokens(spend if quotas.limits(principal.id).tokens_per_minute else None)
+        try:
+            await self.app(scope, receive, send_with_limits)
+        finally:
+            reset_meter(metered)
+            _current.reset(reset)
+
 
 async def _refuse(scope: Scope, receive: Receive, send: Send, status: int, body: dict[str, Any], headers: dict[str, str]) -> None:
     if scope["type"] == "websocket":
         await receive()  # websocket.connect
-        await send({"type": "websocket.close", "code": 1008 if status == 401 else 1013, "reason": body["error"]["message"][:120]})
+        code = 1008 if status == 401 else 1013  # policy violation; try again later
+        await send({"type": "websocket.close", "code": code, "reason": body["error"]["message"][:120]})
         return
     raw = fastjson.dumps(body)
     await send({"type": "http.response.start", "status": status, "headers": [

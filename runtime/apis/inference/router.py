@@ -24,6 +24,7 @@ from runtime.apis.inference.protocol import InferenceProvider, UpstreamModel, Up
 from runtime.apis.inference.store import ChatCompletionStore, new_completion_id
 from runtime.apis.safety.protocol import SafetyProvider
 from runtime.errors import APIError, InvalidRequestError, NotFoundError, UpstreamError
+from runtime.quotas import spend_tokens, token_meter
 
 if TYPE_CHECKING:
     from runtime.apis import ApiContext
@@ -168,6 +169,8 @@ class InferenceRouter:
         result = await self._call(provider_id, self.providers[provider_id].chat_completion(request))
         if result[:1] != b"{" or result.rstrip()[-1:] != b"}":  # a body cut short (the bytes are passed on unparsed)
             raise _malformed(provider_id, result)
+        if token_meter() is not None:  # quotas count tokens: the usage is read (only then)
+            await spend_tokens(_completion(result, provider_id).get("usage"))
         if body.get("store") is not True and guard is None:
             return _with_model(result, requested) if requested is not None and echo_model else result
         completion = _completion(result, provider_id)
@@ -188,8 +191,14 @@ class InferenceRouter:
         `store: true` every chunk carries the id of ours the completion is stored under, and the
         folded completion is stored after the last chunk, before the caller sends `[DONE]`. With
         a `guard`, chunks pass the output guardrail (held and checked in batches) first."""
+        hidden_usage = False
+        if token_meter() is not None and not (body.get("stream_options") or {}).get("include_usage"):
+            # Quotas count tokens: the upstream is asked for usage, and its usage chunk kept from a client that did not ask.
+            body, raw, hidden_usage = {**body, "stream_options": {**(body.get("stream_options") or {}), "include_usage": True}}, None, True
         provider_id, request, requested = await self._route(body, raw)
         chunks = self.providers[provider_id].stream_chat_completion(request)
+        if token_meter() is not None:
+            chunks = _metered(chunks, hidden_usage)
         if body.get("store") is True or guard is not None:
             return self._rewritten_stream(chunks, body, requested, provider_id, guard)
         if requested is not None and echo_model:
@@ -231,6 +240,8 @@ class InferenceRouter:
             body, raw = {**body, "encoding_format": "float"}, None
         provider_id, request, requested = await self._route(body, raw)
         result = await self._call(provider_id, self.providers[provider_id].embeddings(request))
+        if token_meter() is not None:
+            await spend_tokens(_completion(result, provider_id).get("usage"))
         if wants_base64 or requested is not None:
             return _reshaped_embeddings(result, base64_vectors=wants_base64, model=requested)
         return result
@@ -287,6 +298,22 @@ def _chunk(raw: bytes, provider_id: str) -> dict[str, Any]:
     if not isinstance(chunk, dict):
         raise _malformed(provider_id, raw)
     return chunk
+
+
+async def _metered(chunks: AsyncIterator[bytes], hide_usage: bool) -> AsyncIterator[bytes]:
+    """The chunks, with the tokens of the usage chunk recorded against the request's quota (and
+    that chunk left out when only the quota asked for it)."""
+    async for raw in chunks:
+        if b'"usage"' in raw:  # a bytes scan: only the chunk that carries usage is parsed
+            try:
+                chunk = fastjson.loads(raw)
+            except ValueError:
+                chunk = None
+            if isinstance(chunk, dict) and isinstance(chunk.get("usage"), dict):
+                await spend_tokens(chunk["usage"])
+                if hide_usage and not chunk.get("choices"):
+                    continue
+        yield raw
 
 
 async def _chunks_with_model(chunks: AsyncIterator[bytes], model: str, provider_id: str) -> AsyncIterator[bytes]:

@@ -1,0 +1,113 @@
+"""Quotas (issue 12, item 3), through the openai SDK in server and library modes: requests and
+tokens per minute per principal, counted in process or in the Redis running on this machine,
+refused with a 429 in OpenAI's shape with retry-after; tokens read from upstream usage, streamed
+or not, chat or responses. Principal names are fresh per run, since Redis keeps a window's counts."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import openai
+import pytest
+
+from fake_upstream.server import running_fake_upstream
+from support.live_stack import run_yaml, served
+
+RUN = secrets.token_hex(4)
+
+
+def keys(*names: str) -> str:
+    return "\n".join(f'      - {{principal: {name}-{RUN}, key: "sk-{name}-0123456789"}}' for name in names)
+
+
+def quota_yaml(redis_url: str | None = None) -> str:
+    redis = f'\n      redis_url: "{redis_url}"' if redis_url else ""
+    return f"""server:
+  auth:
+    api_keys:
+{keys("rpm", "tpm", "stream", "resp", "free")}
+    quotas:
+      requests_per_minute: 3{redis}
+      principals:
+        tpm-{RUN}: {{tokens_per_minute: 30, requests_per_minute: 100}}
+        stream-{RUN}: {{tokens_per_minute: 30, requests_per_minute: 100}}
+        resp-{RUN}: {{tokens_per_minute: 30, requests_per_minute: 100}}
+        free-{RUN}: {{requests_per_minute: 1000}}
+"""
+
+
+def fresh_window() -> None:
+    """Wait for a new minute when this one is about to end: a test must not straddle two windows."""
+    left = 60 - time.time() % 60
+    if left < 8:
+        time.sleep(left + 0.1)
+
+
+@pytest.fixture(scope="module", params=["server-memory", "library-redis"])
+def client(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[openai.OpenAI]:
+    mode, counter = request.param.split("-")
+    with running_fake_upstream() as upstream:
+        path = run_yaml(tmp_path_factory.mktemp("quotas"), upstream.base_url, name="quotas")
+        path.write_text(path.read_text() + quota_yaml("redis://127.0.0.1:6379/0" if counter == "redis" else None))
+        with served(mode, path) as client:
+            yield client
+
+
+def as_(client: openai.OpenAI, name: str) -> openai.OpenAI:
+    return client.with_options(api_key=f"sk-{name}-0123456789", max_retries=0)
+
+
+def test_requests_past_the_per_minute_limit_are_a_429_with_retry_after(client: openai.OpenAI) -> None:
+    fresh_window()
+    rpm = as_(client, "rpm")
+    first = rpm.models.with_raw_response.list()
+    assert first.headers["x-ratelimit-limit-requests"] == "3" and first.headers["x-ratelimit-remaining-requests"] == "2"
+    rpm.models.list()
+    rpm.models.list()
+    with pytest.raises(openai.RateLimitError) as refused:
+        rpm.models.list()
+    body = refused.value.body
+    assert body["code"] == "rate_limit_exceeded" and body["type"] == "requests" and "RPM" in body["message"]  # type: ignore[index]
+    assert 1 <= int(refused.value.response.headers["retry-after"]) <= 60
+    assert as_(client, "free").models.list().data  # another principal's window is its own
+
+
+def test_tokens_past_the_per_minute_limit_refuse_the_next_request(client: openai.OpenAI) -> None:
+    fresh_window()
+    tpm = as_(client, "tpm")
+    tpm.chat.completions.create(model="fake-model", messages=[{"role": "user", "content": "[tokens:40] spend"}])
+    with pytest.raises(openai.RateLimitError) as refused:
+        tpm.chat.completions.create(model="fake-model", messages=[{"role": "user", "content": "[tokens:1] more"}])
+    assert refused.value.body["type"] == "tokens" and "TPM" in refused.value.body["message"]  # type: ignore[index]
+
+
+def test_a_stream_that_did_not_ask_for_usage_is_counted_without_seeing_it(client: openai.OpenAI) -> None:
+    fresh_window()
+    streamer = as_(client, "stream")
+    chunks = list(streamer.chat.completions.create(model="fake-model", stream=True,
+                                                   messages=[{"role": "user", "content": "[tokens:40] spend"}]))
+    assert chunks and all(chunk.usage is None for chunk in chunks) and all(chunk.choices for chunk in chunks)
+    with pytest.raises(openai.RateLimitError):
+        streamer.chat.completions.create(model="fake-model", messages=[{"role": "user", "content": "[tokens:1] more"}])
+
+
+def test_a_responses_model_calls_count_against_the_principal(client: openai.OpenAI) -> None:
+    fresh_window()
+    responder = as_(client, "resp")
+    events = list(responder.responses.create(model="fake-model", input="[tokens:40] spend", stream=True, store=False))
+    assert events[-1].type == "response.completed"
+    with pytest.raises(openai.RateLimitError):
+        responder.responses.create(model="fake-model", input="[tokens:1] more")
+
+
+def test_a_quota_store_that_is_down_refuses_with_a_503(tmp_path: Path) -> None:
+    with running_fake_upstream() as upstream:
+        path = run_yaml(tmp_path, upstream.base_url, name="quotas-down")
+        path.write_text(path.read_text() + quota_yaml("redis://127.0.0.1:9/0"))
+        with served("library", path) as client:
+            with pytest.raises(openai.APIStatusError) as refused:
+                as_(client, "rpm").models.list()
+    assert refused.value.status_code == 503 and refused.value.body["code"] == "quota_store_unavailable"  # type: ignore[index]
