@@ -74,6 +74,7 @@ class Options:
     only: str | None
     json_path: Path | None
     check_client: bool
+    run_yaml: Path = RUN_YAML
 
 
 def kinds(options: Options) -> list[str]:
@@ -223,18 +224,20 @@ def parse_args() -> Options:
                         help="seconds per throughput window (after 2 s warm-up)")
     parser.add_argument("--concurrency", type=int, default=32, help="connections in the throughput runs")
     parser.add_argument("--only", choices=["plain", "stream"], help="only plain or only streamed chat")
+    parser.add_argument("--run-yaml", type=Path, default=RUN_YAML,
+                        help="the stack to measure (bench/chat-metrics-run.yaml: the same with Prometheus metrics on)")
     parser.add_argument("--json", type=Path, dest="json_path", help="also write the numbers here")
     parser.add_argument("--check-client", action="store_true",
                         help="only the load generator against the fake upstream, on separate cores")
     args = parser.parse_args()
-    return Options(args.requests, args.duration, args.concurrency, args.only, args.json_path, args.check_client)
+    return Options(args.requests, args.duration, args.concurrency, args.only, args.json_path, args.check_client, args.run_yaml)
 
 
 def main() -> None:
     options = parse_args()
     upstream_core = 0 if options.check_client else UPSTREAM_CORE
     runner = run_check_client if options.check_client else run_bench
-    run = run_with_servers(None if options.check_client else RUN_YAML, "chat", lambda servers: runner(options, servers), upstream_core)
+    run = run_with_servers(None if options.check_client else options.run_yaml, "chat", lambda servers: runner(options, servers), upstream_core)
     results, load = run.results, run.load
     if options.json_path is not None:
         write_json(options.json_path, options, results, load, upstream_core)

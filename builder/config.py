@@ -191,6 +191,14 @@ class AuthConfig(_Strict):
         return self
 
 
+class MetricsConfig(_Strict):
+    """Prometheus metrics at `path` (off unless configured)."""
+
+    path: str = Field(default="/metrics", pattern=r"^/[A-Za-z0-9_./-]*$")
+    open: bool = False
+    """Served without credentials when auth is on (for a scraper inside the network)."""
+
+
 class ServerConfig(_Strict):
     host: str = "127.0.0.1"
     port: int = Field(default=DEFAULT_PORT, ge=0, le=65535)
@@ -204,6 +212,7 @@ class ServerConfig(_Strict):
     are refused meanwhile) before the rest are ended."""
     auth: AuthConfig | None = None
     """Off (anyone who reaches the port is served) unless configured."""
+    metrics: MetricsConfig | None = None
 
 
 RECORDING_MODES = ("live", "record", "replay", "record-if-missing")

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.routing import APIRoute
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
 from starlette.routing import compile_path
@@ -17,7 +16,8 @@ from starlette.routing import compile_path
 from providers.spec import Api
 from runtime.apis import SURFACES
 from runtime.apis.unavailable import NoModels, Unavailable, unavailable_message
-from runtime.auth import AuthGuard, Authenticator
+from runtime.auth import OPEN_PATHS, AuthGuard, Authenticator
+from runtime.metrics import CONTENT_TYPE, Metrics
 from runtime.quotas import Quotas
 from runtime.errors import APIError, error_body, validation_error_body
 from runtime.middleware import Draining, RequestGuard
@@ -54,9 +54,13 @@ def create_app(stack: Stack) -> FastAPI:
     app.state.route_methods = [entry for router, prefix, _ in routers for entry in _route_methods(router, prefix)]
     install_error_handlers(app)
     server = stack.plan.config.server
+    metrics = Metrics() if server.metrics is not None else None
+    if metrics is not None and server.metrics is not None:
+        _serve_metrics(app, metrics, server.metrics.path)
     if server.auth is not None:  # inside CORS, so a browser can read a 401; off, it costs nothing
         quotas = Quotas(server.auth.quotas) if server.auth.quotas is not None else None
-        app.add_middleware(AuthGuard, authenticator=Authenticator(server.auth), quotas=quotas)
+        open_paths = OPEN_PATHS | ({server.metrics.path} if server.metrics is not None and server.metrics.open else set())
+        app.add_middleware(AuthGuard, authenticator=Authenticator(server.auth), quotas=quotas, open_paths=open_paths)
     if server.cors is not None:
         app.add_middleware(
             CORSMiddleware,
@@ -72,8 +76,17 @@ def create_app(stack: Stack) -> FastAPI:
         if surface is not None and surface.body_limits is not None:
             limits.update(surface.body_limits(stack.impls[api]))
     app.state.draining = Draining()
-    app.add_middleware(RequestGuard, max_body_bytes=server.max_request_bytes, route_limits=limits, draining=app.state.draining)
+    # Outermost, and it counts requests when metrics are on: refusals (401, 413, 429, 503) are counted too.
+    app.add_middleware(RequestGuard, max_body_bytes=server.max_request_bytes, route_limits=limits, draining=app.state.draining,
+                       metrics=metrics)
     return app
+
+
+def _serve_metrics(app: FastAPI, metrics: Metrics, path: str) -> None:
+    async def exposition() -> Response:
+        return Response(metrics.exposition(), media_type=CONTENT_TYPE)
+
+    app.add_api_route(path, exposition, methods=["GET"], summary="Prometheus metrics", tags=["system"], include_in_schema=False)
 
 
 def install_error_handlers(app: FastAPI) -> None:

@@ -10,12 +10,14 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from runtime.errors import PayloadTooLargeError, error_body
+from runtime.metrics import Metrics
 from runtime.ids import random_hex
 
 __all__ = ["Draining", "RequestGuard", "new_request_id"]
@@ -67,16 +69,24 @@ class RequestGuard:
     bug of ours) into a 500 naming the request id."""
 
     def __init__(self, app: ASGIApp, max_body_bytes: int, route_limits: Mapping[tuple[str, str], int] | None = None,
-                 draining: Draining | None = None) -> None:
+                 draining: Draining | None = None, metrics: Metrics | None = None) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
         self.route_limits = dict(route_limits or {})
         """Limits of their own for some (method, path), such as file uploads."""
         self.draining = draining or Draining()
+        self.metrics = metrics
+        """Set: every request is counted and timed here (a middleware of its own would cost a layer)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        metrics = self.metrics
         if scope["type"] != "http":
-            await self.app(scope, receive, send)
+            entered = metrics.enter() if metrics is not None else None
+            try:
+                await self.app(scope, receive, send)
+            finally:
+                if metrics is not None:
+                    metrics.leave(entered)
             return
         if self.draining.started:
             await _send_error(send, _SHUTTING_DOWN, close=True)
@@ -85,23 +95,28 @@ class RequestGuard:
         scope.setdefault("state", {})["request_id"] = request_id
         header = (b"x-request-id", request_id.encode())
         started = False
+        status, streaming = 500, False
 
         async def send_with_id(message: Message) -> None:
-            nonlocal started
+            nonlocal started, status, streaming
             if message["type"] == "http.response.start":
                 started = True
                 message["headers"] = [*message.get("headers", ()), header]
+                if metrics is not None:
+                    status, streaming = int(message["status"]), metrics.stream_started(message["headers"])
             await send(message)
 
-        limit = self.route_limits.get((scope["method"], scope["path"]), self.max_body_bytes) if self.route_limits else self.max_body_bytes
-        declared = _content_length(scope)
-        if declared is not None and declared > limit:
-            await _send_error(send_with_id, _too_large(limit))
-            return
+        entered = metrics.enter() if metrics is not None else None
+        began = time.perf_counter() if metrics is not None else 0.0
         task = asyncio.current_task()
-        if task is not None:
-            self.draining.unanswered[task] = lambda: started
         try:
+            limit = self.route_limits.get((scope["method"], scope["path"]), self.max_body_bytes) if self.route_limits else self.max_body_bytes
+            declared = _content_length(scope)
+            if declared is not None and declared > limit:
+                await _send_error(send_with_id, _too_large(limit))
+                return
+            if task is not None:
+                self.draining.unanswered[task] = lambda: started
             await self.app(scope, self._limited(receive, limit), send_with_id)
         except asyncio.CancelledError:
             if not self.draining.ending or started or task is None:
@@ -120,6 +135,9 @@ class RequestGuard:
         finally:
             if task is not None:
                 self.draining.unanswered.pop(task, None)
+            if metrics is not None:
+                metrics.request_done(scope, status, streaming, time.perf_counter() - began)
+                metrics.leave(entered)
 
     def _limited(self, receive: Receive, limit: int) -> Receive:
         received = 0

@@ -179,4 +179,5 @@ async def spend_tokens(usage: Any) -> None:
     total = usage.get("total_tokens")
     if not isinstance(total, int):
         total = int(usage.get("prompt_tokens") or 0) + int(usage.get("completion_tokens") or 0)
-    await record(total)
+    if total > 0:
+        await record(total)

@@ -20,6 +20,7 @@ from providers.responses.store import StoredResponse
 from providers.responses.tools import public_tools
 from providers.responses.translate import Event
 from runtime.apis.responses.models import CreateResponse
+from runtime.metrics import current_metrics
 from runtime.errors import APIError, InvalidRequestError
 
 if TYPE_CHECKING:
@@ -88,7 +89,16 @@ class Background:
         response_id = turn.response["id"]
         task = asyncio.get_running_loop().create_task(self._run(turn))
         self._tasks[response_id] = task
-        task.add_done_callback(lambda _: self._tasks.pop(response_id, None))
+        metrics = current_metrics()  # the task runs on in this context, whoever's request spawned it
+
+        def done(_: asyncio.Task[None]) -> None:
+            self._tasks.pop(response_id, None)
+            if metrics is not None:
+                metrics.background_queue.set(len(self._tasks))
+
+        task.add_done_callback(done)
+        if metrics is not None:
+            metrics.background_queue.set(len(self._tasks))
 
     async def _run(self, turn: Turn) -> None:
         response_id = turn.response["id"]

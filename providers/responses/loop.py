@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from providers.responses.client_tools import CALL_TYPES
+from runtime.metrics import current_metrics
 from providers.responses.tools import RequestTools
 from providers.responses.translate import Event, StreamTranslator
 from runtime.apis.tool_runtime.protocol import Citations, ItemSink, ModelCall, ToolSession
@@ -155,8 +156,13 @@ class ToolLoop:
                 return lambda sink: _ready(sink.open(approval))
             return lambda sink: session.run(call, sink)
 
+        start = len(self.output)
         async for event in run_steps([step(*entry) for entry in calls], self.output, self.limits.parallel, self._running):
             yield event
+        metrics = current_metrics()
+        if metrics is not None:
+            for item in self.output[start:]:
+                metrics.tool_calls.inc((str(item.get("type")), str(item.get("status") or "completed")))
 
     def close(self, status: str = "incomplete") -> list[Event]:
         """The response stopped early (a failure, a cancel): finish whatever is still open; the

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import re
 import logging
 import struct
 import time
@@ -24,6 +25,7 @@ from runtime.apis.inference.protocol import InferenceProvider, UpstreamModel, Up
 from runtime.apis.inference.store import ChatCompletionStore, new_completion_id
 from runtime.apis.safety.protocol import SafetyProvider
 from runtime.errors import APIError, InvalidRequestError, NotFoundError, UpstreamError
+from runtime.metrics import Metrics, current_metrics
 from runtime.quotas import spend_tokens, token_meter
 
 if TYPE_CHECKING:
@@ -166,11 +168,17 @@ class InferenceRouter:
         the upstream's: for callers that only read the output, which saves a re-encoding). With
         a `guard`, the answer passes the output guardrail before it is stored or returned."""
         provider_id, request, requested = await self._route(body, raw)
+        metrics, started = current_metrics(), time.perf_counter()
         result = await self._call(provider_id, self.providers[provider_id].chat_completion(request))
         if result[:1] != b"{" or result.rstrip()[-1:] != b"}":  # a body cut short (the bytes are passed on unparsed)
             raise _malformed(provider_id, result)
-        if token_meter() is not None:  # quotas count tokens: the usage is read (only then)
-            await spend_tokens(_completion(result, provider_id).get("usage"))
+        if metrics is not None or token_meter() is not None:  # the usage is read (only then)
+            usage = usage_of(result)
+            if metrics is not None:
+                model = str(request.body.get("model"))
+                metrics.upstream_seconds.observe((provider_id, model, "chat"), time.perf_counter() - started)
+                metrics.record_usage(provider_id, model, usage)
+            await spend_tokens(usage)
         if body.get("store") is not True and guard is None:
             return _with_model(result, requested) if requested is not None and echo_model else result
         completion = _completion(result, provider_id)
@@ -192,13 +200,14 @@ class InferenceRouter:
         folded completion is stored after the last chunk, before the caller sends `[DONE]`. With
         a `guard`, chunks pass the output guardrail (held and checked in batches) first."""
         hidden_usage = False
-        if token_meter() is not None and not (body.get("stream_options") or {}).get("include_usage"):
+        metrics = current_metrics()
+        if (token_meter() is not None or metrics is not None) and not (body.get("stream_options") or {}).get("include_usage"):
             # Quotas count tokens: the upstream is asked for usage, and its usage chunk kept from a client that did not ask.
             body, raw, hidden_usage = {**body, "stream_options": {**(body.get("stream_options") or {}), "include_usage": True}}, None, True
         provider_id, request, requested = await self._route(body, raw)
         chunks = self.providers[provider_id].stream_chat_completion(request)
-        if token_meter() is not None:
-            chunks = _metered(chunks, hidden_usage)
+        if token_meter() is not None or metrics is not None:
+            chunks = _metered(chunks, hidden_usage, metrics, provider_id, str(request.body.get("model")))
         if body.get("store") is True or guard is not None:
             return self._rewritten_stream(chunks, body, requested, provider_id, guard)
         if requested is not None and echo_model:
@@ -239,9 +248,15 @@ class InferenceRouter:
         if wants_base64:
             body, raw = {**body, "encoding_format": "float"}, None
         provider_id, request, requested = await self._route(body, raw)
+        metrics, started = current_metrics(), time.perf_counter()
         result = await self._call(provider_id, self.providers[provider_id].embeddings(request))
-        if token_meter() is not None:
-            await spend_tokens(_completion(result, provider_id).get("usage"))
+        if metrics is not None or token_meter() is not None:
+            usage = usage_of(result)
+            if metrics is not None:
+                model = str(request.body.get("model"))
+                metrics.upstream_seconds.observe((provider_id, model, "embeddings"), time.perf_counter() - started)
+                metrics.record_usage(provider_id, model, usage)
+            await spend_tokens(usage)
         if wants_base64 or requested is not None:
             return _reshaped_embeddings(result, base64_vectors=wants_base64, model=requested)
         return result
@@ -278,6 +293,16 @@ def _with_model(result: bytes, model: str) -> bytes:
     return fastjson.dumps(document)
 
 
+_USAGE_FIELD = re.compile(rb'"(prompt_tokens|completion_tokens|total_tokens)"\s*:\s*(\d+)')
+
+
+def usage_of(body: bytes) -> dict[str, int]:
+    """The token counts of an answer's `usage`, read from its bytes (a regex scan: the answer
+    itself is passed on unparsed). Nested counts (`*_tokens_details`) have other names."""
+    return {match[1].decode(): int(match[2]) for match in _USAGE_FIELD.finditer(body, max(0, body.rfind(b'"usage"')))} \
+        if b'"usage"' in body else {}
+
+
 def _completion(result: bytes, provider_id: str) -> dict[str, Any]:
     try:
         completion = fastjson.loads(result)
@@ -300,10 +325,16 @@ def _chunk(raw: bytes, provider_id: str) -> dict[str, Any]:
     return chunk
 
 
-async def _metered(chunks: AsyncIterator[bytes], hide_usage: bool) -> AsyncIterator[bytes]:
-    """The chunks, with the tokens of the usage chunk recorded against the request's quota (and
-    that chunk left out when only the quota asked for it)."""
+async def _metered(chunks: AsyncIterator[bytes], hide_usage: bool, metrics: Metrics | None, provider: str,
+                   model: str) -> AsyncIterator[bytes]:
+    """The chunks, with the tokens of the usage chunk recorded against the request's quota and in
+    the metrics (that chunk left out when only they asked for it), and the stream's timings."""
+    started = time.perf_counter()
+    first = True
     async for raw in chunks:
+        if first and metrics is not None:
+            metrics.first_token_seconds.observe((provider, model), time.perf_counter() - started)
+        first = False
         if b'"usage"' in raw:  # a bytes scan: only the chunk that carries usage is parsed
             try:
                 chunk = fastjson.loads(raw)
@@ -311,9 +342,13 @@ async def _metered(chunks: AsyncIterator[bytes], hide_usage: bool) -> AsyncItera
                 chunk = None
             if isinstance(chunk, dict) and isinstance(chunk.get("usage"), dict):
                 await spend_tokens(chunk["usage"])
+                if metrics is not None:
+                    metrics.record_usage(provider, model, chunk["usage"])
                 if hide_usage and not chunk.get("choices"):
                     continue
         yield raw
+    if metrics is not None:
+        metrics.upstream_seconds.observe((provider, model, "chat"), time.perf_counter() - started)
 
 
 async def _chunks_with_model(chunks: AsyncIterator[bytes], model: str, provider_id: str) -> AsyncIterator[bytes]:

@@ -1,0 +1,172 @@
+"""Prometheus metrics, off unless run.yaml's `server.metrics` is set: counted in plain Python on
+the request path, exposed in Prometheus' text format by the official client library.
+
+One set per app (two stacks in one process count apart). The app's one middleware
+(runtime.middleware.RequestGuard) counts requests by route template, method and status, times them
+to their last byte (a stream's end included), and keeps the number of open streams; the parts of
+the stack that see more record into the app's metrics through `current_metrics()` (a context
+variable the middleware sets, so code reached without metrics pays one lookup): the inference router its upstream latency, time to
+first token and tokens by provider and model, the tool loop its tool calls, the background runner
+its queue.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextvars
+from typing import Any
+
+from starlette.types import Scope
+
+__all__ = ["CONTENT_TYPE", "Metrics", "current_metrics"]
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"  # Prometheus' text format
+
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+
+
+class _Counter:
+    """A counter by label values: a dict increment on the request path (the client library's
+    own metric objects take a lock and several calls per update: about 40 µs a request here)."""
+
+    def __init__(self, name: str, help: str, labels: tuple[str, ...]) -> None:
+        self.name, self.help, self.labels = name, help, labels
+        self.values: dict[tuple[str, ...], float] = {}
+
+    def inc(self, labels: tuple[str, ...], amount: float = 1) -> None:
+        self.values[labels] = self.values.get(labels, 0) + amount
+
+    def family(self) -> Any:
+        from prometheus_client.core import CounterMetricFamily
+
+        family = CounterMetricFamily(self.name, self.help, labels=self.labels)
+        for labels, value in list(self.values.items()):
+            family.add_metric(labels, value)
+        return family
+
+
+class _Histogram:
+    def __init__(self, name: str, help: str, labels: tuple[str, ...], buckets: tuple[float, ...] = _LATENCY_BUCKETS) -> None:
+        self.name, self.help, self.labels, self.bounds = name, help, labels, buckets
+        self.values: dict[tuple[str, ...], tuple[list[int], list[float]]] = {}
+
+    def observe(self, labels: tuple[str, ...], value: float) -> None:
+        found = self.values.get(labels)
+        if found is None:
+            found = self.values[labels] = ([0] * (len(self.bounds) + 1), [0.0])
+        found[0][bisect.bisect_left(self.bounds, value)] += 1  # the first bucket whose bound is >= value
+        found[1][0] += value
+
+    def family(self) -> Any:
+        from prometheus_client.core import HistogramMetricFamily
+
+        family = HistogramMetricFamily(self.name, self.help, labels=self.labels)
+        for labels, (counts, total) in list(self.values.items()):
+            cumulative, buckets = 0, []
+            for bound, count in zip((*map(str, self.bounds), "+Inf"), counts, strict=True):
+                cumulative += count
+                buckets.append((bound, cumulative))
+            family.add_metric(labels, buckets, total[0])
+        return family
+
+
+class _Gauge:
+    def __init__(self, name: str, help: str) -> None:
+        self.name, self.help, self.value = name, help, 0.0
+
+    def inc(self) -> None:
+        self.value += 1
+
+    def dec(self) -> None:
+        self.value -= 1
+
+    def set(self, value: float) -> None:
+        self.value = value
+
+    def family(self) -> Any:
+        from prometheus_client.core import GaugeMetricFamily
+
+        return GaugeMetricFamily(self.name, self.help, value=self.value)
+
+
+class Metrics:
+    """The app's metrics: plain counters updated on the request path, turned into Prometheus'
+    text format by the client library when scraped (this object is the registry's collector)."""
+
+    def __init__(self) -> None:
+        self.requests = _Counter("stack_requests", "HTTP requests answered", ("route", "method", "status"))
+        self.request_seconds = _Histogram("stack_request_duration_seconds", "Time to a request's last byte", ("route", "method"))
+        self.open_streams = _Gauge("stack_open_streams", "Streamed answers (SSE) under way")
+        self.upstream_seconds = _Histogram("stack_upstream_duration_seconds", "Time of a model call, to its last byte",
+                                           ("provider", "model", "kind"))
+        self.first_token_seconds = _Histogram("stack_upstream_time_to_first_token_seconds", "Time to a streamed model call's first chunk",
+                                              ("provider", "model"))
+        self.tokens = _Counter("stack_tokens", "Tokens upstreams report", ("provider", "model", "direction"))
+        self.tool_calls = _Counter("stack_tool_calls", "Server-side tool calls run", ("type", "outcome"))
+        self.background_queue = _Gauge("stack_background_queue", "Background responses queued or running in this process")
+        self._all = (self.requests, self.request_seconds, self.open_streams, self.upstream_seconds, self.first_token_seconds,
+                     self.tokens, self.tool_calls, self.background_queue)
+
+    def collect(self) -> Any:
+        for metric in self._all:
+            yield metric.family()
+
+    def exposition(self) -> bytes:
+        # Imported here: a stack without metrics does not load the library at all.
+        from prometheus_client import CollectorRegistry, generate_latest
+
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(self)
+        return generate_latest(registry)
+
+    # --- what runtime.middleware.RequestGuard calls, request by request -----------------------
+
+    def enter(self) -> contextvars.Token[Metrics | None]:
+        """Make these the metrics of the request being served (`current_metrics`)."""
+        return _current.set(self)
+
+    def leave(self, entered: contextvars.Token[Metrics | None] | None) -> None:
+        if entered is not None:
+            _current.reset(entered)
+
+    def stream_started(self, headers: Any) -> bool:
+        """Whether a response that starts with `headers` is a stream (counted open until it ends)."""
+        streaming = any(name == b"content-type" and value.startswith(b"text/event-stream") for name, value in headers)
+        if streaming:
+            self.open_streams.inc()
+        return streaming
+
+    def request_done(self, scope: Scope, status: int, streaming: bool, seconds: float) -> None:
+        if streaming:
+            self.open_streams.dec()
+        route = _template(scope)
+        self.requests.inc((route, scope["method"], str(status)))
+        self.request_seconds.observe((route, scope["method"]), seconds)
+
+    def record_usage(self, provider: str, model: str, usage: Any) -> None:
+        if not isinstance(usage, dict):
+            return
+        for direction, key in (("in", "prompt_tokens"), ("out", "completion_tokens")):
+            count = usage.get(key)
+            if isinstance(count, int) and count > 0:
+                self.tokens.inc((provider, model, direction), count)
+
+
+_current: contextvars.ContextVar[Metrics | None] = contextvars.ContextVar("metrics", default=None)
+
+
+def current_metrics() -> Metrics | None:
+    """The metrics of the app serving the current request (None when metrics are off)."""
+    return _current.get()
+
+
+def _template(scope: Scope) -> str:
+    """The matched route's path template as the client addressed it. FastAPI includes routers by
+    reference, so the route knows its path without the prefix it was included under (`/v1`):
+    the prefix is what the request path has before the template's fixed start."""
+    path = getattr(scope.get("route"), "path", None)
+    if not isinstance(path, str):
+        return "unmatched"
+    fixed = path.split("{", 1)[0]
+    at = scope["path"].find(fixed) if fixed else 0
+    return scope["path"][:at] + path if at > 0 else path
