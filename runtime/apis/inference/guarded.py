@@ -134,17 +134,13 @@ async def guard_stream(safety: SafetyProvider, chunks: AsyncIterator[dict[str, A
                     return  # the rest of a flagged answer is not read
             if pending is None and hold.unchecked_chars >= OUTPUT_BATCH_CHARS:
                 pending = hold.check(safety)
-        if pending is not None:
+        # The answer has ended: the batch under way, then whatever is still unchecked.
+        pending = pending or hold.check(safety)
+        while pending is not None:
             await asyncio.wait([pending[0]])
             for out in hold.settle(pending):
                 yield out
-            pending = None
-        pending = hold.check(safety)
-        if pending is not None:
-            await asyncio.wait([pending[0]])
-            for out in hold.settle(pending):
-                yield out
-            pending = None
+            pending = hold.check(safety)
         for out in hold.release():
             yield out
     finally:

@@ -173,12 +173,7 @@ class InferenceRouter:
         if result[:1] != b"{" or result.rstrip()[-1:] != b"}":  # a body cut short (the bytes are passed on unparsed)
             raise _malformed(provider_id, result)
         if metrics is not None or token_meter() is not None:  # the usage is read (only then)
-            usage = usage_of(result)
-            if metrics is not None:
-                model = str(request.body.get("model"))
-                metrics.upstream_seconds.observe((provider_id, model, "chat"), time.perf_counter() - started)
-                metrics.record_usage(provider_id, model, usage)
-            await spend_tokens(usage)
+            await _account(result, provider_id, request, "chat", metrics, started)
         if body.get("store") is not True and guard is None:
             return _with_model(result, requested) if requested is not None and echo_model else result
         completion = _completion(result, provider_id)
@@ -251,12 +246,7 @@ class InferenceRouter:
         metrics, started = current_metrics(), time.perf_counter()
         result = await self._call(provider_id, self.providers[provider_id].embeddings(request))
         if metrics is not None or token_meter() is not None:
-            usage = usage_of(result)
-            if metrics is not None:
-                model = str(request.body.get("model"))
-                metrics.upstream_seconds.observe((provider_id, model, "embeddings"), time.perf_counter() - started)
-                metrics.record_usage(provider_id, model, usage)
-            await spend_tokens(usage)
+            await _account(result, provider_id, request, "embeddings", metrics, started)
         if wants_base64 or requested is not None:
             return _reshaped_embeddings(result, base64_vectors=wants_base64, model=requested)
         return result
@@ -323,6 +313,17 @@ def _chunk(raw: bytes, provider_id: str) -> dict[str, Any]:
     if not isinstance(chunk, dict):
         raise _malformed(provider_id, raw)
     return chunk
+
+
+async def _account(result: bytes, provider_id: str, request: UpstreamRequest, kind: str, metrics: Metrics | None,
+                   started: float) -> None:
+    """A whole answer's usage against the request's quota, and its timing and tokens in the metrics."""
+    usage = usage_of(result)
+    if metrics is not None:
+        model = str(request.body.get("model"))
+        metrics.upstream_seconds.observe((provider_id, model, kind), time.perf_counter() - started)
+        metrics.record_usage(provider_id, model, usage)
+    await spend_tokens(usage)
 
 
 async def _metered(chunks: AsyncIterator[bytes], hide_usage: bool, metrics: Metrics | None, provider: str,
