@@ -199,6 +199,20 @@ class MetricsConfig(_Strict):
     """Served without credentials when auth is on (for a scraper inside the network)."""
 
 
+class TracingConfig(_Strict):
+    """OpenTelemetry traces (off unless configured): a span per request, with child spans for model
+    calls, tool calls and store transactions, after the GenAI semantic conventions."""
+
+    exporter: Literal["otlp", "console", "memory"] = "otlp"
+    """otlp: OTLP over HTTP to `otlp_endpoint` (else the SDK's OTEL_EXPORTER_OTLP_* variables);
+    memory: kept in the process (tests, the library client)."""
+    otlp_endpoint: str | None = None
+    service_name: str = Field(default="stack", min_length=1)
+    sample_ratio: float = Field(default=1.0, ge=0, le=1)
+    capture_content: bool = False
+    """Record prompts and completions on model call spans (they may hold personal data)."""
+
+
 class ServerConfig(_Strict):
     host: str = "127.0.0.1"
     port: int = Field(default=DEFAULT_PORT, ge=0, le=65535)
@@ -213,6 +227,7 @@ class ServerConfig(_Strict):
     auth: AuthConfig | None = None
     """Off (anyone who reaches the port is served) unless configured."""
     metrics: MetricsConfig | None = None
+    tracing: TracingConfig | None = None
 
 
 RECORDING_MODES = ("live", "record", "replay", "record-if-missing")

@@ -18,6 +18,7 @@ from runtime.apis import SURFACES
 from runtime.apis.unavailable import NoModels, Unavailable, unavailable_message
 from runtime.auth import OPEN_PATHS, AuthGuard, Authenticator
 from runtime.metrics import CONTENT_TYPE, Metrics
+from runtime.tracing import Tracing
 from runtime.quotas import Quotas
 from runtime.errors import APIError, error_body, validation_error_body
 from runtime.middleware import Draining, RequestGuard
@@ -77,8 +78,9 @@ def create_app(stack: Stack) -> FastAPI:
             limits.update(surface.body_limits(stack.impls[api]))
     app.state.draining = Draining()
     # Outermost, and it counts requests when metrics are on: refusals (401, 413, 429, 503) are counted too.
+    app.state.tracing = Tracing(server.tracing) if server.tracing is not None else None
     app.add_middleware(RequestGuard, max_body_bytes=server.max_request_bytes, route_limits=limits, draining=app.state.draining,
-                       metrics=metrics)
+                       metrics=metrics, tracing=app.state.tracing)
     return app
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from starlette.types import Scope
 
-__all__ = ["CONTENT_TYPE", "Metrics", "current_metrics"]
+__all__ = ["CONTENT_TYPE", "Metrics", "current_metrics", "route_template"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"  # Prometheus' text format
 
@@ -139,7 +139,7 @@ class Metrics:
     def request_done(self, scope: Scope, status: int, streaming: bool, seconds: float) -> None:
         if streaming:
             self.open_streams.dec()
-        route = _template(scope)
+        route = route_template(scope)
         self.requests.inc((route, scope["method"], str(status)))
         self.request_seconds.observe((route, scope["method"]), seconds)
 
@@ -160,7 +160,7 @@ def current_metrics() -> Metrics | None:
     return _current.get()
 
 
-def _template(scope: Scope) -> str:
+def route_template(scope: Scope) -> str:
     """The matched route's path template as the client addressed it. FastAPI includes routers by
     reference, so the route knows its path without the prefix it was included under (`/v1`):
     the prefix is what the request path has before the template's fixed start."""

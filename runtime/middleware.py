@@ -17,7 +17,8 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from runtime.errors import PayloadTooLargeError, error_body
-from runtime.metrics import Metrics
+from runtime.metrics import Metrics, route_template
+from runtime.tracing import Tracing
 from runtime.ids import random_hex
 
 __all__ = ["Draining", "RequestGuard", "new_request_id"]
@@ -69,7 +70,7 @@ class RequestGuard:
     bug of ours) into a 500 naming the request id."""
 
     def __init__(self, app: ASGIApp, max_body_bytes: int, route_limits: Mapping[tuple[str, str], int] | None = None,
-                 draining: Draining | None = None, metrics: Metrics | None = None) -> None:
+                 draining: Draining | None = None, metrics: Metrics | None = None, tracing: Tracing | None = None) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
         self.route_limits = dict(route_limits or {})
@@ -77,6 +78,8 @@ class RequestGuard:
         self.draining = draining or Draining()
         self.metrics = metrics
         """Set: every request is counted and timed here (a middleware of its own would cost a layer)."""
+        self.tracing = tracing
+        """Set: every request has a server span, opened and closed here."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         metrics = self.metrics
@@ -102,11 +105,13 @@ class RequestGuard:
             if message["type"] == "http.response.start":
                 started = True
                 message["headers"] = [*message.get("headers", ()), header]
+                status = int(message["status"])
                 if metrics is not None:
-                    status, streaming = int(message["status"]), metrics.stream_started(message["headers"])
+                    streaming = metrics.stream_started(message["headers"])
             await send(message)
 
         entered = metrics.enter() if metrics is not None else None
+        traced = tracing.enter(scope, request_id) if (tracing := self.tracing) is not None else None
         began = time.perf_counter() if metrics is not None else 0.0
         task = asyncio.current_task()
         try:
@@ -138,6 +143,8 @@ class RequestGuard:
             if metrics is not None:
                 metrics.request_done(scope, status, streaming, time.perf_counter() - began)
                 metrics.leave(entered)
+            if traced is not None and tracing is not None:
+                tracing.leave(traced, scope, route_template(scope), status)
 
     def _limited(self, receive: Receive, limit: int) -> Receive:
         received = 0

@@ -50,6 +50,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 
 from builder.config import STORE_NAMES, PostgresBackend, SqliteBackend, StorageConfig
 from runtime import fastjson
+from runtime.tracing import store_tracing
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -105,6 +106,7 @@ class Database:
         self._write_thread = ThreadPoolExecutor(1, thread_name_prefix="stack-sqlite-write") if sqlite_sync else None
         self._read_threads = ThreadPoolExecutor(4, thread_name_prefix="stack-sqlite-read") if sqlite_sync else None
         self._sqlite_path = sqlite_path
+        self._system = "sqlite" if sqlite_path is not None else "postgresql"
         self._checkpointer: _Checkpointer | None = None
 
     @property
@@ -122,6 +124,8 @@ class Database:
     async def write(self, work: Callable[[sa.Connection], T]) -> T:
         """Run `work(connection)` in a write transaction, committed if it returns, rolled back
         if it raises. `work` is synchronous: it only executes statements."""
+        if (tracing := store_tracing()) is not None:
+            return await tracing.store("write", self._system, self.write(work))
         if self._sync is None or self._write_lock is None or self._write_thread is None:
             async with self.engine.begin() as conn:
                 return await conn.run_sync(work)
@@ -176,6 +180,8 @@ class Database:
 
     async def read_with(self, work: Callable[[sa.Connection], T]) -> T:
         """Run `work(connection)` on a connection for reads."""
+        if (tracing := store_tracing()) is not None:
+            return await tracing.store("read", self._system, self.read_with(work))
         if self._sync is None or self._read_threads is None:
             async with self.engine.connect() as conn:
                 return await conn.run_sync(work)

@@ -25,6 +25,7 @@ from typing import Any, Protocol
 
 from providers.responses.client_tools import CALL_TYPES
 from runtime.metrics import current_metrics
+from runtime.tracing import current_tracing
 from providers.responses.tools import RequestTools
 from providers.responses.translate import Event, StreamTranslator
 from runtime.apis.tool_runtime.protocol import Citations, ItemSink, ModelCall, ToolSession
@@ -151,9 +152,14 @@ class ToolLoop:
         return calls
 
     async def _run_calls(self, calls: list[tuple[ToolSession, ModelCall, dict[str, Any] | None]]) -> AsyncIterator[Event]:
+        tracing = current_tracing()
+
         def step(session: ToolSession, call: ModelCall, approval: dict[str, Any] | None) -> Callable[[ItemSink], Awaitable[None]]:
             if approval is not None:
                 return lambda sink: _ready(sink.open(approval))
+            if tracing is not None and self.tools is not None:
+                name = self.tools.function_name(call)
+                return lambda sink: tracing.tool_call(name, call.call_id, session.run(call, sink))
             return lambda sink: session.run(call, sink)
 
         start = len(self.output)

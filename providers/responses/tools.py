@@ -169,6 +169,11 @@ class RequestTools:
         assert entry.session is not None and entry.spec is not None
         return entry.session, ModelCall(entry.spec.key or entry.spec.name, arguments, call_id)
 
+    def function_name(self, call: ModelCall) -> str:
+        """The name of the function a server-side call runs, as its tool knows it (for traces)."""
+        return next((entry.spec.name for entry in self._offered if entry.spec is not None and (entry.spec.key or entry.spec.name) == call.name),
+                    call.name)
+
     def chat_tools(self, *, first_turn: bool, server_calls_left: bool) -> tuple[list[dict[str, Any]], Any]:
         """The tools and tool_choice of a model turn. `tool_choice` beyond `auto` forces only the
         first turn (later turns must be free to answer); once `max_tool_calls` is reached, no

@@ -26,6 +26,7 @@ from runtime.apis.inference.store import ChatCompletionStore, new_completion_id
 from runtime.apis.safety.protocol import SafetyProvider
 from runtime.errors import APIError, InvalidRequestError, NotFoundError, UpstreamError
 from runtime.metrics import Metrics, current_metrics
+from runtime.tracing import Tracing, current_tracing
 from runtime.quotas import spend_tokens, token_meter
 
 if TYPE_CHECKING:
@@ -169,7 +170,7 @@ class InferenceRouter:
         a `guard`, the answer passes the output guardrail before it is stored or returned."""
         provider_id, request, requested = await self._route(body, raw)
         metrics, started = current_metrics(), time.perf_counter()
-        result = await self._call(provider_id, self.providers[provider_id].chat_completion(request))
+        result = await self._call(provider_id, self.providers[provider_id].chat_completion(request), "chat", request)
         if result[:1] != b"{" or result.rstrip()[-1:] != b"}":  # a body cut short (the bytes are passed on unparsed)
             raise _malformed(provider_id, result)
         if metrics is not None or token_meter() is not None:  # the usage is read (only then)
@@ -196,13 +197,15 @@ class InferenceRouter:
         a `guard`, chunks pass the output guardrail (held and checked in batches) first."""
         hidden_usage = False
         metrics = current_metrics()
-        if (token_meter() is not None or metrics is not None) and not (body.get("stream_options") or {}).get("include_usage"):
+        watched = token_meter() is not None or metrics is not None or current_tracing() is not None
+        if watched and not (body.get("stream_options") or {}).get("include_usage"):
             # Quotas count tokens: the upstream is asked for usage, and its usage chunk kept from a client that did not ask.
             body, raw, hidden_usage = {**body, "stream_options": {**(body.get("stream_options") or {}), "include_usage": True}}, None, True
         provider_id, request, requested = await self._route(body, raw)
         chunks = self.providers[provider_id].stream_chat_completion(request)
-        if token_meter() is not None or metrics is not None:
-            chunks = _metered(chunks, hidden_usage, metrics, provider_id, str(request.body.get("model")))
+        tracing = current_tracing()
+        if token_meter() is not None or metrics is not None or tracing is not None:
+            chunks = _metered(chunks, hidden_usage, metrics, provider_id, request, tracing)
         if body.get("store") is True or guard is not None:
             return self._rewritten_stream(chunks, body, requested, provider_id, guard)
         if requested is not None and echo_model:
@@ -244,16 +247,22 @@ class InferenceRouter:
             body, raw = {**body, "encoding_format": "float"}, None
         provider_id, request, requested = await self._route(body, raw)
         metrics, started = current_metrics(), time.perf_counter()
-        result = await self._call(provider_id, self.providers[provider_id].embeddings(request))
+        result = await self._call(provider_id, self.providers[provider_id].embeddings(request), "embeddings", request)
         if metrics is not None or token_meter() is not None:
             await _account(result, provider_id, request, "embeddings", metrics, started)
         if wants_base64 or requested is not None:
             return _reshaped_embeddings(result, base64_vectors=wants_base64, model=requested)
         return result
 
-    async def _call(self, provider_id: str, call: Awaitable[bytes]) -> bytes:
+    async def _call(self, provider_id: str, call: Awaitable[bytes], operation: str, request: UpstreamRequest) -> bytes:
+        tracing = current_tracing()
         try:
-            return await call
+            if tracing is None:
+                return await call
+            with tracing.model_call(operation, provider_id, str(request.body.get("model")), request.body) as span:
+                result = await call
+                tracing.finished(span, usage_of(result), result)
+                return result
         except APIError as error:
             if error.code == "upstream_unreachable":
                 self.states[provider_id].status, self.states[provider_id].detail = "unavailable", error.message
@@ -326,28 +335,42 @@ async def _account(result: bytes, provider_id: str, request: UpstreamRequest, ki
     await spend_tokens(usage)
 
 
-async def _metered(chunks: AsyncIterator[bytes], hide_usage: bool, metrics: Metrics | None, provider: str,
-                   model: str) -> AsyncIterator[bytes]:
+async def _metered(chunks: AsyncIterator[bytes], hide_usage: bool, metrics: Metrics | None, provider: str, request: UpstreamRequest,
+                   tracing: Tracing | None) -> AsyncIterator[bytes]:
     """The chunks, with the tokens of the usage chunk recorded against the request's quota and in
-    the metrics (that chunk left out when only they asked for it), and the stream's timings."""
+    the metrics (that chunk left out when only they asked for it), the stream's timings, and its
+    model call span."""
+    model = str(request.body.get("model"))
     started = time.perf_counter()
     first = True
-    async for raw in chunks:
-        if first and metrics is not None:
-            metrics.first_token_seconds.observe((provider, model), time.perf_counter() - started)
-        first = False
-        if b'"usage"' in raw:  # a bytes scan: only the chunk that carries usage is parsed
-            try:
-                chunk = fastjson.loads(raw)
-            except ValueError:
-                chunk = None
-            if isinstance(chunk, dict) and isinstance(chunk.get("usage"), dict):
-                await spend_tokens(chunk["usage"])
-                if metrics is not None:
-                    metrics.record_usage(provider, model, chunk["usage"])
-                if hide_usage and not chunk.get("choices"):
-                    continue
-        yield raw
+    span = tracing.start_model_call("chat", provider, model, request.body) if tracing is not None else None
+    try:
+        finish: list[bytes] = []
+        async for raw in chunks:
+            if first and metrics is not None:
+                metrics.first_token_seconds.observe((provider, model), time.perf_counter() - started)
+            first = False
+            if tracing is not None and b'"finish_reason":"' in raw:
+                finish.append(raw)
+            if b'"usage"' in raw:  # a bytes scan: only the chunk that carries usage is parsed
+                try:
+                    chunk = fastjson.loads(raw)
+                except ValueError:
+                    chunk = None
+                if isinstance(chunk, dict) and isinstance(chunk.get("usage"), dict):
+                    await spend_tokens(chunk["usage"])
+                    if metrics is not None:
+                        metrics.record_usage(provider, model, chunk["usage"])
+                    if tracing is not None:
+                        tracing.finished(span, chunk["usage"])
+                    if hide_usage and not chunk.get("choices"):
+                        continue
+            yield raw
+        if tracing is not None:
+            tracing.finished(span, {}, b"".join(finish))
+    finally:
+        if span is not None:
+            span.end()
     if metrics is not None:
         metrics.upstream_seconds.observe((provider, model, "chat"), time.perf_counter() - started)
 
