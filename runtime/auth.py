@@ -222,39 +222,35 @@ class AuthGuard:
                 "auth_unavailable"), {"retry-after": "1"})
             return
         scope.setdefault("state", {})["principal"] = principal
+        spend = None
         if self.quotas is not None:
-            await self._within_quotas(principal, scope, receive, send)
-            return
-        reset = _current.set(principal)
+            try:
+                limits = await self.quotas.admit(principal.id)
+            except APIError as error:
+                await _refuse(scope, receive, send, error.status, error.body(), dict(error.headers))
+                return
+            send = _with_headers(send, limits)
+            spend = self.quotas.meter(principal.id)
+        reset, metered = _current.set(principal), meter_tokens(spend)
         try:
             await self.app(scope, receive, send)
         finally:
-            _current.reset(reset)
-
-    async def _within_quotas(self, principal: Principal, scope: Scope, receive: Receive, send: Send) -> None:
-        assert self.quotas is not None
-        quotas = self.quotas
-        try:
-            limits = await quotas.admit(principal.id)
-        except APIError as error:
-            await _refuse(scope, receive, send, error.status, error.body(), dict(error.headers))
-            return
-        extra = [(name.encode(), value.encode()) for name, value in limits.items()]
-
-        async def send_with_limits(message: Message) -> None:
-            if message["type"] == "http.response.start" and extra:
-                message = {**message, "headers": [*message.get("headers", ()), *extra]}
-            await send(message)
-
-        async def spend(tokens: int) -> None:
-            await quotas.spend(principal.id, tokens)
-
-        reset, metered = _current.set(principal), meter_tokens(spend if quotas.limits(principal.id).tokens_per_minute else None)
-        try:
-            await self.app(scope, receive, send_with_limits)
-        finally:
             reset_meter(metered)
             _current.reset(reset)
+
+
+def _with_headers(send: Send, headers: Mapping[str, str]) -> Send:
+    """`send`, adding `headers` to the response's start (as it is, with none to add)."""
+    if not headers:
+        return send
+    extra = [(name.encode(), value.encode()) for name, value in headers.items()]
+
+    async def send_with_headers(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", ()), *extra]}
+        await send(message)
+
+    return send_with_headers
 
 
 async def _refuse(scope: Scope, receive: Receive, send: Send, status: int, body: dict[str, Any], headers: dict[str, str]) -> None:

@@ -132,6 +132,16 @@ class Quotas:
                         "x-ratelimit-reset-requests": f"{window.reset_s}s"}
         return headers
 
+    def meter(self, principal: str) -> Callable[[int], Awaitable[None]] | None:
+        """Where a request of `principal` records the tokens its model calls use (None: no token limit)."""
+        if self.limits(principal).tokens_per_minute is None:
+            return None
+
+        async def spend(tokens: int) -> None:
+            await self.spend(principal, tokens)
+
+        return spend
+
     async def spend(self, principal: str, tokens: int) -> None:
         if tokens > 0 and self.limits(principal).tokens_per_minute is not None:
             await self.counter.add(_key(principal, "t", _window()), tokens)

@@ -50,6 +50,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 
 from builder.config import STORE_NAMES, PostgresBackend, SqliteBackend, StorageConfig
 from runtime import fastjson
+from runtime.auth import principal_id
 from runtime.tracing import store_tracing
 
 if TYPE_CHECKING:
@@ -69,6 +70,13 @@ log = logging.getLogger("stack")
 
 CHECKPOINT_EVERY_S = 0.5
 AUTOCHECKPOINT_PAGES = 16_384  # 64 MiB of WAL: reached only if the checkpoint thread falls behind
+
+
+def caller_owns(column: sa.ColumnElement[Any]) -> sa.ColumnElement[bool]:
+    """The condition that a row's owner `column` is the caller (runtime.auth): every row with auth
+    off, and for the server's own work outside a request."""
+    principal = principal_id()
+    return sa.true() if principal is None else column == principal
 
 
 def json_type() -> sa.types.TypeEngine[Any]:

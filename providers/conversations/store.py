@@ -23,7 +23,7 @@ import sqlalchemy as sa
 
 from runtime.auth import principal_id
 from runtime.errors import NotFoundError
-from runtime.storage import Database, json_type
+from runtime.storage import Database, caller_owns, json_type
 
 __all__ = ["ConversationStore"]
 
@@ -126,18 +126,14 @@ class ConversationStore:
         return _public(dict(row))
 
     async def update(self, conversation_id: str, metadata: dict[str, str] | None) -> dict[str, Any]:
-        update = conversations.update().where(conversations.c.id == conversation_id)
-        if (principal := principal_id()) is not None:
-            update = update.where(conversations.c.principal == principal)
+        update = conversations.update().where(conversations.c.id == conversation_id, caller_owns(conversations.c.principal))
         changed = await self.db.execute(update.values(metadata=metadata or {}))
         if not changed:
             raise _not_found(conversation_id)
         return await self.get(conversation_id)
 
     async def delete(self, conversation_id: str) -> None:
-        delete = conversations.delete().where(conversations.c.id == conversation_id)
-        if (principal := principal_id()) is not None:
-            delete = delete.where(conversations.c.principal == principal)
+        delete = conversations.delete().where(conversations.c.id == conversation_id, caller_owns(conversations.c.principal))
 
         def work(connection: sa.Connection) -> bool:
             if not connection.execute(delete).rowcount:

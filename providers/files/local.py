@@ -25,7 +25,7 @@ from runtime.apis.files.protocol import FileContent
 from runtime.auth import principal_id
 from runtime.errors import InvalidRequestError, NotFoundError, PayloadTooLargeError
 from runtime.ids import random_hex
-from runtime.storage import Database
+from runtime.storage import Database, caller_owns
 
 __all__ = ["LOCAL", "LocalFiles"]
 
@@ -48,12 +48,6 @@ files = sa.Table(
     sa.Column("principal", sa.String(160), nullable=True),
     sa.Index("ix_files_principal", "principal", "seq"),
 )
-
-
-def _mine() -> Any:
-    """The caller's files (every file with auth off, and for the server's own work)."""
-    principal = principal_id()
-    return sa.true() if principal is None else files.c.principal == principal
 
 
 class LocalFilesConfig(BaseModel):
@@ -111,7 +105,7 @@ class LocalFiles:
         return self.directory / file_id
 
     async def list_files(self, purpose: str | None, after: str | None, limit: int, order: str) -> tuple[list[dict[str, Any]], bool]:
-        query = sa.select(files).where(_live(), _mine())
+        query = sa.select(files).where(_live(), caller_owns(files.c.principal))
         if purpose is not None:
             query = query.where(files.c.purpose == purpose)
         if after is not None:
@@ -125,7 +119,7 @@ class LocalFiles:
         return _public(await self._row(file_id))
 
     async def _row(self, file_id: str) -> sa.RowMapping:
-        row = await self.db.fetch_one(sa.select(files).where(files.c.id == file_id, _live(), _mine()))
+        row = await self.db.fetch_one(sa.select(files).where(files.c.id == file_id, _live(), caller_owns(files.c.principal)))
         if row is None:
             raise NotFoundError(f"No such File object: {file_id}", param="file_id", code="not_found")
         return row

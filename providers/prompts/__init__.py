@@ -14,7 +14,7 @@ from providers.spec import Api, EmptyConfig, ProviderContext, ProviderSpec
 from runtime.auth import principal_id
 from runtime.errors import InvalidRequestError, NotFoundError
 from runtime.ids import random_hex
-from runtime.storage import Database, json_type
+from runtime.storage import Database, caller_owns, json_type
 
 __all__ = ["BUILTIN", "BuiltinPrompts"]
 
@@ -33,10 +33,6 @@ prompts = sa.Table(
     sa.Index("ix_prompts_principal", "principal", "seq"),
 )
 
-
-def _mine() -> sa.ColumnElement[bool]:
-    principal = principal_id()
-    return sa.true() if principal is None else prompts.c.principal == principal
 
 versions = sa.Table(
     "prompt_versions",
@@ -73,8 +69,8 @@ class BuiltinPrompts:
 
     async def list_prompts(self) -> list[dict[str, Any]]:
         joined = prompts.join(versions, sa.and_(versions.c.prompt_id == prompts.c.prompt_id, versions.c.version == prompts.c.default_version))
-        rows = await self.db.fetch_all(sa.select(versions, prompts.c.default_version).select_from(joined).where(_mine())
-                                       .order_by(prompts.c.seq.desc()))
+        query = sa.select(versions, prompts.c.default_version).select_from(joined).where(caller_owns(prompts.c.principal))
+        rows = await self.db.fetch_all(query.order_by(prompts.c.seq.desc()))
         return [_public(row, row["default_version"]) for row in rows]
 
     async def get_prompt(self, prompt_id: str, version: int | None = None) -> dict[str, Any]:
@@ -125,7 +121,7 @@ class BuiltinPrompts:
         await self.db.write(write)
 
     async def _head(self, prompt_id: str) -> sa.RowMapping:
-        row = await self.db.fetch_one(sa.select(prompts).where(prompts.c.prompt_id == prompt_id, _mine()))
+        row = await self.db.fetch_one(sa.select(prompts).where(prompts.c.prompt_id == prompt_id, caller_owns(prompts.c.principal)))
         if row is None:
             raise NotFoundError(f"No prompt found with id '{prompt_id[:64]}'.", param="prompt_id", code="not_found")
         return row

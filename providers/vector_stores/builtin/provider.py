@@ -21,7 +21,7 @@ from runtime.apis.vector_stores.protocol import FILE_STATUSES, Page, SearchHit
 from runtime.auth import principal_id
 from runtime.errors import InvalidRequestError, NotFoundError, UpstreamError
 from runtime.ids import random_hex
-from runtime.storage import Database
+from runtime.storage import Database, caller_owns
 
 __all__ = ["BuiltinVectorStores"]
 
@@ -87,7 +87,7 @@ class BuiltinVectorStores:
         return embedding
 
     async def list_stores(self, page: Page) -> tuple[list[dict[str, Any]], bool]:
-        rows, has_more = await _page(self.db, stores, _mine(), stores.c.id, page)
+        rows, has_more = await _page(self.db, stores, caller_owns(stores.c.principal), stores.c.id, page)
         counts = await self._counts([row["id"] for row in rows])
         return [_public_store(row, counts.get(row["id"], {})) for row in rows], has_more
 
@@ -118,7 +118,7 @@ class BuiltinVectorStores:
         return {"id": store_id, "object": "vector_store.deleted", "deleted": True}
 
     async def _store(self, store_id: str) -> sa.RowMapping:
-        row = await self.db.fetch_one(sa.select(stores).where(stores.c.id == store_id, _mine()))
+        row = await self.db.fetch_one(sa.select(stores).where(stores.c.id == store_id, caller_owns(stores.c.principal)))
         if row is None:
             raise NotFoundError(f"No vector store found with id '{store_id}'.", param="vector_store_id", code="not_found")
         return row
@@ -255,7 +255,8 @@ class BuiltinVectorStores:
     # --- search ----------------------------------------------------------------------------------
 
     async def search(self, store_ids: Sequence[str], request: Search) -> list[SearchHit]:
-        found = {row["id"]: row for row in await self.db.fetch_all(sa.select(stores).where(stores.c.id.in_(list(store_ids)), _mine()))}
+        query = sa.select(stores).where(stores.c.id.in_(list(store_ids)), caller_owns(stores.c.principal))
+        found = {row["id"]: row for row in await self.db.fetch_all(query)}
         now = int(time.time())
         for store_id in store_ids:
             row = found.get(store_id)
@@ -353,12 +354,6 @@ class BuiltinVectorStores:
             return list(conn.execute(statement).mappings().all())
 
         return await self.db.read_with(run)
-
-
-def _mine() -> sa.ColumnElement[bool]:
-    """The caller's stores (every store with auth off, and for the server's own work: ingestion)."""
-    principal = principal_id()
-    return sa.true() if principal is None else stores.c.principal == principal
 
 
 async def _nothing() -> dict[tuple[str, str, str], SearchHit]:

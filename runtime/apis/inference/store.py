@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from runtime.auth import principal_id
 from runtime.errors import NotFoundError
 from runtime.ids import random_hex
-from runtime.storage import Database, json_type
+from runtime.storage import Database, caller_owns, json_type
 
 __all__ = ["ChatCompletionStore", "new_completion_id"]
 
@@ -35,12 +35,6 @@ completions = sa.Table(
     sa.Column("principal", sa.String(160), nullable=True),
     sa.Index("ix_chat_completions_principal", "principal", "seq"),
 )
-
-
-def _mine(statement: Any) -> Any:
-    """`statement` limited to the caller's completions (all of them with auth off)."""
-    principal = principal_id()
-    return statement if principal is None else statement.where(completions.c.principal == principal)
 
 
 def new_completion_id() -> str:
@@ -71,13 +65,13 @@ class ChatCompletionStore:
         ))
 
     async def get(self, completion_id: str) -> dict[str, Any]:
-        row = await self.db.fetch_one(_mine(sa.select(completions).where(completions.c.id == completion_id)))
+        row = await self.db.fetch_one(sa.select(completions).where(completions.c.id == completion_id, caller_owns(completions.c.principal)))
         if row is None:
             raise NotFoundError(f"No chat completion found with id '{completion_id}'.", param="completion_id", code="not_found")
         return _public(row)
 
     async def messages(self, completion_id: str) -> list[Any]:
-        row = await self.db.fetch_one(_mine(sa.select(completions.c.input_messages).where(completions.c.id == completion_id)))
+        row = await self.db.fetch_one(sa.select(completions.c.input_messages).where(completions.c.id == completion_id, caller_owns(completions.c.principal)))
         if row is None:
             raise NotFoundError(f"No chat completion found with id '{completion_id}'.", param="completion_id", code="not_found")
         return list(row["input_messages"])
@@ -85,7 +79,7 @@ class ChatCompletionStore:
     async def page(
         self, *, after: str | None, limit: int, order: str, model: str | None, metadata: dict[str, str]
     ) -> tuple[list[dict[str, Any]], bool]:
-        query = _mine(sa.select(completions))
+        query = sa.select(completions).where(caller_owns(completions.c.principal))
         if after is not None:
             anchor = sa.select(completions.c.seq).where(completions.c.id == after).scalar_subquery()
             query = query.where(completions.c.seq > anchor if order == "asc" else completions.c.seq < anchor)
@@ -98,13 +92,14 @@ class ChatCompletionStore:
         return [_public(row) for row in rows[:limit]], len(rows) > limit
 
     async def update_metadata(self, completion_id: str, metadata: dict[str, str] | None) -> dict[str, Any]:
-        changed = await self.db.execute(_mine(sa.update(completions).where(completions.c.id == completion_id)).values(metadata=metadata))
+        update = sa.update(completions).where(completions.c.id == completion_id, caller_owns(completions.c.principal))
+        changed = await self.db.execute(update.values(metadata=metadata))
         if not changed:
             raise NotFoundError(f"No chat completion found with id '{completion_id}'.", param="completion_id", code="not_found")
         return await self.get(completion_id)
 
     async def delete(self, completion_id: str) -> bool:
-        return bool(await self.db.execute(_mine(sa.delete(completions).where(completions.c.id == completion_id))))
+        return bool(await self.db.execute(sa.delete(completions).where(completions.c.id == completion_id, caller_owns(completions.c.principal))))
 
 
 def _public(row: sa.RowMapping) -> dict[str, Any]:
