@@ -7,6 +7,7 @@ against that provider's config model by the resolver (`builder.resolve`), which 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -174,20 +175,74 @@ class QuotaConfig(QuotaLimits):
     """Limits of their own for some principals (by id), over the defaults above."""
 
 
+class DatabaseKeysConfig(_Strict):
+    """API keys kept (as SHA-256 hashes) in the `metadata` store, made and revoked with `stack keys`."""
+
+    cache_s: float = Field(default=5.0, ge=0, le=300)
+    """How long a lookup is reused: a revoked key stops working within this time on every replica."""
+
+
+ACTIONS = ("read", "update", "delete")
+ACCESS_CONDITIONS = ("user in owners ATTRIBUTE", "user with VALUE in ATTRIBUTE")
+_OWNERS_CONDITION = re.compile(r"^user in owners ([A-Za-z0-9_.-]+)$")
+_WITH_CONDITION = re.compile(r"^user with (\S+) in ([A-Za-z0-9_.-]+)$")
+
+
+def access_condition(text: str) -> tuple[str, str, str | None]:
+    """`("owners", attribute, None)` or `("with", attribute, value)` for a policy's `when` condition."""
+    text = " ".join(text.split())
+    if (owners := _OWNERS_CONDITION.match(text)) is not None:
+        return "owners", owners.group(1), None
+    if (holds := _WITH_CONDITION.match(text)) is not None:
+        return "with", holds.group(2), holds.group(1)
+    raise ValueError(f"unknown condition {text!r}; expected one of: {'; '.join(ACCESS_CONDITIONS)}")
+
+
+class PermitConfig(_Strict):
+    actions: list[Literal["read", "update", "delete"]] = Field(min_length=1)
+    principal: str | None = None
+    """Only this principal is granted (any caller the conditions admit, when unset)."""
+
+
+class AccessRule(_Strict):
+    """One grant of `access_policy`, on objects of other owners (an owner may always do anything
+    with its own). `when` conditions must all hold: `user in owners team` (the caller and the
+    object's owner share a value of the attribute `team`), `user with admin in roles` (the
+    caller's attribute `roles` holds `admin`)."""
+
+    permit: PermitConfig
+    when: list[str] = Field(default_factory=list)
+    description: str | None = None
+
+    @field_validator("when", mode="before")
+    @classmethod
+    def _conditions(cls, when: Any) -> Any:
+        conditions = [when] if isinstance(when, str) else when
+        if isinstance(conditions, list):
+            for condition in conditions:
+                if isinstance(condition, str):
+                    access_condition(condition)
+        return conditions
+
+
 class AuthConfig(_Strict):
     """Who may use the server. With any method configured, every route but health and version
-    needs a principal; methods are tried in this order: api_keys, jwt, delegate, header."""
+    needs a principal; methods are tried in this order: api_keys, database_keys, jwt, delegate,
+    header."""
 
     api_keys: list[ApiKeyConfig] = Field(default_factory=list)
+    database_keys: DatabaseKeysConfig | None = None
     jwt: JwtConfig | None = None
     delegate: DelegateAuthConfig | None = None
     header: HeaderAuthConfig | None = None
     quotas: QuotaConfig | None = None
+    access_policy: list[AccessRule] = Field(default_factory=list)
+    """Grants that widen per-owner isolation (a team's objects readable by the team, an admin role)."""
 
     @model_validator(mode="after")
     def _some_method(self) -> AuthConfig:
-        if not (self.api_keys or self.jwt or self.delegate or self.header):
-            raise ValueError("configure at least one of api_keys, jwt, delegate or header (or leave auth out)")
+        if not (self.api_keys or self.database_keys or self.jwt or self.delegate or self.header):
+            raise ValueError("configure at least one of api_keys, database_keys, jwt, delegate or header (or leave auth out)")
         return self
 
 
@@ -213,6 +268,16 @@ class TracingConfig(_Strict):
     """Record prompts and completions on model call spans (they may hold personal data)."""
 
 
+class LoggingConfig(_Strict):
+    """Structured logs (off unless configured: plain text, no per-request context)."""
+
+    format: Literal["json", "text"] = "json"
+    """json: one object per line; text: the plain layout with the context as key=value pairs."""
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    access_log: bool = True
+    """One line per request: method, path, status, duration, principal."""
+
+
 class ServerConfig(_Strict):
     host: str = "127.0.0.1"
     port: int = Field(default=DEFAULT_PORT, ge=0, le=65535)
@@ -228,6 +293,7 @@ class ServerConfig(_Strict):
     """Off (anyone who reaches the port is served) unless configured."""
     metrics: MetricsConfig | None = None
     tracing: TracingConfig | None = None
+    logging: LoggingConfig | None = None
 
 
 RECORDING_MODES = ("live", "record", "replay", "record-if-missing")

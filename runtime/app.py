@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
+from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.routing import APIRoute
@@ -13,6 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
 from starlette.routing import compile_path
 
+from builder.config import AuthConfig
 from providers.spec import Api
 from runtime.apis import SURFACES
 from runtime.apis.unavailable import NoModels, Unavailable, unavailable_message
@@ -24,6 +26,10 @@ from runtime.errors import APIError, error_body, validation_error_body
 from runtime.middleware import Draining, RequestGuard
 from runtime.stack import Stack
 from runtime.system_routes import stack_version, system_router
+
+if TYPE_CHECKING:
+    from runtime.access import AccessPolicy
+    from runtime.keys import DatabaseKeys
 
 __all__ = ["create_app", "install_error_handlers"]
 
@@ -61,7 +67,8 @@ def create_app(stack: Stack) -> FastAPI:
     if server.auth is not None:  # inside CORS, so a browser can read a 401; off, it costs nothing
         quotas = Quotas(server.auth.quotas) if server.auth.quotas is not None else None
         open_paths = OPEN_PATHS | ({server.metrics.path} if server.metrics is not None and server.metrics.open else set())
-        app.add_middleware(AuthGuard, authenticator=Authenticator(server.auth), quotas=quotas, open_paths=open_paths)
+        app.add_middleware(AuthGuard, authenticator=Authenticator(server.auth, _database_keys(stack, server.auth)), quotas=quotas,
+                           open_paths=open_paths, access=_access_policy(stack, server.auth))
     if server.cors is not None:
         app.add_middleware(
             CORSMiddleware,
@@ -80,8 +87,51 @@ def create_app(stack: Stack) -> FastAPI:
     # Outermost, and it counts requests when metrics are on: refusals (401, 413, 429, 503) are counted too.
     app.state.tracing = Tracing(server.tracing) if server.tracing is not None else None
     app.add_middleware(RequestGuard, max_body_bytes=server.max_request_bytes, route_limits=limits, draining=app.state.draining,
-                       metrics=metrics, tracing=app.state.tracing)
+                       metrics=metrics, tracing=app.state.tracing, log_context=server.logging is not None,
+                       access_log=server.logging is not None and server.logging.access_log)
+    _document_as_served(app, stack)
     return app
+
+
+def _document_as_served(app: FastAPI, stack: Stack) -> None:
+    """`app.openapi()` (and /openapi.json) amended to the server's behaviour (runtime.openapi),
+    built once, on first use."""
+    from runtime.apis.files.routes import FILE_LIST_MAX
+    from runtime.apis.inference.routes import CHAT_LIST_MAX
+    from runtime.openapi import amend
+
+    auth = stack.plan.config.server.auth
+    metrics = stack.plan.config.server.metrics
+    open_paths = OPEN_PATHS | ({metrics.path} if metrics is not None and metrics.open else set())
+    built = app.openapi
+    document: dict[str, Any] | None = None
+
+    def openapi() -> dict[str, Any]:
+        nonlocal document
+        if document is None:
+            document = amend(built(), auth=auth is not None, quotas=auth is not None and auth.quotas is not None,
+                             open_paths=frozenset(open_paths),
+                             list_limits={"/v1/chat/completions": CHAT_LIST_MAX, "/v1/chat/completions/{completion_id}/messages": CHAT_LIST_MAX,
+                                          "/v1/files": FILE_LIST_MAX})
+        return document
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _database_keys(stack: Stack, auth: AuthConfig) -> DatabaseKeys | None:
+    if auth.database_keys is None:
+        return None
+    from runtime.keys import DatabaseKeys
+
+    return DatabaseKeys(stack.storage.database("metadata"), auth.database_keys.cache_s)
+
+
+def _access_policy(stack: Stack, auth: AuthConfig) -> AccessPolicy | None:
+    if not auth.access_policy:
+        return None
+    from runtime.access import AccessPolicy, PrincipalRegistry
+
+    return AccessPolicy(auth.access_policy, PrincipalRegistry(stack.storage.database("metadata")))
 
 
 def _serve_metrics(app: FastAPI, metrics: Metrics, path: str) -> None:

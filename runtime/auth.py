@@ -6,6 +6,7 @@ order, and the first that names a principal admits the request:
 
 - `api_keys`: the bearer token's SHA-256 looked up among the configured keys' (the file may hold
   only hashes);
+- `database_keys`: the same, among the keys `stack keys` keeps in the database (runtime.keys);
 - `jwt`: a bearer token that is a JWT, its signature checked with a key from `jwks_url` (PyJWT's
   JWKS client, keys cached) or with `public_key`, and its issuer, audience and times (with
   `leeway_s` of clock skew); claims map to the principal and its attributes;
@@ -14,7 +15,9 @@ order, and the first that names a principal admits the request:
 
 A request no method admits is a 401 in OpenAI's shape with a `WWW-Authenticate` header. A verifier
 that cannot answer (the JWKS endpoint or the delegate down) is a 503: never an open door. Health
-and version stay open. The principal is in `scope["state"]["principal"]` and `current_principal()`.
+and version stay open. The principal is in `scope["state"]["principal"]` and `current_principal()`;
+what it may reach of other owners' objects, by the access policy (runtime.access), in
+`granted_owners()`.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -36,7 +39,11 @@ from runtime import fastjson
 from runtime.errors import APIError, error_body
 from runtime.quotas import Quotas, meter_tokens, reset_meter
 
-__all__ = ["AuthGuard", "Authenticator", "Principal", "current_principal", "principal_id"]
+if TYPE_CHECKING:
+    from runtime.access import AccessPolicy
+    from runtime.keys import DatabaseKeys
+
+__all__ = ["AuthGuard", "Authenticator", "Principal", "current_principal", "granted_owners", "principal_id"]
 
 log = logging.getLogger("stack")
 
@@ -66,6 +73,26 @@ def principal_id() -> str | None:
     off, or for the server's own work outside a request, such as the sweep of orphans)."""
     principal = _current.get()
     return None if principal is None else principal.id
+
+
+Grants = Mapping[str, "frozenset[str] | None"]
+"""By action (read, update, delete): the owners whose objects the caller may reach besides its
+own; None: every owner's. An action not named reaches only the caller's own objects."""
+
+_grants: contextvars.ContextVar[Grants | None] = contextvars.ContextVar("grants", default=None)
+
+
+def granted_owners(action: str) -> frozenset[str] | None:
+    """The owners whose objects the caller may `action` (its own among them); None: any owner's.
+    The access policy (runtime.access) widens the caller's own; with auth off, anyone's."""
+    principal = _current.get()
+    if principal is None:
+        return None
+    grants = _grants.get()
+    if grants is None or action not in grants:
+        return frozenset((principal.id,))
+    others = grants[action]
+    return None if others is None else others | {principal.id}
 
 
 class AuthFailed(Exception):
@@ -155,10 +182,11 @@ class _Delegate:
 class Authenticator:
     """The principal a request's headers stand for, by the configured methods in order."""
 
-    def __init__(self, config: AuthConfig) -> None:
+    def __init__(self, config: AuthConfig, database_keys: DatabaseKeys | None = None) -> None:
         self.config = config
         self._keys = {(entry.key_sha256 or key_hash(entry.key or "")): Principal(entry.principal, dict(entry.attributes), "api_key")
                       for entry in config.api_keys}
+        self._database_keys = database_keys
         self._jwt = _Jwt(config.jwt) if config.jwt is not None else None
         self._delegate = _Delegate(config.delegate) if config.delegate is not None else None
 
@@ -171,6 +199,10 @@ class Authenticator:
             principal = self._keys.get(key_hash(token))
             if principal is not None:
                 return principal
+            if self._database_keys is not None and not token.count(".") == 2:
+                principal = await self._database_keys.principal(token)
+                if principal is not None:
+                    return principal
             if self._jwt is not None and token.count(".") == 2:
                 try:
                     found = await self._jwt.principal(token)
@@ -197,11 +229,12 @@ class AuthGuard:
     """Admits a request only with a principal (health and version, and CORS preflights, stay open)."""
 
     def __init__(self, app: ASGIApp, authenticator: Authenticator, open_paths: frozenset[str] = OPEN_PATHS,
-                 quotas: Quotas | None = None) -> None:
+                 quotas: Quotas | None = None, access: AccessPolicy | None = None) -> None:
         self.app = app
         self.authenticator = authenticator
         self.open_paths = open_paths
         self.quotas = quotas
+        self.access = access
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -231,12 +264,15 @@ class AuthGuard:
                 return
             send = _with_headers(send, limits)
             spend = self.quotas.meter(principal.id)
+        granted = _grants.set(await self.access.grants(principal)) if self.access is not None else None
         reset, metered = _current.set(principal), meter_tokens(spend)
         try:
             await self.app(scope, receive, send)
         finally:
             reset_meter(metered)
             _current.reset(reset)
+            if granted is not None:
+                _grants.reset(granted)
 
 
 def _with_headers(send: Send, headers: Mapping[str, str]) -> Send:

@@ -7,6 +7,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 __all__ = ["main"]
 
@@ -46,6 +47,24 @@ def _parser() -> argparse.ArgumentParser:
     build.add_argument("--venv", default=None, help="create this virtual environment and install the requirements into it")
     build.set_defaults(handler=_build)
 
+    keys = commands.add_parser("keys", help="make, list and revoke the API keys kept in the database (server.auth.database_keys)")
+    key_commands = keys.add_subparsers(metavar="ACTION", required=True)
+    create = key_commands.add_parser("create", help="make a key for a principal; the key is printed once, only its hash is kept")
+    create.add_argument("--config", required=True, help="a distribution name or a path to a run.yaml")
+    create.add_argument("--principal", required=True, help="who the key stands for")
+    create.add_argument("--attribute", action="append", default=[], metavar="NAME=VALUE",
+                        help="an attribute access policies read (repeat a name for a list, e.g. --attribute roles=admin)")
+    create.add_argument("--name", default=None, help="a label to tell keys apart")
+    create.add_argument("--expires-in-days", type=int, default=None, help="the key stops working after this many days")
+    create.set_defaults(handler=_keys_create)
+    listing = key_commands.add_parser("list", help="list the keys (never the keys themselves)")
+    listing.add_argument("--config", required=True, help="a distribution name or a path to a run.yaml")
+    listing.set_defaults(handler=_keys_list)
+    revoke = key_commands.add_parser("revoke", help="revoke a key by its id (key_...)")
+    revoke.add_argument("--config", required=True, help="a distribution name or a path to a run.yaml")
+    revoke.add_argument("key_id")
+    revoke.set_defaults(handler=_keys_revoke)
+
     commands.add_parser("list-apis", help="list the APIs a stack can serve").set_defaults(handler=_list_apis)
     providers = commands.add_parser("list-providers", help="list installed providers, built-in and third-party")
     providers.add_argument("api", nargs="?", default=None, help="only this API's providers")
@@ -61,6 +80,66 @@ def _run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=os.environ.get("STACK_LOG_LEVEL", "INFO").upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     plan = load_plan(args.config, os.environ)
     run_server(plan, host=args.host, port=args.port)
+    return 0
+
+
+def _with_keys(config: str, work: Any) -> Any:
+    """`work(keys)` on the database keys of the stack of `config`, opened for the call."""
+    import asyncio
+
+    from builder.resolve import load_plan
+    from runtime.keys import DatabaseKeys
+    from runtime.storage import Storage
+
+    plan = load_plan(config, os.environ)
+
+    async def run() -> Any:
+        plan.state_dir.mkdir(parents=True, exist_ok=True)
+        storage = Storage(plan.config.storage, plan.state_dir / "stack.db")
+        try:
+            return await work(DatabaseKeys(storage.database("metadata")))
+        finally:
+            await storage.close()
+
+    return asyncio.run(run())
+
+
+def _keys_create(args: argparse.Namespace) -> int:
+    import json
+
+    attributes: dict[str, Any] = {}
+    for pair in args.attribute:
+        name, equals, value = pair.partition("=")
+        if not equals or not name:
+            print(f"error: --attribute {pair!r}: expected NAME=VALUE", file=sys.stderr)
+            return 2
+        if name in attributes:  # a name given twice is a list (roles, teams)
+            held = attributes[name]
+            attributes[name] = [*held, value] if isinstance(held, list) else [held, value]
+        else:
+            attributes[name] = value
+    if args.expires_in_days is not None and args.expires_in_days < 1:
+        print("error: --expires-in-days must be at least 1", file=sys.stderr)
+        return 2
+    expires = args.expires_in_days * 86_400 if args.expires_in_days else None
+    key, record = _with_keys(args.config, lambda keys: keys.create(args.principal, attributes, args.name, expires))
+    print(json.dumps({"key": key, **record}, indent=2))
+    print("Keep the key now: only its hash is stored, it cannot be shown again.", file=sys.stderr)
+    return 0
+
+
+def _keys_list(args: argparse.Namespace) -> int:
+    import json
+
+    print(json.dumps(_with_keys(args.config, lambda keys: keys.list()), indent=2))
+    return 0
+
+
+def _keys_revoke(args: argparse.Namespace) -> int:
+    if not _with_keys(args.config, lambda keys: keys.revoke(args.key_id)):
+        print(f"error: no key {args.key_id!r} that is not already revoked", file=sys.stderr)
+        return 1
+    print(f"revoked {args.key_id}")
     return 0
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from runtime import logs
 from runtime.errors import PayloadTooLargeError, error_body
 from runtime.metrics import Metrics, route_template
 from runtime.tracing import Tracing
@@ -24,6 +25,7 @@ from runtime.ids import random_hex
 __all__ = ["Draining", "RequestGuard", "new_request_id"]
 
 log = logging.getLogger("stack")
+access = logging.getLogger(logs.ACCESS_LOGGER)
 
 
 def new_request_id() -> str:
@@ -70,7 +72,8 @@ class RequestGuard:
     bug of ours) into a 500 naming the request id."""
 
     def __init__(self, app: ASGIApp, max_body_bytes: int, route_limits: Mapping[tuple[str, str], int] | None = None,
-                 draining: Draining | None = None, metrics: Metrics | None = None, tracing: Tracing | None = None) -> None:
+                 draining: Draining | None = None, metrics: Metrics | None = None, tracing: Tracing | None = None,
+                 log_context: bool = False, access_log: bool = False) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
         self.route_limits = dict(route_limits or {})
@@ -80,6 +83,9 @@ class RequestGuard:
         """Set: every request is counted and timed here (a middleware of its own would cost a layer)."""
         self.tracing = tracing
         """Set: every request has a server span, opened and closed here."""
+        self.log_context = log_context or access_log
+        """Set: lines logged during a request carry its id and trace id (runtime.logs)."""
+        self.access_log = access_log
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         metrics = self.metrics
@@ -112,7 +118,8 @@ class RequestGuard:
 
         entered = metrics.enter() if metrics is not None else None
         traced = tracing.enter(scope, request_id) if (tracing := self.tracing) is not None else None
-        began = time.perf_counter() if metrics is not None else 0.0
+        logged = logs.enter_request(request_id, scope["headers"]) if self.log_context else None
+        began = time.perf_counter() if metrics is not None or logged is not None else 0.0
         task = asyncio.current_task()
         try:
             limit = self.route_limits.get((scope["method"], scope["path"]), self.max_body_bytes) if self.route_limits else self.max_body_bytes
@@ -143,6 +150,10 @@ class RequestGuard:
             if metrics is not None:
                 metrics.request_done(scope, status, streaming, time.perf_counter() - began)
                 metrics.leave(entered)
+            if logged is not None:
+                if self.access_log:
+                    _log_access(scope, status, time.perf_counter() - began)
+                logs.leave_request(logged)
             if traced is not None and tracing is not None:
                 tracing.leave(traced, scope, route_template(scope), status)
 
@@ -159,6 +170,19 @@ class RequestGuard:
             return message
 
         return limited_receive
+
+
+def _log_access(scope: Scope, status: int, elapsed_s: float) -> None:
+    principal = (scope.get("state") or {}).get("principal")  # AuthGuard's context has ended by now
+    duration_ms = round(elapsed_s * 1000, 2)
+    method, path = scope["method"], scope["path"]
+    writer = logs.access_writer
+    if writer is not None:  # `stack run`: straight to its writer
+        writer.access(method, path, status, duration_ms, principal.id if principal is not None else None)
+    elif access.isEnabledFor(logging.INFO):  # the library client: through the application's logging
+        access.info("%s %s %d %.2fms", method, path, status, duration_ms, extra={
+            "principal": principal.id if principal is not None else None,
+            "fields": {"method": method, "path": path, "status": status, "duration_ms": duration_ms}})
 
 
 def _content_length(scope: Scope) -> int | None:

@@ -118,7 +118,17 @@ def _call_hooks(implementations: Iterable[Any], name: str) -> None:
 
 
 def run_server(plan: StackPlan, host: str | None = None, port: int | None = None) -> None:
-    _run(serve(plan, host, port))
+    settings = plan.config.server.logging
+    if settings is None:
+        _run(serve(plan, host, port))
+        return
+    from runtime import logs
+
+    writer = logs.configure(settings)
+    try:
+        _run(serve(plan, host, port))
+    finally:
+        writer.close()  # writes what is still queued
 
 
 def _run(main: Coroutine[Any, Any, None]) -> None:

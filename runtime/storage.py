@@ -50,7 +50,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 
 from builder.config import STORE_NAMES, PostgresBackend, SqliteBackend, StorageConfig
 from runtime import fastjson
-from runtime.auth import principal_id
+from runtime.auth import granted_owners
 from runtime.tracing import store_tracing
 
 if TYPE_CHECKING:
@@ -72,11 +72,14 @@ CHECKPOINT_EVERY_S = 0.5
 AUTOCHECKPOINT_PAGES = 16_384  # 64 MiB of WAL: reached only if the checkpoint thread falls behind
 
 
-def caller_owns(column: sa.ColumnElement[Any]) -> sa.ColumnElement[bool]:
-    """The condition that a row's owner `column` is the caller (runtime.auth): every row with auth
-    off, and for the server's own work outside a request."""
-    principal = principal_id()
-    return sa.true() if principal is None else column == principal
+def caller_may(action: str, column: sa.ColumnElement[Any]) -> sa.ColumnElement[bool]:
+    """The condition that the caller may `action` (read, update, delete) a row whose owner is in
+    `column` (runtime.auth): its own rows, those the access policy grants, every row with auth
+    off and for the server's own work outside a request."""
+    owners = granted_owners(action)
+    if owners is None:
+        return sa.true()
+    return column == next(iter(owners)) if len(owners) == 1 else column.in_(sorted(owners))
 
 
 def json_type() -> sa.types.TypeEngine[Any]:

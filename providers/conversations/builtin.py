@@ -56,7 +56,8 @@ class BuiltinConversations:
     # The responses API's side: the whole context, and appends of any size.
 
     async def conversation_items(self, conversation_id: str) -> list[dict[str, Any]]:
-        return await self.store.items(conversation_id)
+        # For a response to continue the conversation: it will append, so it needs the right to.
+        return await self.store.items(conversation_id, "update")
 
     async def append_items(self, conversation_id: str, items: Sequence[dict[str, Any]]) -> None:
         await self.store.append(conversation_id, [_with_id(dict(item)) for item in items])

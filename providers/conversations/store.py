@@ -21,9 +21,9 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from runtime.auth import principal_id
+from runtime.auth import granted_owners, principal_id
 from runtime.errors import NotFoundError
-from runtime.storage import Database, caller_owns, json_type
+from runtime.storage import Database, caller_may, json_type
 
 __all__ = ["ConversationStore"]
 
@@ -82,10 +82,15 @@ _PAGE = {
 _BEFORE_ALL, _AFTER_ALL = -1, 2**62
 
 
-def _scoped(plain: Any, owned: Any, params: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-    """The statement and parameters for the caller: `owned` (filtered by principal) when auth is on."""
-    principal = principal_id()
-    return (plain, params) if principal is None else (owned, {**params, "caller": principal})
+def _scoped(plain: Any, owned: Any, params: dict[str, Any], action: str = "read") -> tuple[Any, dict[str, Any]]:
+    """The statement and parameters for the caller to `action` a conversation: `owned` (filtered
+    by principal) when auth is on, and `plain` filtered by the owners an access policy grants."""
+    owners = granted_owners(action)
+    if owners is None:
+        return plain, params
+    if len(owners) == 1:
+        return owned, {**params, "caller": next(iter(owners))}
+    return plain.where(conversations.c.principal.in_(sorted(owners))), params
 
 
 def _not_found(conversation_id: str) -> NotFoundError:
@@ -126,14 +131,14 @@ class ConversationStore:
         return _public(dict(row))
 
     async def update(self, conversation_id: str, metadata: dict[str, str] | None) -> dict[str, Any]:
-        update = conversations.update().where(conversations.c.id == conversation_id, caller_owns(conversations.c.principal))
+        update = conversations.update().where(conversations.c.id == conversation_id, caller_may("update", conversations.c.principal))
         changed = await self.db.execute(update.values(metadata=metadata or {}))
         if not changed:
             raise _not_found(conversation_id)
         return await self.get(conversation_id)
 
     async def delete(self, conversation_id: str) -> None:
-        delete = conversations.delete().where(conversations.c.id == conversation_id, caller_owns(conversations.c.principal))
+        delete = conversations.delete().where(conversations.c.id == conversation_id, caller_may("delete", conversations.c.principal))
 
         def work(connection: sa.Connection) -> bool:
             if not connection.execute(delete).rowcount:
@@ -148,9 +153,10 @@ class ConversationStore:
     async def append(self, conversation_id: str, items: Sequence[dict[str, Any]]) -> None:
         """Add `items` at the end, contiguous and in order, however many there are."""
         if not items:
-            await self.get(conversation_id)
+            if await self.db.fetch_one(*_scoped(_VERSION, _VERSION_OWNED, {"cid": conversation_id}, "update")) is None:
+                raise _not_found(conversation_id)
             return
-        reserve, params = _scoped(_RESERVE, _RESERVE_OWNED, {"cid": conversation_id, "count": len(items)})
+        reserve, params = _scoped(_RESERVE, _RESERVE_OWNED, {"cid": conversation_id, "count": len(items)}, "update")
 
         def work(connection: sa.Connection) -> int | None:
             end = connection.execute(reserve, params).scalar_one_or_none()
@@ -170,12 +176,12 @@ class ConversationStore:
         else:
             self._forget(conversation_id)
 
-    async def items(self, conversation_id: str) -> list[dict[str, Any]]:
+    async def items(self, conversation_id: str, action: str = "read") -> list[dict[str, Any]]:
         """Every item, oldest first: the context of a response in this conversation. The list
         may be the cached one: the caller must not change it."""
         cached = self._contexts.get(conversation_id)
         known = cached[0] if cached is not None else None
-        version_of = _scoped(_VERSION, _VERSION_OWNED, {"cid": conversation_id})  # another owner's reads as absent
+        version_of = _scoped(_VERSION, _VERSION_OWNED, {"cid": conversation_id}, action)  # another owner's reads as absent
 
         def work(connection: sa.Connection) -> tuple[int, list[dict[str, Any]] | None] | None:
             # The version first: items read after it are at least as new, so a list is never
@@ -249,6 +255,8 @@ class ConversationStore:
 
     async def delete_item(self, conversation_id: str, item_id: str) -> None:
         await self.get_item(conversation_id, item_id)
+        if await self.db.fetch_one(*_scoped(_VERSION, _VERSION_OWNED, {"cid": conversation_id}, "update")) is None:
+            raise _not_found(conversation_id)
         delete = conversation_items.delete().where(
             conversation_items.c.conversation_id == conversation_id, conversation_items.c.item_id == item_id)
 

@@ -25,7 +25,7 @@ from runtime.apis.files.protocol import FileContent
 from runtime.auth import principal_id
 from runtime.errors import InvalidRequestError, NotFoundError, PayloadTooLargeError
 from runtime.ids import random_hex
-from runtime.storage import Database, caller_owns
+from runtime.storage import Database, caller_may
 
 __all__ = ["LOCAL", "LocalFiles"]
 
@@ -105,7 +105,7 @@ class LocalFiles:
         return self.directory / file_id
 
     async def list_files(self, purpose: str | None, after: str | None, limit: int, order: str) -> tuple[list[dict[str, Any]], bool]:
-        query = sa.select(files).where(_live(), caller_owns(files.c.principal))
+        query = sa.select(files).where(_live(), caller_may("read", files.c.principal))
         if purpose is not None:
             query = query.where(files.c.purpose == purpose)
         if after is not None:
@@ -118,8 +118,8 @@ class LocalFiles:
     async def get_file(self, file_id: str) -> dict[str, Any]:
         return _public(await self._row(file_id))
 
-    async def _row(self, file_id: str) -> sa.RowMapping:
-        row = await self.db.fetch_one(sa.select(files).where(files.c.id == file_id, _live(), caller_owns(files.c.principal)))
+    async def _row(self, file_id: str, action: str = "read") -> sa.RowMapping:
+        row = await self.db.fetch_one(sa.select(files).where(files.c.id == file_id, _live(), caller_may(action, files.c.principal)))
         if row is None:
             raise NotFoundError(f"No such File object: {file_id}", param="file_id", code="not_found")
         return row
@@ -130,7 +130,7 @@ class LocalFiles:
         return FileContent(_read(path), int(row["bytes"]), str(row["filename"]))
 
     async def delete_file(self, file_id: str) -> dict[str, Any]:
-        await self._row(file_id)
+        await self._row(file_id, "delete")
         await self.db.execute(files.delete().where(files.c.id == file_id))
         self._path(file_id).unlink(missing_ok=True)
         return {"id": file_id, "object": "file", "deleted": True}

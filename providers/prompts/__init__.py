@@ -14,7 +14,7 @@ from providers.spec import Api, EmptyConfig, ProviderContext, ProviderSpec
 from runtime.auth import principal_id
 from runtime.errors import InvalidRequestError, NotFoundError
 from runtime.ids import random_hex
-from runtime.storage import Database, caller_owns, json_type
+from runtime.storage import Database, caller_may, json_type
 
 __all__ = ["BUILTIN", "BuiltinPrompts"]
 
@@ -69,7 +69,7 @@ class BuiltinPrompts:
 
     async def list_prompts(self) -> list[dict[str, Any]]:
         joined = prompts.join(versions, sa.and_(versions.c.prompt_id == prompts.c.prompt_id, versions.c.version == prompts.c.default_version))
-        query = sa.select(versions, prompts.c.default_version).select_from(joined).where(caller_owns(prompts.c.principal))
+        query = sa.select(versions, prompts.c.default_version).select_from(joined).where(caller_may("read", prompts.c.principal))
         rows = await self.db.fetch_all(query.order_by(prompts.c.seq.desc()))
         return [_public(row, row["default_version"]) for row in rows]
 
@@ -88,7 +88,7 @@ class BuiltinPrompts:
 
     async def update_prompt(self, prompt_id: str, template: str, variables: Sequence[str], version: int,
                             set_as_default: bool) -> dict[str, Any]:
-        await self._head(prompt_id)
+        await self._head(prompt_id, "update")
         now = int(time.time())
 
         def write(conn: sa.Connection) -> int:
@@ -107,12 +107,13 @@ class BuiltinPrompts:
         return await self.get_prompt(prompt_id, await self.db.write(write))
 
     async def set_default_version(self, prompt_id: str, version: int) -> dict[str, Any]:
+        await self._head(prompt_id, "update")
         await self.get_prompt(prompt_id, version)
         await self.db.execute(prompts.update().where(prompts.c.prompt_id == prompt_id).values(default_version=version))
         return await self.get_prompt(prompt_id, version)
 
     async def delete_prompt(self, prompt_id: str) -> None:
-        await self._head(prompt_id)
+        await self._head(prompt_id, "delete")
 
         def write(conn: sa.Connection) -> None:
             conn.execute(versions.delete().where(versions.c.prompt_id == prompt_id))
@@ -120,8 +121,8 @@ class BuiltinPrompts:
 
         await self.db.write(write)
 
-    async def _head(self, prompt_id: str) -> sa.RowMapping:
-        row = await self.db.fetch_one(sa.select(prompts).where(prompts.c.prompt_id == prompt_id, caller_owns(prompts.c.principal)))
+    async def _head(self, prompt_id: str, action: str = "read") -> sa.RowMapping:
+        row = await self.db.fetch_one(sa.select(prompts).where(prompts.c.prompt_id == prompt_id, caller_may(action, prompts.c.principal)))
         if row is None:
             raise NotFoundError(f"No prompt found with id '{prompt_id[:64]}'.", param="prompt_id", code="not_found")
         return row

@@ -136,7 +136,7 @@ class Background:
         return asyncio.get_running_loop().create_task(beat())
 
     async def cancel(self, response_id: str) -> dict[str, Any]:
-        stored = await self.store.get(response_id)
+        stored = await self.store.get(response_id, "update")
         if not stored.background:
             raise InvalidRequestError(
                 "Cannot cancel a synchronous response: it was not created with background=true, so it cannot be cancelled.",

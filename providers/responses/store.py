@@ -13,10 +13,10 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from runtime.auth import principal_id
+from runtime.auth import granted_owners, principal_id
 from runtime.errors import NotFoundError
 from runtime.owners import owner_is_gone, process_owner
-from runtime.storage import Database, json_type
+from runtime.storage import Database, caller_may, json_type
 
 __all__ = ["ResponseStore", "StoredResponse"]
 
@@ -143,13 +143,15 @@ class ResponseStore:
 
         return await self.db.write(work)
 
-    async def get(self, response_id: str) -> StoredResponse:
-        """The response, if the caller may reach it (any, with auth off): else a 404, as if absent."""
-        principal = principal_id()
-        if principal is None:
+    async def get(self, response_id: str, action: str = "read") -> StoredResponse:
+        """The response, if the caller may `action` it (any, with auth off): else a 404, as if absent."""
+        owners = granted_owners(action)
+        if owners is None:
             row = await self.db.fetch_one(_GET, {"rid": response_id})
+        elif len(owners) == 1:
+            row = await self.db.fetch_one(_GET_OWNED, {"rid": response_id, "principal": next(iter(owners))})
         else:
-            row = await self.db.fetch_one(_GET_OWNED, {"rid": response_id, "principal": principal})
+            row = await self.db.fetch_one(_GET.where(responses.c.principal.in_(sorted(owners))), {"rid": response_id})
         if row is None:
             raise NotFoundError(f"Response with id '{response_id}' not found.", param="response_id", code="not_found")
         return StoredResponse(row)
@@ -173,17 +175,15 @@ class ResponseStore:
         if not item_ids:
             return {}
         query = sa.select(items.c.item_id, items.c.item).where(items.c.item_id.in_(list(item_ids)))
-        principal = principal_id()
-        if principal is not None:  # another owner's items are not there to reference
-            query = query.join(responses, responses.c.id == items.c.response_id).where(responses.c.principal == principal)
+        if principal_id() is not None:  # another owner's items are not there to reference
+            query = query.join(responses, responses.c.id == items.c.response_id).where(caller_may("read", responses.c.principal))
         rows = await self.db.fetch_all(query)
         return {row["item_id"]: row["item"] for row in rows}
 
     async def page(self, *, after: str | None, limit: int, order: str) -> tuple[list[dict[str, Any]], bool]:
         query = sa.select(responses.c.response)
-        principal = principal_id()
-        if principal is not None:
-            query = query.where(responses.c.principal == principal)
+        if principal_id() is not None:
+            query = query.where(caller_may("read", responses.c.principal))
         if after is not None:
             anchor = sa.select(responses.c.seq).where(responses.c.id == after).scalar_subquery()
             query = query.where(responses.c.seq > anchor if order == "asc" else responses.c.seq < anchor)
@@ -204,7 +204,7 @@ class ResponseStore:
         return [row["item"] for row in rows[:limit]], len(rows) > limit
 
     async def delete(self, response_id: str) -> None:
-        await self.get(response_id)
+        await self.get(response_id, "delete")
 
         def work(connection: sa.Connection) -> None:
             connection.execute(items.delete().where(items.c.response_id == response_id))

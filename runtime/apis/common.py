@@ -131,3 +131,18 @@ async def unless_disconnected(request: Request, work: Awaitable[T]) -> T | None:
         return None
     finally:
         watcher.cancel()
+
+
+METADATA_SCHEMA: dict[str, Any] = {"type": ["object", "null"], "maxProperties": 16,
+                                   "additionalProperties": {"type": "string", "maxLength": 512}}
+
+
+def json_body(required: list[str], properties: dict[str, Any], *, more: bool = True, optional: bool = False) -> dict[str, Any]:
+    """A route's `openapi_extra` declaring its JSON body, for routes that read the bytes themselves
+    (to pass fields on untouched, or to stay fast): the document still says what a request looks
+    like and what the route checks. `more`: other fields are allowed (passed on, or ignored); `optional`: no body at all is fine."""
+    schema = {"type": "object", "required": required, "properties": properties, "additionalProperties": more}
+    if not required:
+        del schema["required"]
+    return {"requestBody": {"required": not optional, "content": {"application/json": {"schema": schema}}}}
+

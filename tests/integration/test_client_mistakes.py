@@ -63,6 +63,31 @@ def test_chat_messages_that_are_not_messages_are_400s(openai_client: openai.Open
     assert error.value.param == param
 
 
+@pytest.mark.parametrize(("messages", "param", "code"), [
+    ([{"role": "user"}], "messages[0].content", "missing_required_parameter"),
+    ([{"role": "user", "content": []}], "messages[0].content", "empty_array"),
+    ([{"role": "user", "content": 42}], "messages[0].content", "invalid_type"),
+    ([{"role": "user", "content": ["hi"]}], "messages[0].content[0]", "invalid_type"),
+    ([{"role": "user", "content": [{"text": "hi"}]}], "messages[0].content[0].type", "missing_required_parameter"),
+    ([{"role": "user", "content": [{"type": "text"}]}], "messages[0].content[0].text", "missing_required_parameter"),
+    ([{"role": "user", "content": [{"type": "text", "text": 5}]}], "messages[0].content[0].text", "invalid_type"),
+    ([{"role": "user", "content": [{"type": "image_url", "image_url": "https://x/y.png"}]}], "messages[0].content[0].image_url",
+     "invalid_type"),
+    ([{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}], "messages[0].content[0].image_url.url",
+     "missing_required_parameter"),
+    ([{"role": "system", "content": [{"type": "image_url", "image_url": {"url": "https://x/y.png"}}]},
+      {"role": "user", "content": "hi"}], "messages[0]", "invalid_value"),
+    ([{"role": "user", "content": [{"type": "refusal", "refusal": "no"}]}], "messages[0]", "invalid_value"),
+    ([{"role": "user", "content": "hi"}, {"role": "assistant"}], "messages[1].content", "missing_required_parameter"),
+    ([{"role": "user", "content": "hi"}, {"role": "tool", "content": "42"}], "messages[1].tool_call_id", "missing_required_parameter"),
+])
+def test_chat_message_contents_are_checked_as_openai_checks_them(openai_client: openai.OpenAI, text_model: str, messages: Any,
+                                                                 param: str, code: str) -> None:
+    with pytest.raises(openai.BadRequestError) as error:
+        openai_client.chat.completions.create(model=text_model, messages=messages)
+    assert (error.value.param, error.value.code) == (param, code), error.value.message
+
+
 @pytest.mark.parametrize(("field", "value", "code"), [
     ("temperature", 2.5, "decimal_above_max_value"),
     ("top_p", -0.1, "decimal_below_min_value"),

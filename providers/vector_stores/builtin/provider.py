@@ -21,7 +21,7 @@ from runtime.apis.vector_stores.protocol import FILE_STATUSES, Page, SearchHit
 from runtime.auth import principal_id
 from runtime.errors import InvalidRequestError, NotFoundError, UpstreamError
 from runtime.ids import random_hex
-from runtime.storage import Database, caller_owns
+from runtime.storage import Database, caller_may
 
 __all__ = ["BuiltinVectorStores"]
 
@@ -87,7 +87,7 @@ class BuiltinVectorStores:
         return embedding
 
     async def list_stores(self, page: Page) -> tuple[list[dict[str, Any]], bool]:
-        rows, has_more = await _page(self.db, stores, caller_owns(stores.c.principal), stores.c.id, page)
+        rows, has_more = await _page(self.db, stores, caller_may("read", stores.c.principal), stores.c.id, page)
         counts = await self._counts([row["id"] for row in rows])
         return [_public_store(row, counts.get(row["id"], {})) for row in rows], has_more
 
@@ -96,7 +96,7 @@ class BuiltinVectorStores:
         return _public_store(row, (await self._counts([store_id])).get(store_id, {}))
 
     async def update_store(self, store_id: str, request: UpdateStore) -> dict[str, Any]:
-        await self._store(store_id)
+        await self._store(store_id, "update")
         values = dict(request.fields)
         if "metadata" in values and values["metadata"] is None:
             values["metadata"] = {}
@@ -106,7 +106,7 @@ class BuiltinVectorStores:
         return await self.get_store(store_id)
 
     async def delete_store(self, store_id: str) -> dict[str, Any]:
-        await self._store(store_id)
+        await self._store(store_id, "delete")
 
         def write(conn: sa.Connection) -> None:
             conn.execute(chunks.delete().where(chunks.c.vector_store_id == store_id))
@@ -117,8 +117,8 @@ class BuiltinVectorStores:
         await self.db.write(write)
         return {"id": store_id, "object": "vector_store.deleted", "deleted": True}
 
-    async def _store(self, store_id: str) -> sa.RowMapping:
-        row = await self.db.fetch_one(sa.select(stores).where(stores.c.id == store_id, caller_owns(stores.c.principal)))
+    async def _store(self, store_id: str, action: str = "read") -> sa.RowMapping:
+        row = await self.db.fetch_one(sa.select(stores).where(stores.c.id == store_id, caller_may(action, stores.c.principal)))
         if row is None:
             raise NotFoundError(f"No vector store found with id '{store_id}'.", param="vector_store_id", code="not_found")
         return row
@@ -144,7 +144,7 @@ class BuiltinVectorStores:
         return [str(meta["filename"]) for meta in names]
 
     async def attach_file(self, store_id: str, spec: FileSpec) -> dict[str, Any]:
-        await self._store(store_id)
+        await self._store(store_id, "update")
         (filename,) = await self._filenames([spec])
         await self._attach(store_id, [spec], [filename], None)
         return await self.get_file(store_id, spec.file_id)
@@ -181,9 +181,9 @@ class BuiltinVectorStores:
     async def get_file(self, store_id: str, file_id: str) -> dict[str, Any]:
         return _public_file(await self._file(store_id, file_id))
 
-    async def _file(self, store_id: str, file_id: str) -> sa.RowMapping:
+    async def _file(self, store_id: str, file_id: str, action: str = "read") -> sa.RowMapping:
         if principal_id() is not None:
-            await self._store(store_id)  # another owner's store is not there, nor its files
+            await self._store(store_id, action)  # another owner's store is not there, nor its files
         row = await self.db.fetch_one(sa.select(files).where(files.c.vector_store_id == store_id, files.c.file_id == file_id))
         if row is None:
             await self._store(store_id)
@@ -191,13 +191,13 @@ class BuiltinVectorStores:
         return row
 
     async def update_file(self, store_id: str, file_id: str, attributes: dict[str, Any] | None) -> dict[str, Any]:
-        await self._file(store_id, file_id)
+        await self._file(store_id, file_id, "update")
         await self.db.execute(files.update().where(files.c.vector_store_id == store_id, files.c.file_id == file_id)
                               .values(attributes=attributes or {}))
         return await self.get_file(store_id, file_id)
 
     async def detach_file(self, store_id: str, file_id: str) -> dict[str, Any]:
-        await self._file(store_id, file_id)
+        await self._file(store_id, file_id, "update")
 
         def write(conn: sa.Connection) -> None:
             conn.execute(chunks.delete().where(chunks.c.vector_store_id == store_id, chunks.c.file_id == file_id))
@@ -216,7 +216,7 @@ class BuiltinVectorStores:
     # --- batches ---------------------------------------------------------------------------------
 
     async def create_batch(self, store_id: str, request: CreateBatch) -> dict[str, Any]:
-        await self._store(store_id)
+        await self._store(store_id, "update")
         names = await self._filenames(request.files)
         batch_id = f"vsfb_{random_hex(16)}"
         batch = {"id": batch_id, "vector_store_id": store_id, "created_at": int(time.time()), "cancelled": False}
@@ -232,7 +232,9 @@ class BuiltinVectorStores:
         return {"id": batch_id, "object": "vector_store.files_batch", "created_at": row["created_at"], "vector_store_id": store_id,
                 "status": status, "file_counts": _file_counts(counts)}
 
-    async def _batch(self, store_id: str, batch_id: str) -> sa.RowMapping:
+    async def _batch(self, store_id: str, batch_id: str, action: str = "read") -> sa.RowMapping:
+        if principal_id() is not None:
+            await self._store(store_id, action)  # another owner's store is not there, nor its batches
         row = await self.db.fetch_one(sa.select(batches).where(batches.c.id == batch_id, batches.c.vector_store_id == store_id))
         if row is None:
             await self._store(store_id)
@@ -240,7 +242,7 @@ class BuiltinVectorStores:
         return row
 
     async def cancel_batch(self, store_id: str, batch_id: str) -> dict[str, Any]:
-        await self._batch(store_id, batch_id)
+        await self._batch(store_id, batch_id, "update")
 
         def write(conn: sa.Connection) -> None:
             conn.execute(batches.update().where(batches.c.id == batch_id).values(cancelled=True))
@@ -255,7 +257,7 @@ class BuiltinVectorStores:
     # --- search ----------------------------------------------------------------------------------
 
     async def search(self, store_ids: Sequence[str], request: Search) -> list[SearchHit]:
-        query = sa.select(stores).where(stores.c.id.in_(list(store_ids)), caller_owns(stores.c.principal))
+        query = sa.select(stores).where(stores.c.id.in_(list(store_ids)), caller_may("read", stores.c.principal))
         found = {row["id"]: row for row in await self.db.fetch_all(query)}
         now = int(time.time())
         for store_id in store_ids:

@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from runtime.apis.common import JSONBytes, include_query, parse_json_object, validate_id, validate_limit, validate_order
+from runtime.apis.common import METADATA_SCHEMA, JSONBytes, json_body, include_query, parse_json_object, validate_id, validate_limit, validate_order
 from runtime.apis.conversations.protocol import ConversationsProvider
 from runtime.apis.items import shown_item, shown_items
 from runtime.errors import InvalidRequestError
@@ -18,7 +18,8 @@ __all__ = ["router"]
 def router(impl: ConversationsProvider) -> APIRouter:
     routes = APIRouter()
 
-    @routes.post("/conversations", summary="Create a conversation, with up to 20 initial items")
+    @routes.post("/conversations", summary="Create a conversation, with up to 20 initial items", openapi_extra=json_body([], {
+        "items": {"type": ["array", "null"], "maxItems": 20, "items": {"type": "object"}}, "metadata": METADATA_SCHEMA}, more=False, optional=True))
     async def create_conversation(request: Request) -> Response:
         body = await _body(request, allow_empty=True)
         return JSONBytes(await impl.create_conversation(body.get("items"), body.get("metadata")))
@@ -28,7 +29,8 @@ def router(impl: ConversationsProvider) -> APIRouter:
         validate_id(conversation_id, "conversation_id", "conv")
         return JSONBytes(await impl.get_conversation(conversation_id))
 
-    @routes.post("/conversations/{conversation_id}", summary="Update a conversation's metadata")
+    @routes.post("/conversations/{conversation_id}", summary="Update a conversation's metadata",
+                 openapi_extra=json_body(["metadata"], {"metadata": METADATA_SCHEMA}))
     async def update_conversation(conversation_id: str, request: Request) -> Response:
         validate_id(conversation_id, "conversation_id", "conv")
         body = await _body(request)
@@ -41,7 +43,8 @@ def router(impl: ConversationsProvider) -> APIRouter:
         validate_id(conversation_id, "conversation_id", "conv")
         return JSONBytes(await impl.delete_conversation(conversation_id))
 
-    @routes.post("/conversations/{conversation_id}/items", summary="Add up to 20 items to a conversation")
+    @routes.post("/conversations/{conversation_id}/items", summary="Add up to 20 items to a conversation", openapi_extra=json_body(
+        ["items"], {"items": {"type": "array", "minItems": 1, "maxItems": 20, "items": {"type": "object"}}}))
     async def add_items(conversation_id: str, request: Request) -> Response:
         validate_id(conversation_id, "conversation_id", "conv")
         body = await _body(request)

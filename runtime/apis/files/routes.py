@@ -26,7 +26,11 @@ def upload_limits(impl: FilesProvider) -> dict[tuple[str, str], int]:
 def router(impl: FilesProvider) -> APIRouter:
     routes = APIRouter()
 
-    @routes.post("/files", summary="Upload a file (multipart: file, purpose, expires_after)")
+    @routes.post("/files", summary="Upload a file (multipart: file, purpose, expires_after)", openapi_extra={"requestBody": {
+        "required": True, "content": {"multipart/form-data": {"schema": {"type": "object", "required": ["file", "purpose"], "properties": {
+            "file": {"type": "string", "format": "binary"}, "purpose": {"type": "string", "enum": list(PURPOSES)},
+            "expires_after[anchor]": {"type": "string", "enum": ["created_at"]},
+            "expires_after[seconds]": {"type": "integer", "minimum": MIN_EXPIRY_S, "maximum": MAX_EXPIRY_S}}}}}}})
     async def create_file(request: Request) -> Response:
         # Parts past 1 MiB are spooled to disk by the parser: an upload is never held whole in memory.
         async with request.form(max_files=1, max_fields=8) as form:

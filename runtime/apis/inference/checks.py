@@ -1,5 +1,6 @@
 """The shapes of chat completions' structured parameters (`tools`, `tool_choice`,
-`response_format`), checked as OpenAI checks them, each mistake a 400 naming the field.
+`response_format`) and of a message's content parts, checked as OpenAI checks them, each mistake
+a 400 naming the field.
 
 Only the standard shapes are checked; what a vendor adds inside them (or beside them, through
 `extra_body`) passes on. Each check runs only when its parameter is present.
@@ -13,7 +14,7 @@ from typing import Any
 
 from runtime.errors import InvalidRequestError
 
-__all__ = ["SHAPES"]
+__all__ = ["SHAPES", "check_message"]
 
 _FUNCTION_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _TOOL_TYPES = ("function", "custom")
@@ -96,3 +97,63 @@ SHAPES: dict[str, Callable[[Any, Mapping[str, Any]], None]] = {
     "tools": _check_tools, "tool_choice": _check_tool_choice, "response_format": _check_response_format,
 }
 """Parameter name -> its check (given the value and the whole body)."""
+
+
+# The parts OpenAI's roles may send (a part type no role of OpenAI's knows, such as vLLM's
+# `video_url`, is a vendor's and passes on).
+_PART_FIELDS = {"text": "text", "image_url": "image_url", "input_audio": "input_audio", "file": "file", "refusal": "refusal"}
+_USER_ONLY = {"image_url": "Image URLs", "input_audio": "Audio inputs", "file": "Files"}
+_CONTENT_REQUIRED = frozenset({"system", "developer", "user", "tool"})
+
+
+def check_message(message: Mapping[str, Any], index: int) -> None:
+    """A message's content as OpenAI checks it (its role is already checked); a string content's
+    length is checked by the caller, on the hot path."""
+    role, content = message.get("role"), message.get("content")
+    where = f"messages[{index}]"
+    if content is None:
+        if role in _CONTENT_REQUIRED:
+            raise _invalid(f"Missing required parameter: '{where}.content'.", f"{where}.content", "missing_required_parameter")
+        if role == "assistant" and not message.get("tool_calls") and not message.get("function_call"):
+            raise _invalid(f"Invalid '{where}': an assistant message needs 'content' or 'tool_calls'.", f"{where}.content",
+                           "missing_required_parameter")
+    elif content.__class__ is list:
+        if not content:
+            raise _invalid(f"Invalid '{where}.content': empty array. Expected an array with minimum length 1, but got an empty array "
+                           "instead.", f"{where}.content", "empty_array")
+        for number, part in enumerate(content):
+            _check_part(part, role, f"{where}.content[{number}]", where)
+    elif content.__class__ is not str:
+        raise _invalid(f"Invalid type for '{where}.content': expected a string or an array of content parts.", f"{where}.content",
+                       "invalid_type")
+    if role == "tool" and not isinstance(message.get("tool_call_id"), str):
+        raise _invalid(f"Missing required parameter: '{where}.tool_call_id'.", f"{where}.tool_call_id", "missing_required_parameter")
+
+
+def _check_part(part: Any, role: Any, where: str, message: str) -> None:
+    if part.__class__ is not dict:
+        raise _invalid(f"Invalid type for '{where}': expected an object.", where, "invalid_type")
+    kind = part.get("type")
+    if not isinstance(kind, str):
+        raise _invalid(f"Missing required parameter: '{where}.type'.", f"{where}.type", "missing_required_parameter")
+    field = _PART_FIELDS.get(kind)
+    if field is None:
+        return  # a vendor's part type
+    if kind in _USER_ONLY and role != "user":
+        raise _invalid(f"Invalid '{message}'. {_USER_ONLY[kind]} are only allowed for messages with role 'user', but this message "
+                       f"with role '{role}' contains {'an image URL' if kind == 'image_url' else 'one'}.", message)
+    if kind == "refusal" and role != "assistant":
+        raise _invalid(f"Invalid '{message}'. Refusals are only allowed for messages with role 'assistant', but this message with "
+                       f"role '{role}' contains one.", message)
+    value = part.get(field)
+    if value is None:
+        raise _invalid(f"Missing required parameter: '{where}.{field}'.", f"{where}.{field}", "missing_required_parameter")
+    if kind in ("text", "refusal"):
+        if not isinstance(value, str):
+            raise _invalid(f"Invalid type for '{where}.{field}': expected a string, but got {type(value).__name__} instead.",
+                           f"{where}.{field}", "invalid_type")
+    elif not isinstance(value, dict):
+        raise _invalid(f"Invalid type for '{where}.{field}': expected an object, but got {type(value).__name__} instead.",
+                       f"{where}.{field}", "invalid_type")
+    elif kind == "image_url" and not isinstance(value.get("url"), str):
+        raise _invalid(f"Missing required parameter: '{where}.image_url.url'.", f"{where}.image_url.url", "missing_required_parameter")

@@ -18,10 +18,10 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from runtime.apis.common import (
-    MAX_STRING, JSONBytes, cursor_page, parse_json_object, unless_disconnected, validate_limit, validate_metadata, validate_order,
+    MAX_STRING, METADATA_SCHEMA, JSONBytes, json_body, cursor_page, parse_json_object, unless_disconnected, validate_limit, validate_metadata, validate_order,
 )
 from runtime.apis.files.inline import chat_messages_with_files
-from runtime.apis.inference.checks import SHAPES
+from runtime.apis.inference.checks import SHAPES, check_message
 from runtime.apis.files.protocol import FilesProvider
 from runtime.apis.inference.store import new_completion_id
 from runtime.apis.safety.guard import guard_input
@@ -43,23 +43,28 @@ CHAT_LIST_MAX = 1000
 _ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 
 
-def _body_schema(required: list[str], properties: dict[str, Any]) -> dict[str, Any]:
-    # The routes read raw bytes (so every field passes through untouched); the document still
-    # says what a request looks like. Any other field is allowed and forwarded.
-    schema = {"type": "object", "required": required, "properties": properties, "additionalProperties": True}
-    return {"requestBody": {"required": True, "content": {JSON: {"schema": schema}}}}
-
-
-CHAT_BODY = _body_schema(["model", "messages"], {
+# The numeric bounds below are _NUMBERS', which the route checks; other fields are forwarded.
+CHAT_BODY = json_body(["model", "messages"], {
     "model": {"type": "string", "description": "provider_id/model, a bare model name, or a registered model id"},
-    "messages": {"type": "array", "minItems": 1, "items": {"type": "object", "required": ["role"]}},
-    "stream": {"type": "boolean"},
-    "store": {"type": "boolean", "description": "keep the completion for GET /v1/chat/completions"},
-    "metadata": {"type": "object", "additionalProperties": {"type": "string", "maxLength": 512}, "maxProperties": 16},
-    "tools": {"type": "array", "items": {"type": "object"}},
+    "messages": {"type": "array", "minItems": 1, "items": {"type": "object", "required": ["role"], "properties": {
+        "role": {"type": "string", "enum": ["system", "developer", "user", "assistant", "tool", "function"]},
+        "content": {"anyOf": [{"type": "string", "maxLength": MAX_STRING}, {"type": "array", "minItems": 1, "items": {"type": "object"}},
+                              {"type": "null"}]}}}},
+    "stream": {"type": ["boolean", "null"]},
+    "store": {"type": ["boolean", "null"], "description": "keep the completion for GET /v1/chat/completions"},
+    "metadata": METADATA_SCHEMA,
+    "tools": {"type": "array", "items": {"type": "object", "required": ["type"]}},
     "stream_options": {"type": "object"},
+    "temperature": {"type": ["number", "null"], "minimum": 0, "maximum": 2},
+    "top_p": {"type": ["number", "null"], "minimum": 0, "maximum": 1},
+    "presence_penalty": {"type": ["number", "null"], "minimum": -2, "maximum": 2},
+    "frequency_penalty": {"type": ["number", "null"], "minimum": -2, "maximum": 2},
+    "n": {"type": ["integer", "null"], "minimum": 1, "maximum": 128},
+    "max_tokens": {"type": ["integer", "null"], "minimum": 1},
+    "max_completion_tokens": {"type": ["integer", "null"], "minimum": 1},
+    "top_logprobs": {"type": ["integer", "null"], "minimum": 0, "maximum": 20},
 })
-EMBEDDINGS_BODY = _body_schema(["model", "input"], {
+EMBEDDINGS_BODY = json_body(["model", "input"], {
     "model": {"type": "string"},
     "input": {"oneOf": [{"type": "string"}, {"type": "array"}]},
     "encoding_format": {"type": "string", "enum": ["float", "base64"]},
@@ -103,7 +108,8 @@ def router(impl: InferenceRouter, files: FilesProvider | None = None, safety: Sa
     async def get_chat_completion(completion_id: str) -> Response:
         return JSONBytes(await impl.store.get(completion_id))
 
-    @routes.post("/chat/completions/{completion_id}", summary="Update a stored chat completion's metadata")
+    @routes.post("/chat/completions/{completion_id}", summary="Update a stored chat completion's metadata",
+                 openapi_extra=json_body(["metadata"], {"metadata": METADATA_SCHEMA}))
     async def update_chat_completion(completion_id: str, request: Request) -> Response:
         body = parse_json_object(await request.body())
         if "metadata" not in body:
@@ -112,8 +118,8 @@ def router(impl: InferenceRouter, files: FilesProvider | None = None, safety: Sa
 
     @routes.delete("/chat/completions/{completion_id}", summary="Delete a stored chat completion")
     async def delete_chat_completion(completion_id: str) -> Response:
-        await impl.store.get(completion_id)  # 404 for an unknown id
-        return JSONBytes({"id": completion_id, "object": "chat.completion.deleted", "deleted": await impl.store.delete(completion_id)})
+        await impl.store.delete(completion_id)  # a 404 for an id the caller may not delete
+        return JSONBytes({"id": completion_id, "object": "chat.completion.deleted", "deleted": True})
 
     @routes.get("/chat/completions/{completion_id}/messages", summary="List the input messages of a stored chat completion")
     async def list_chat_completion_messages(
@@ -157,10 +163,15 @@ def _check_chat_body(body: dict[str, Any]) -> None:
                 f"Invalid value for 'messages[{index}].role': {str(message.get('role'))[:40]!r} (expected one of: {', '.join(_ROLES)}).",
                 param=f"messages[{index}].role", code="invalid_value")
         content = message.get("content")
-        if content.__class__ is str and len(content) > MAX_STRING:
-            raise InvalidRequestError(
-                f"Invalid 'messages[{index}].content': string too long. Expected a string with maximum length {MAX_STRING}, but got a "
-                f"string with length {len(content)} instead.", param=f"messages[{index}].content", code="string_above_max_length")
+        if content.__class__ is str:
+            if len(content) > MAX_STRING:
+                raise InvalidRequestError(
+                    f"Invalid 'messages[{index}].content': string too long. Expected a string with maximum length {MAX_STRING}, but got "
+                    f"a string with length {len(content)} instead.", param=f"messages[{index}].content", code="string_above_max_length")
+            if message["role"] == "tool" and "tool_call_id" not in message:
+                check_message(message, index)
+        else:  # parts, or none: the rarer shapes, checked in full
+            check_message(message, index)
     for flag in ("stream", "store"):
         if body.get(flag) is not None and not isinstance(body[flag], bool):
             raise InvalidRequestError(f"Invalid type for '{flag}': expected a boolean.", param=flag, code="invalid_type")

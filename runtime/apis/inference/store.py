@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from runtime.auth import principal_id
 from runtime.errors import NotFoundError
 from runtime.ids import random_hex
-from runtime.storage import Database, caller_owns, json_type
+from runtime.storage import Database, caller_may, json_type
 
 __all__ = ["ChatCompletionStore", "new_completion_id"]
 
@@ -65,13 +65,13 @@ class ChatCompletionStore:
         ))
 
     async def get(self, completion_id: str) -> dict[str, Any]:
-        row = await self.db.fetch_one(sa.select(completions).where(completions.c.id == completion_id, caller_owns(completions.c.principal)))
+        row = await self.db.fetch_one(sa.select(completions).where(completions.c.id == completion_id, caller_may("read", completions.c.principal)))
         if row is None:
             raise NotFoundError(f"No chat completion found with id '{completion_id}'.", param="completion_id", code="not_found")
         return _public(row)
 
     async def messages(self, completion_id: str) -> list[Any]:
-        row = await self.db.fetch_one(sa.select(completions.c.input_messages).where(completions.c.id == completion_id, caller_owns(completions.c.principal)))
+        row = await self.db.fetch_one(sa.select(completions.c.input_messages).where(completions.c.id == completion_id, caller_may("read", completions.c.principal)))
         if row is None:
             raise NotFoundError(f"No chat completion found with id '{completion_id}'.", param="completion_id", code="not_found")
         return list(row["input_messages"])
@@ -79,7 +79,7 @@ class ChatCompletionStore:
     async def page(
         self, *, after: str | None, limit: int, order: str, model: str | None, metadata: dict[str, str]
     ) -> tuple[list[dict[str, Any]], bool]:
-        query = sa.select(completions).where(caller_owns(completions.c.principal))
+        query = sa.select(completions).where(caller_may("read", completions.c.principal))
         if after is not None:
             anchor = sa.select(completions.c.seq).where(completions.c.id == after).scalar_subquery()
             query = query.where(completions.c.seq > anchor if order == "asc" else completions.c.seq < anchor)
@@ -92,14 +92,15 @@ class ChatCompletionStore:
         return [_public(row) for row in rows[:limit]], len(rows) > limit
 
     async def update_metadata(self, completion_id: str, metadata: dict[str, str] | None) -> dict[str, Any]:
-        update = sa.update(completions).where(completions.c.id == completion_id, caller_owns(completions.c.principal))
+        update = sa.update(completions).where(completions.c.id == completion_id, caller_may("update", completions.c.principal))
         changed = await self.db.execute(update.values(metadata=metadata))
         if not changed:
             raise NotFoundError(f"No chat completion found with id '{completion_id}'.", param="completion_id", code="not_found")
         return await self.get(completion_id)
 
-    async def delete(self, completion_id: str) -> bool:
-        return bool(await self.db.execute(sa.delete(completions).where(completions.c.id == completion_id, caller_owns(completions.c.principal))))
+    async def delete(self, completion_id: str) -> None:
+        if not await self.db.execute(sa.delete(completions).where(completions.c.id == completion_id, caller_may("delete", completions.c.principal))):
+            raise NotFoundError(f"No chat completion found with id '{completion_id}'.", param="completion_id", code="not_found")
 
 
 def _public(row: sa.RowMapping) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from runtime.apis.common import JSONBytes, parse_json_object
+from runtime.apis.common import JSONBytes, json_body, parse_json_object
 from runtime.apis.prompts.protocol import PromptsProvider, check_template
 from runtime.errors import InvalidRequestError, NotFoundError
 
@@ -17,7 +17,8 @@ __all__ = ["router"]
 def router(impl: PromptsProvider) -> APIRouter:
     routes = APIRouter()
 
-    @routes.post("/prompts", summary="Create a prompt (its version 1, the default)")
+    @routes.post("/prompts", summary="Create a prompt (its version 1, the default)", openapi_extra=json_body(
+        ["prompt"], {"prompt": {"type": "string"}, "variables": {"type": "array", "items": {"type": "string"}}}, more=False))
     async def create_prompt(request: Request) -> Response:
         body = await _body(request, ("prompt", "variables"))
         return JSONBytes(await impl.create_prompt(*check_template(body)))
@@ -34,7 +35,15 @@ def router(impl: PromptsProvider) -> APIRouter:
     async def list_versions(prompt_id: str) -> Response:
         return JSONBytes({"object": "list", "data": await impl.list_versions(_id(prompt_id))})
 
-    @routes.api_route("/prompts/{prompt_id}", methods=["PUT", "POST"], summary="Save a new version of a prompt")
+    new_version = json_body(["prompt", "version"], {
+        "prompt": {"type": "string"}, "variables": {"type": "array", "items": {"type": "string"}},
+        "version": {"type": "integer", "minimum": 1}, "set_as_default": {"type": "boolean"}}, more=False)
+
+    # One route per method (PUT as OGX, POST as OpenAI's style), so each has its own operation id.
+    @routes.put("/prompts/{prompt_id}", summary="Save a new version of a prompt", openapi_extra=new_version,
+                operation_id="update_prompt_put")
+    @routes.post("/prompts/{prompt_id}", summary="Save a new version of a prompt", openapi_extra=new_version,
+                 operation_id="update_prompt_post")
     async def update_prompt(prompt_id: str, request: Request) -> Response:
         body = await _body(request, ("prompt", "variables", "version", "set_as_default"))
         template, variables = check_template(body)
@@ -46,7 +55,12 @@ def router(impl: PromptsProvider) -> APIRouter:
             raise InvalidRequestError("Invalid type for 'set_as_default': expected a boolean.", param="set_as_default", code="invalid_type")
         return JSONBytes(await impl.update_prompt(_id(prompt_id), template, variables, _version(body["version"], "version"), default))
 
-    @routes.api_route("/prompts/{prompt_id}/set-default-version", methods=["PUT", "POST"], summary="Choose a prompt's default version")
+    default_version = json_body(["version"], {"version": {"type": "integer", "minimum": 1}}, more=False)
+
+    @routes.put("/prompts/{prompt_id}/set-default-version", summary="Choose a prompt's default version", openapi_extra=default_version,
+                operation_id="set_default_version_put")
+    @routes.post("/prompts/{prompt_id}/set-default-version", summary="Choose a prompt's default version", openapi_extra=default_version,
+                 operation_id="set_default_version_post")
     async def set_default_version(prompt_id: str, request: Request) -> Response:
         body = await _body(request, ("version",))
         if body.get("version") is None:

@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from runtime.apis.common import JSONBytes, cursor_page, parse_json_object, validate_id, validate_limit, validate_order
+from runtime.apis.common import METADATA_SCHEMA, JSONBytes, json_body, cursor_page, parse_json_object, validate_id, validate_limit, validate_order
 from runtime.apis.vector_stores import models
 from runtime.apis.vector_stores.protocol import FILE_STATUSES, Page, VectorStoresProvider
 from runtime.errors import InvalidRequestError
@@ -18,7 +18,10 @@ __all__ = ["router"]
 def router(impl: VectorStoresProvider) -> APIRouter:
     routes = APIRouter()
 
-    @routes.post("/vector_stores", summary="Create a vector store, optionally with files")
+    @routes.post("/vector_stores", summary="Create a vector store, optionally with files", openapi_extra=json_body([], {
+        "name": {"type": ["string", "null"]}, "file_ids": {"type": "array", "items": {"type": "string"}}, "metadata": METADATA_SCHEMA,
+        "chunking_strategy": {"type": "object"}, "expires_after": {"type": ["object", "null"]}, "description": {"type": ["string", "null"]},
+    }, optional=True))
     async def create_store(request: Request) -> Response:
         return JSONBytes(await impl.create_store(models.parse_create_store(await _body(request, allow_empty=True))))
 
@@ -31,7 +34,8 @@ def router(impl: VectorStoresProvider) -> APIRouter:
     async def get_store(store_id: str) -> Response:
         return JSONBytes(await impl.get_store(_store(store_id)))
 
-    @routes.post("/vector_stores/{store_id}", summary="Modify a vector store's name, expiry or metadata")
+    @routes.post("/vector_stores/{store_id}", summary="Modify a vector store's name, expiry or metadata", openapi_extra=json_body([], {
+        "name": {"type": ["string", "null"]}, "metadata": METADATA_SCHEMA, "expires_after": {"type": ["object", "null"]}}, more=False))
     async def update_store(store_id: str, request: Request) -> Response:
         return JSONBytes(await impl.update_store(_store(store_id), models.parse_update_store(await _body(request))))
 
@@ -39,14 +43,19 @@ def router(impl: VectorStoresProvider) -> APIRouter:
     async def delete_store(store_id: str) -> Response:
         return JSONBytes(await impl.delete_store(_store(store_id)))
 
-    @routes.post("/vector_stores/{store_id}/search", summary="Search a vector store")
+    @routes.post("/vector_stores/{store_id}/search", summary="Search a vector store", openapi_extra=json_body(["query"], {
+        "query": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]},
+        "max_num_results": {"type": "integer", "minimum": 1, "maximum": models.MAX_RESULTS}, "filters": {"type": ["object", "null"]},
+        "ranking_options": {"type": ["object", "null"]}, "rewrite_query": {"type": "boolean"},
+        "search_mode": {"type": "string", "enum": ["keyword", "vector", "hybrid"]}}, more=False))
     async def search(store_id: str, request: Request) -> Response:
         query = models.parse_search(await _body(request))
         hits = await impl.search([_store(store_id)], query)
         return JSONBytes({"object": "vector_store.search_results.page", "search_query": list(query.queries),
                           "data": [hit.public() for hit in hits], "has_more": False, "next_page": None})
 
-    @routes.post("/vector_stores/{store_id}/files", summary="Add a file to a vector store")
+    @routes.post("/vector_stores/{store_id}/files", summary="Add a file to a vector store", openapi_extra=json_body(["file_id"], {
+        "file_id": {"type": "string"}, "attributes": {"type": ["object", "null"]}, "chunking_strategy": {"type": "object"}}))
     async def attach_file(store_id: str, request: Request) -> Response:
         return JSONBytes(await impl.attach_file(_store(store_id), models.parse_file_spec(await _body(request), "")))
 
@@ -60,7 +69,8 @@ def router(impl: VectorStoresProvider) -> APIRouter:
     async def get_file(store_id: str, file_id: str) -> Response:
         return JSONBytes(await impl.get_file(_store(store_id), file_id))
 
-    @routes.post("/vector_stores/{store_id}/files/{file_id}", summary="Update a vector store file's attributes")
+    @routes.post("/vector_stores/{store_id}/files/{file_id}", summary="Update a vector store file's attributes",
+                 openapi_extra=json_body(["attributes"], {"attributes": {"type": ["object", "null"]}}, more=False))
     async def update_file(store_id: str, file_id: str, request: Request) -> Response:
         body = await _body(request)
         if "attributes" not in body:
@@ -78,7 +88,9 @@ def router(impl: VectorStoresProvider) -> APIRouter:
         return JSONBytes({"object": "vector_store.file_content.page", "data": [{"type": "text", "text": text} for text in texts],
                           "has_more": False, "next_page": None})
 
-    @routes.post("/vector_stores/{store_id}/file_batches", summary="Add several files to a vector store")
+    @routes.post("/vector_stores/{store_id}/file_batches", summary="Add several files to a vector store", openapi_extra=json_body([], {
+        "file_ids": {"type": "array", "items": {"type": "string"}}, "files": {"type": "array", "items": {"type": "object"}},
+        "attributes": {"type": ["object", "null"]}, "chunking_strategy": {"type": "object"}}, more=False))
     async def create_batch(store_id: str, request: Request) -> Response:
         return JSONBytes(await impl.create_batch(_store(store_id), models.parse_create_batch(await _body(request))))
 
