@@ -91,11 +91,15 @@ class RequestGuard:
         metrics = self.metrics
         if scope["type"] != "http":
             entered = metrics.enter() if metrics is not None else None
+            # A WebSocket connection is one server span (its responses' model calls inside it).
+            traced = tracing.enter(scope, None) if (tracing := self.tracing) is not None and scope["type"] == "websocket" else None
             try:
                 await self.app(scope, receive, send)
             finally:
                 if metrics is not None:
                     metrics.leave(entered)
+                if traced is not None and tracing is not None:
+                    tracing.leave(traced, scope, route_template(scope), 101)
             return
         if self.draining.started:
             await _send_error(send, _SHUTTING_DOWN, close=True)

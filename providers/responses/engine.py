@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import re
 import time
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
@@ -337,6 +338,9 @@ class ResponsesEngine:
             try:
                 return await call(body)
             except APIError as error:
+                image = image_error(error, body["messages"])
+                if image is not None:
+                    raise image from None
                 if error.code != "context_length_exceeded" or turn.request.truncation != "auto" or dropped >= turn.droppable:
                     raise
                 dropped = min(turn.droppable, dropped + max(1, (turn.droppable - dropped + 3) // 4))
@@ -558,6 +562,8 @@ class ResponsesEngine:
         except APIError as error:
             for event in loop.close():
                 yield self._numbered(turn, event)
+            # A stream's upstream error comes with its first chunk, past the mapping in _with_truncation.
+            error = image_error(error, turn.messages()) or error
             _finalize(response, loop, "failed", error=response_error(error))
             await self._persist_end(turn)
             finished = True
@@ -673,6 +679,36 @@ def response_error(error: APIError) -> dict[str, Any]:
         code = "server_error"
     detail = f" ({error.code})" if error.code and error.code != code else ""
     return {"code": code, "message": f"{error.message}{detail}"}
+
+
+# What model servers that do not speak OpenAI's image codes (vLLM, Ollama, llama.cpp) say about an
+# image they cannot take, read as the code OpenAI gives the same mistake. Checked in this order.
+_IMAGE_MISTAKES = (
+    (re.compile(r"(fail|unable|could ?n[o']t)\w*\s+(to\s+)?(fetch|download|retrieve|get)\b.*image|image.*\b(404|not found)\b", re.I),
+     "failed_to_download_image"),
+    (re.compile(r"image.*(too (large|big)|exceeds)|(too (large|big)|exceeds).*image", re.I), "image_too_large"),
+    (re.compile(r"image.*(truncated|corrupt)|(truncated|corrupt).*image", re.I), "image_parse_error"),
+    (re.compile(r"base64.*image|image.*base64", re.I), "invalid_base64_image"),
+    (re.compile(r"cannot identify image|unknown (image )?format|unsupported image|invalid image|not a valid image|"
+                r"(fail|unable)\w* to (load|decode|open|process) (the )?image", re.I), "invalid_image_format"),
+)
+
+
+def image_error(error: APIError, messages: Sequence[Mapping[str, Any]]) -> InvalidRequestError | None:
+    """The 400 OpenAI answers for an image it cannot take, when the model server's error is about
+    one of the request's images in its own words (whatever its status: vLLM answers a URL it cannot
+    fetch with a 500); None for any other error."""
+    if error.code in RESPONSE_ERROR_CODES or error.status in (429, 503, 504) or not _has_images(messages):
+        return None
+    for pattern, code in _IMAGE_MISTAKES:
+        if pattern.search(error.message):
+            return InvalidRequestError(f"The model could not use an image of the input: {error.message[:300]}", code=code)
+    return None
+
+
+def _has_images(messages: Sequence[Mapping[str, Any]]) -> bool:
+    return any(isinstance(part, Mapping) and part.get("type") == "image_url"
+               for message in messages if isinstance(message.get("content"), list) for part in message["content"])
 
 
 # The `code` values of a Response's `error` (openai.types.responses.ResponseError).

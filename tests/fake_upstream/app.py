@@ -120,6 +120,33 @@ def status_error(status: int) -> UpstreamError:
     return UpstreamError(status, f"fake upstream error {status}", headers=headers)
 
 
+# Images a vision model server cannot take, answered as vLLM words it (a 500 for a URL it cannot
+# fetch, a 400 for bytes that are no image), never with OpenAI's codes.
+UNREACHABLE_IMAGE_HOST = "unreachable.invalid"
+_IMAGE_MAGIC = (b"\x89PNG", b"\xff\xd8\xff", b"GIF8", b"RIFF")
+
+
+def image_error(messages: list[Any]) -> UpstreamError | None:
+    for message in messages:
+        content = message.get("content") if isinstance(message, dict) else None
+        for part in content if isinstance(content, list) else ():
+            url = (part.get("image_url") or {}).get("url") if isinstance(part, dict) and part.get("type") == "image_url" else None
+            if not isinstance(url, str):
+                continue
+            if UNREACHABLE_IMAGE_HOST in url:
+                return UpstreamError(500, f"Failed to fetch image from {url}: Cannot connect to host {UNREACHABLE_IMAGE_HOST}:443",
+                                     type="InternalServerError", code=None)
+            if url.startswith("data:") and ";base64," in url:
+                try:
+                    data = base64.b64decode(url.split(",", 1)[1], validate=False)
+                except ValueError:
+                    continue
+                if data and not data.startswith(_IMAGE_MAGIC):
+                    return UpstreamError(400, "cannot identify image file <_io.BytesIO object at 0x7f3a2c1d5e40>", type="BadRequestError",
+                                         code=None)
+    return None
+
+
 def context_overflow_error() -> UpstreamError:
     return UpstreamError(400, CONTEXT_LENGTH_MESSAGE, param="messages", code="context_length_exceeded")
 
@@ -373,6 +400,9 @@ def plan_chat(body: object, digest: str) -> ChatPlan:
     directives = parse_directives(_last_user_text(messages, texts))
     if directives.error is not None:
         raise status_error(directives.error)
+    image_failure = image_error(messages)
+    if image_failure is not None:
+        raise image_failure
     if directives.context_overflow or sum(map(len, texts)) > MAX_CONTEXT_CHARS:
         raise context_overflow_error()
     last = messages[-1]

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import base64
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import openai
 import pytest
 from pydantic import BaseModel
+
+from fake_upstream.server import running_fake_upstream
+from support.live_stack import run_yaml, served
 
 WEATHER: Any = {
     "type": "function", "name": "get_weather", "description": "Weather for a city",
@@ -368,3 +373,33 @@ def test_image_urls_the_model_cannot_take_get_openais_codes(openai_client: opena
     with pytest.raises(openai.BadRequestError) as refused:
         openai_client.responses.create(model=text_model, input=[{"role": "user", "content": [{"type": "input_image", "image_url": url}]}])
     assert (refused.value.code, refused.value.param) == (code, "input[0].content[0].image_url")
+
+
+@pytest.fixture(scope="module", params=["server", "library"])
+def vision_stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[openai.OpenAI]:
+    """A stack in front of the fake upstream, which words image failures as vLLM does."""
+    with running_fake_upstream() as upstream:
+        with served(request.param, run_yaml(tmp_path_factory.mktemp("vision"), upstream.base_url, name="vision")) as client:
+            yield client
+
+
+PNG_HEADER_ONLY = "data:image/png;base64,iVBORw0KGgo="
+NOT_AN_IMAGE = "data:image/png;base64," + base64.b64encode(b"these bytes are text, not a picture").decode()
+
+
+@pytest.mark.parametrize(("url", "code"), [
+    ("https://unreachable.invalid/cat.png", "failed_to_download_image"),  # vLLM: a 500 "Failed to fetch image from ..."
+    (NOT_AN_IMAGE, "invalid_image_format"),  # vLLM: a 400 "cannot identify image file ..."
+])
+def test_an_image_the_model_server_refuses_in_its_own_words_gets_openais_code(vision_stack: openai.OpenAI, url: str, code: str) -> None:
+    content: Any = [{"type": "input_text", "text": "what is this?"}, {"type": "input_image", "image_url": url}]
+    with pytest.raises(openai.BadRequestError) as refused:
+        vision_stack.responses.create(model="fake-model", input=[{"role": "user", "content": content}])
+    assert refused.value.code == code
+    with vision_stack.responses.stream(model="fake-model", input=[{"role": "user", "content": content}]) as stream:
+        events = list(stream)
+    failed = events[-1]
+    assert failed.type == "response.failed" and failed.response.error is not None and failed.response.error.code == code
+    # The same image that is one: answered.
+    fine = [{"type": "input_text", "text": "[tokens:1] what is this?"}, {"type": "input_image", "image_url": PNG_HEADER_ONLY}]
+    assert vision_stack.responses.create(model="fake-model", input=[{"role": "user", "content": fine}]).status == "completed"

@@ -4,15 +4,20 @@ mode: the span tree of a chat completion, a streamed one, and a response that ca
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import openai
 import pytest
+import uvicorn
 
 from fake_mcp.servers import McpServers
 from fake_upstream.server import running_fake_upstream
 from runtime.library_client import LibraryClient
+from runtime.testing.targets import free_port
 from support.live_stack import run_yaml
 
 TRACING = """server:
@@ -100,3 +105,30 @@ def test_a_request_the_sampler_leaves_out_makes_no_span_at_all(tmp_path: Path) -
         with LibraryClient(path, env={}) as library:
             library.openai(max_retries=0).chat.completions.create(model="fake-model", messages=[{"role": "user", "content": "hi"}])
             assert spans(library) == []
+
+
+def test_a_websocket_connection_is_a_server_span_with_its_responses_inside(library: LibraryClient) -> None:
+    # The library client has no WebSocket transport: its app, served by uvicorn on the library's own loop.
+    server = uvicorn.Server(uvicorn.Config(library.app, host="127.0.0.1", port=free_port(), lifespan="off", log_config=None,
+                                           ws="websockets-sansio"))
+    serving = asyncio.run_coroutine_threadsafe(server.serve(), library._running_loop().loop)
+    deadline = time.monotonic() + 10
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.02)
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{server.config.port}/v1", api_key="none", max_retries=0)
+    try:
+        with client.responses.connect() as connection:
+            for text in ("[tokens:2] one", "[tokens:1] two"):
+                connection.response.create(model="fake-model", input=text)
+                for event in connection:
+                    if event.type == "response.completed":
+                        break
+    finally:
+        server.should_exit = True
+        serving.result(timeout=10)
+    found = spans(library)
+    sockets = [span for span in found if span.name == "WS /v1/responses"]
+    assert len(sockets) == 1
+    assert sockets[0].attributes["http.route"] == "/v1/responses" and sockets[0].attributes["http.response.status_code"] == 101
+    model_calls = [span for span in children(found, sockets[0]) if span.name == "chat fake-model"]
+    assert len(model_calls) == 2  # each response's model call is inside the connection's span
