@@ -164,3 +164,18 @@ def test_list_limits_are_checked(openai_client: openai.OpenAI) -> None:
     conversation = openai_client.conversations.create()
     with pytest.raises(openai.BadRequestError):
         openai_client.conversations.items.list(conversation.id, limit=101)
+
+
+def test_an_unknown_parameter_is_refused_not_dropped(openai_client: openai.OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError) as error:
+        openai_client.conversations.create(metadata={"k": "v"}, extra_body={"metdata": {"typo": "yes"}})
+    assert (error.value.code, error.value.param) == ("unknown_parameter", "metdata")
+    conversation = openai_client.conversations.create()
+    with pytest.raises(openai.BadRequestError) as error:
+        openai_client.conversations.update(conversation.id, metadata={}, extra_body={"title": "x"})
+    assert error.value.param == "title"
+    with pytest.raises(openai.BadRequestError) as error:
+        openai_client.conversations.items.create(conversation.id, items=[{"type": "message", "role": "user", "content": "hi"}],
+                                                 extra_body={"position": 0})
+    assert error.value.param == "position"
+    assert openai_client.conversations.items.list(conversation.id).data == []  # nothing was added

@@ -21,7 +21,7 @@ def router(impl: ConversationsProvider) -> APIRouter:
     @routes.post("/conversations", summary="Create a conversation, with up to 20 initial items", openapi_extra=json_body([], {
         "items": {"type": ["array", "null"], "maxItems": 20, "items": {"type": "object"}}, "metadata": METADATA_SCHEMA}, more=False, optional=True))
     async def create_conversation(request: Request) -> Response:
-        body = await _body(request, allow_empty=True)
+        body = await _body(request, ("items", "metadata"), allow_empty=True)
         return JSONBytes(await impl.create_conversation(body.get("items"), body.get("metadata")))
 
     @routes.get("/conversations/{conversation_id}", summary="Get a conversation")
@@ -30,10 +30,10 @@ def router(impl: ConversationsProvider) -> APIRouter:
         return JSONBytes(await impl.get_conversation(conversation_id))
 
     @routes.post("/conversations/{conversation_id}", summary="Update a conversation's metadata",
-                 openapi_extra=json_body(["metadata"], {"metadata": METADATA_SCHEMA}))
+                 openapi_extra=json_body(["metadata"], {"metadata": METADATA_SCHEMA}, more=False))
     async def update_conversation(conversation_id: str, request: Request) -> Response:
         validate_id(conversation_id, "conversation_id", "conv")
-        body = await _body(request)
+        body = await _body(request, ("metadata",))
         if "metadata" not in body:
             raise InvalidRequestError("Missing required parameter: 'metadata'.", param="metadata", code="missing_required_parameter")
         return JSONBytes(await impl.update_conversation(conversation_id, body["metadata"]))
@@ -44,10 +44,10 @@ def router(impl: ConversationsProvider) -> APIRouter:
         return JSONBytes(await impl.delete_conversation(conversation_id))
 
     @routes.post("/conversations/{conversation_id}/items", summary="Add up to 20 items to a conversation", openapi_extra=json_body(
-        ["items"], {"items": {"type": "array", "minItems": 1, "maxItems": 20, "items": {"type": "object"}}}))
+        ["items"], {"items": {"type": "array", "minItems": 1, "maxItems": 20, "items": {"type": "object"}}}, more=False))
     async def add_items(conversation_id: str, request: Request) -> Response:
         validate_id(conversation_id, "conversation_id", "conv")
-        body = await _body(request)
+        body = await _body(request, ("items",))
         if "items" not in body:
             raise InvalidRequestError("Missing required parameter: 'items'.", param="items", code="missing_required_parameter")
         return JSONBytes(await impl.add_items(conversation_id, body["items"]))
@@ -72,8 +72,12 @@ def router(impl: ConversationsProvider) -> APIRouter:
     return routes
 
 
-async def _body(request: Request, allow_empty: bool = False) -> dict[str, Any]:
+async def _body(request: Request, known: tuple[str, ...], allow_empty: bool = False) -> dict[str, Any]:
     raw = await request.body()
     if allow_empty and not raw.strip():
         return {}
-    return parse_json_object(raw)
+    body = parse_json_object(raw)
+    for key in body:
+        if key not in known:  # as OpenAI: a misspelt field is refused, not silently dropped
+            raise InvalidRequestError(f"Unknown parameter: '{key[:64]}'.", param=key[:64], code="unknown_parameter")
+    return body
