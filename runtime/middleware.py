@@ -40,10 +40,17 @@ class Draining:
 
     def __init__(self) -> None:
         self.started = False
+        self.begun = asyncio.Event()
+        """Set with `started`: what waits idle (a WebSocket between responses) ends then."""
         self.ending = False
         self._streams: set[asyncio.Task[Any]] = set()
         self.unanswered: dict[asyncio.Task[Any], Callable[[], bool]] = {}
         """Request tasks, each with whether its response has started (RequestGuard keeps it)."""
+
+    def begin(self) -> None:
+        """The shutdown has begun: refuse new requests, let idle WebSockets go."""
+        self.started = True
+        self.begun.set()
 
     @contextlib.contextmanager
     def streaming(self) -> Iterator[asyncio.Task[Any] | None]:

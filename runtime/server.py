@@ -51,10 +51,21 @@ async def serve(plan: StackPlan, host: str | None = None, port: int | None = Non
 
 def _websocket_protocol(*args: Any, **kwargs: Any) -> Any:
     """uvicorn's WebSocket protocol (websockets' sans-I/O implementation), imported on the first
-    WebSocket handshake rather than at start-up, where it cost about 110 ms here."""
+    WebSocket handshake rather than at start-up, where it cost about 110 ms here; its shutdown
+    leaves an open connection to the app, which drains it (runtime/apis/responses/websocket.py)."""
     from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
-    return WebSocketsSansIOProtocol(*args, **kwargs)
+    class DrainedWebSocket(WebSocketsSansIOProtocol):
+        def shutdown(self) -> None:
+            # uvicorn closes every WebSocket (1012) the moment shutdown begins, cutting a response
+            # under way with no last event. An open connection is the app's to close instead: after
+            # the response it is answering (ended with response.failed if the grace period runs
+            # out), or at once when idle. uvicorn still cancels whatever outlives the grace period.
+            if self.handshake_complete and not self.close_sent:
+                return
+            super().shutdown()
+
+    return DrainedWebSocket(*args, **kwargs)
 
 
 def _freeze_startup_objects() -> None:
@@ -96,7 +107,7 @@ def _begin_shutdown(app: Any, implementations: Iterable[Any], grace_s: float) ->
     cancels what is left, the streams still under way are ended, each with a last event."""
     if app.state.draining.started:
         return  # a second signal: the first one's shutdown goes on
-    app.state.draining.started = True
+    app.state.draining.begin()
     implementations = list(implementations)
     _call_hooks(implementations, "begin_shutdown")
 

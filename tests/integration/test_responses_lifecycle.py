@@ -7,7 +7,9 @@ import concurrent.futures
 import json
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx2
 import openai
@@ -370,3 +372,52 @@ def test_a_function_output_with_an_image_reaches_the_model_right_after_its_call(
     assert messages[-1]["content"] == "quickly"
     [stored] = [item for item in client.responses.input_items.list(answered.id).data if item.type == "function_call_output"]
     assert stored.output[1].file_id == image_id  # type: ignore[union-attr,index]  # the stored input keeps the id
+
+
+def _ws_events(socket: Any) -> Iterator[dict[str, Any]]:
+    while True:
+        yield json.loads(socket.recv(timeout=15))
+
+
+def test_a_graceful_shutdown_drains_websockets(upstream: FakeUpstream, tmp_path: Path) -> None:
+    """SIGTERM with three WebSocket connections: one idle, one whose response ends within the grace
+    period, one whose response outlives it. The idle one is closed at once with 1012; the short
+    response finishes (response.completed) before its connection closes; the long one gets
+    response.failed saying why at the end of the grace period; then each closes with 1012 (uvicorn
+    alone would cut every one at the signal, with no last event)."""
+    from websockets.exceptions import ConnectionClosed
+    from websockets.sync.client import connect
+
+    env = live_env(upstream, tmp_path, STACK_TEST_SHUTDOWN_GRACE_S="3")
+    port = free_port()
+    base = f"http://127.0.0.1:{port}/v1"
+    server = start_server(env, port)
+    try:
+        wait_for(lambda: healthy(base))
+        url = f"ws://127.0.0.1:{port}/v1/responses"
+        with connect(url) as idle, connect(url) as short, connect(url) as long:
+            short.send(json.dumps({"type": "response.create", "model": "fake-model", "input": "[tokens:12] [slow:100]"}))
+            long.send(json.dumps({"type": "response.create", "model": "fake-model", "input": "[tokens:200] [slow:100]"}))
+            short_events, long_events = _ws_events(short), _ws_events(long)
+            seen_short = [next(short_events) for _ in range(4)]
+            seen_long = [next(long_events) for _ in range(4)]
+            signalled = time.monotonic()
+            server.send_signal(signal.SIGTERM)
+            with pytest.raises(ConnectionClosed) as idle_closed:
+                idle.recv(timeout=5)
+            assert idle_closed.value.rcvd is not None and idle_closed.value.rcvd.code == 1012
+            assert time.monotonic() - signalled < 1.5  # at once, not at the end of the grace period
+            for events, seen in ((short_events, seen_short), (long_events, seen_long)):
+                with pytest.raises(ConnectionClosed) as closed:
+                    for event in events:
+                        seen.append(event)
+                assert closed.value.rcvd is not None and closed.value.rcvd.code == 1012
+        assert seen_short[-1]["type"] == "response.completed"
+        assert seen_long[-1]["type"] == "response.failed"
+        assert seen_long[-1]["response"]["error"] == {"code": "server_error", "message": "The server shut down before this response finished."}
+        assert [event["sequence_number"] for event in seen_long] == list(range(len(seen_long)))
+        assert server.wait(timeout=15) == 0
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()

@@ -11,6 +11,7 @@ message.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections import OrderedDict
 from typing import Any
@@ -23,6 +24,7 @@ from runtime.apis.items import new_id, normalize_input
 from runtime.apis.responses.models import CreateResponse, response_object, shown_event
 from runtime.apis.responses.protocol import ResponsesProvider
 from runtime.errors import APIError, InvalidRequestError, error_body, validation_error_body
+from runtime.middleware import Draining
 
 __all__ = ["serve_connection"]
 
@@ -46,15 +48,39 @@ class _Context:
 
 
 async def serve_connection(socket: WebSocket, impl: ResponsesProvider) -> None:
-    """Answer a connection's `response.create` messages in order, until the client closes it."""
+    """Answer a connection's `response.create` messages in order, until the client closes it or
+    the server shuts down: then the response under way is let finish (or ended with its last event
+    when the grace period runs out) and the connection closed with 1012 (service restart), at once
+    if it is idle, so that the client reconnects elsewhere."""
     await socket.accept()
     context = _Context()
+    draining: Draining | None = getattr(socket.app.state, "draining", None)
     try:
         while True:
-            message = await socket.receive_text()
+            message = await _next_message(socket, draining)
+            if message is None:
+                await socket.close(1012, "The server is restarting: reconnect.")
+                return
             await _answer(socket, impl, message, context)
     except WebSocketDisconnect:
         return
+
+
+async def _next_message(socket: WebSocket, draining: Draining | None) -> str | None:
+    """The client's next message; None once the server shuts down."""
+    if draining is None:
+        return await socket.receive_text()
+    if draining.started:
+        return None
+    receiving = asyncio.ensure_future(socket.receive_text())
+    stopping = asyncio.ensure_future(draining.begun.wait())
+    try:
+        await asyncio.wait([receiving, stopping], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+        if not receiving.done():
+            receiving.cancel()
+    return receiving.result() if receiving.done() and not receiving.cancelled() else None
 
 
 async def _answer(socket: WebSocket, impl: ResponsesProvider, message: str, context: _Context) -> None:
