@@ -286,6 +286,9 @@ class ServerConfig(_Strict):
     cors: CorsConfig | None = None
     max_request_bytes: int = Field(default=32 * 1024 * 1024, ge=1024)
     """Requests whose body is larger are refused with a 413."""
+    workers: int = Field(default=1, ge=1, le=64)
+    """Server processes sharing the port (`stack run --workers N` overrides): each runs the whole
+    stack; they share state through the storage (runtime/workers.py)."""
     shutdown_grace_s: int = Field(default=30, ge=0, le=3600)
     """On SIGTERM/SIGINT: how long requests and streams under way may take to finish (new ones
     are refused meanwhile) before the rest are ended."""

@@ -39,6 +39,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("config", help="a distribution name (see list-distributions) or a path to a run.yaml")
     run.add_argument("--port", type=int, default=None, help="port to listen on (default: server.port, 8321)")
     run.add_argument("--host", default=None, help="address to bind (default: server.host)")
+    run.add_argument("--workers", type=int, default=None, help="server processes sharing the port (default: server.workers, 1)")
     run.set_defaults(handler=_run)
 
     build = commands.add_parser("build", help="resolve a run.yaml and render what it takes to deploy it")
@@ -79,7 +80,20 @@ def _run(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=os.environ.get("STACK_LOG_LEVEL", "INFO").upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     plan = load_plan(args.config, os.environ)
-    run_server(plan, host=args.host, port=args.port)
+    from runtime.workers import WORKER_ENV, supervise
+
+    workers = args.workers if args.workers is not None else plan.config.server.workers
+    if workers < 1:
+        print("error: --workers must be at least 1", file=sys.stderr)
+        return 2
+    worker = WORKER_ENV in os.environ
+    if workers > 1 and not worker:
+        port = args.port if args.port is not None else plan.config.server.port
+        if port == 0:
+            print("error: several workers need a fixed port (server.port or --port), not 0", file=sys.stderr)
+            return 2
+        return supervise(args.config, workers, args.host, port, plan.config.server.shutdown_grace_s)
+    run_server(plan, host=args.host, port=args.port, reuse_port=worker)
     return 0
 
 

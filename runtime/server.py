@@ -7,6 +7,7 @@ import contextlib
 import gc
 import logging
 import signal
+import socket
 from collections.abc import Callable, Coroutine, Iterable, Iterator
 from typing import Any
 
@@ -21,8 +22,9 @@ __all__ = ["run_server", "serve"]
 log = logging.getLogger("stack")
 
 
-async def serve(plan: StackPlan, host: str | None = None, port: int | None = None) -> None:
-    """Serve `plan` until the process is asked to stop; in-flight requests are let finish."""
+async def serve(plan: StackPlan, host: str | None = None, port: int | None = None, reuse_port: bool = False) -> None:
+    """Serve `plan` until the process is asked to stop; in-flight requests are let finish. With
+    `reuse_port`, the port is shared with the other workers of `stack run --workers N`."""
     server_config = plan.config.server
     async with open_stack(plan) as stack:
         app = create_app(stack)
@@ -45,8 +47,20 @@ async def serve(plan: StackPlan, host: str | None = None, port: int | None = Non
         server = _Server(config)
         _stop_on_signals(server, lambda: _begin_shutdown(app, stack.impls.values(), server_config.shutdown_grace_s))
         log.info("serving %s on %s://%s:%d", plan.config.name, "https" if server_config.tls_certfile else "http", config.host, config.port)
-        await server.serve()
+        await server.serve(sockets=[_shared_socket(config.host, config.port)] if reuse_port else None)
     log.info("stopped")
+
+
+def _shared_socket(host: str, port: int) -> socket.socket:
+    """A listening socket on `port` that other processes bind too (the kernel spreads connections)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
 
 
 def _websocket_protocol(*args: Any, **kwargs: Any) -> Any:
@@ -128,16 +142,16 @@ def _call_hooks(implementations: Iterable[Any], name: str) -> None:
                 log.exception("%s of %s failed", name, type(implementation).__name__)
 
 
-def run_server(plan: StackPlan, host: str | None = None, port: int | None = None) -> None:
+def run_server(plan: StackPlan, host: str | None = None, port: int | None = None, reuse_port: bool = False) -> None:
     settings = plan.config.server.logging
     if settings is None:
-        _run(serve(plan, host, port))
+        _run(serve(plan, host, port, reuse_port))
         return
     from runtime import logs
 
     writer = logs.configure(settings)
     try:
-        _run(serve(plan, host, port))
+        _run(serve(plan, host, port, reuse_port))
     finally:
         writer.close()  # writes what is still queued
 

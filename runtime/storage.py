@@ -27,11 +27,19 @@ WAL frames are copied back into the database file (a checkpoint) by a thread of 
 `Database`, every half second, instead of by whichever commit crosses SQLite's 1,000-page mark:
 that copy and its fsync took several milliseconds and landed on one request in sixty. The
 automatic checkpoint stays on, further out, as a backstop.
+
+Several processes may write one SQLite file (`stack run --workers N`). SQLite makes a writer that
+finds another process's lock poll for it, sleeping up to 100 ms between tries, which left the
+processes idle much of the time; each write transaction therefore first takes an advisory lock on
+a file beside the database (`flock`, released at commit), which the kernel hands to the next
+process the moment it is free. Alone, a process takes it uncontended: two system calls a group.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
 import functools
 import importlib.util
 import logging
@@ -117,6 +125,7 @@ class Database:
         self._write_thread = ThreadPoolExecutor(1, thread_name_prefix="stack-sqlite-write") if sqlite_sync else None
         self._read_threads = ThreadPoolExecutor(4, thread_name_prefix="stack-sqlite-read") if sqlite_sync else None
         self._sqlite_path = sqlite_path
+        self._file_lock = _FileLock(sqlite_path.with_name(sqlite_path.name + ".write-lock")) if sqlite_path is not None else None
         self._system = "sqlite" if sqlite_path is not None else "postgresql"
         self._checkpointer: _Checkpointer | None = None
 
@@ -147,7 +156,7 @@ class Database:
         if self._committer is None and not self._write_lock.locked():
             # Nobody else is writing: no group to form, so no task to form it in.
             async with self._write_lock:
-                return await loop.run_in_executor(self._write_thread, _write_sync, self._sync, work)
+                return await loop.run_in_executor(self._write_thread, _write_sync, self._sync, work, self._file_lock)
         done: asyncio.Future[T] = loop.create_future()
         self._queued.append((work, done))
         if self._committer is None:
@@ -164,7 +173,8 @@ class Database:
                 async with self._write_lock:
                     group, self._queued = self._queued, []
                     group = [(work, done) for work, done in group if not done.cancelled()]
-                    outcomes = await loop.run_in_executor(self._write_thread, _write_group_sync, self._sync, [work for work, _ in group])
+                    outcomes = await loop.run_in_executor(self._write_thread, _write_group_sync, self._sync, [work for work, _ in group],
+                                                          self._file_lock)
                 for (_, done), (ok, value) in zip(group, outcomes):
                     if done.cancelled():
                         continue
@@ -306,8 +316,26 @@ def _rowcount(result: sa.CursorResult[Any]) -> int:
     return result.rowcount
 
 
-def _write_sync(engine: sa.Engine, work: Callable[[sa.Connection], T]) -> T:
-    with engine.connect() as conn:
+class _FileLock:
+    """An exclusive advisory lock (flock) on a file, across processes; used by one thread per
+    process (the database's writer), so it needs no lock of its own in the process."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    def __enter__(self) -> None:
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
+
+    def __exit__(self, *_exc: object) -> None:
+        assert self._fd is not None
+        fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+
+def _write_sync(engine: sa.Engine, work: Callable[[sa.Connection], T], lock: _FileLock | None = None) -> T:
+    with lock if lock is not None else contextlib.nullcontext(), engine.connect() as conn:
         conn = conn.execution_options(**{_BEGIN_OPTION: "BEGIN IMMEDIATE"})
         with conn.begin():
             return work(conn)
@@ -316,12 +344,12 @@ def _write_sync(engine: sa.Engine, work: Callable[[sa.Connection], T]) -> T:
 Outcome = tuple[bool, Any]  # (True, result) or (False, the exception raised)
 
 
-def _write_group_sync(engine: sa.Engine, works: list[Callable[[sa.Connection], Any]]) -> list[Outcome]:
+def _write_group_sync(engine: sa.Engine, works: list[Callable[[sa.Connection], Any]], lock: _FileLock | None = None) -> list[Outcome]:
     """Run `works` in one transaction; if any of them fails, run each in a transaction of its
     own instead, so a write's failure is its own."""
     if len(works) > 1:
         try:
-            with engine.connect() as conn:
+            with lock if lock is not None else contextlib.nullcontext(), engine.connect() as conn:
                 conn = conn.execution_options(**{_BEGIN_OPTION: "BEGIN IMMEDIATE"})
                 with conn.begin():
                     return [(True, work(conn)) for work in works]
@@ -330,7 +358,7 @@ def _write_group_sync(engine: sa.Engine, works: list[Callable[[sa.Connection], A
     outcomes: list[Outcome] = []
     for work in works:
         try:
-            outcomes.append((True, _write_sync(engine, work)))
+            outcomes.append((True, _write_sync(engine, work, lock)))
         except Exception as error:
             outcomes.append((False, error))
     return outcomes

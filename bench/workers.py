@@ -1,0 +1,87 @@
+"""Workers: requests/s of `stack run --workers 1` against `--workers 2` on this 2-core machine.
+
+Starts the fake upstream and `stack run bench/stack-run.yaml --workers N` (SQLite state in a
+temporary directory), every process free to use both cores (the upstream shares them with the
+stack, as the issue asks), and measures, with the raw-asyncio keep-alive client of
+bench/common.py, the throughput of plain chat completions and of stored responses at c=64 over a
+fixed window, for N = 1 then N = 2. Errors are counted: a "database is locked" would be one.
+
+    .venv/bin/python bench/workers.py [--duration 8] [--concurrency 64] [--repeats 2]
+
+Target (issue 14): 2 workers at least 1.6 times 1 worker for stored responses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import (  # noqa: E402
+    ROOT, STACK, free_port, measure_throughput, post, read_listening_url, stop, wait_healthy,
+)
+
+RUN_YAML = ROOT / "bench" / "stack-run.yaml"
+CHAT = {"model": "fake-model", "messages": [{"role": "user", "content": "[tokens:64] benchmark"}]}
+RESPONSE = {"model": "fake-model", "input": "[tokens:64] benchmark"}
+
+
+async def measure(workers: int, duration: float, concurrency: int) -> dict[str, tuple[float, int]]:
+    with tempfile.TemporaryDirectory(prefix="stack-bench-workers-") as temp:
+        logs = Path(temp)
+        env = dict(os.environ, PYTHONPATH=str(ROOT / "tests"))
+        with (logs / "upstream.log").open("ab") as sink:
+            upstream = subprocess.Popen([sys.executable, "-m", "fake_upstream", "--port", "0"], cwd=ROOT, env=env,
+                                        stdout=subprocess.PIPE, stderr=sink, start_new_session=True)
+        processes = [upstream]
+        try:
+            url = read_listening_url(upstream)
+            port = free_port()
+            stack_env = dict(os.environ, BENCH_UPSTREAM_URL=f"{url}/v1", BENCH_STATE_DIR=str(logs / "state"),
+                             STACK_RECORDING_MODE="live", STACK_LOG_LEVEL="WARNING")
+            with (logs / "stack.log").open("ab") as sink:
+                stack = subprocess.Popen([STACK, "run", str(RUN_YAML), "--port", str(port), "--workers", str(workers)], cwd=ROOT,
+                                         env=stack_env, stdout=sink, stderr=sink, start_new_session=True)
+            processes.append(stack)
+            await wait_healthy(port, "/v1/health", stack)
+            await asyncio.sleep(1.5)  # every worker listening, not only the first
+            results = {}
+            for name, path, body, expect in (("chat", "/v1/chat/completions", CHAT, b'"chat.completion"'),
+                                             ("stored responses", "/v1/responses", RESPONSE, b'"completed"')):
+                measured = await measure_throughput(port, [post(port, path, body, expect)], concurrency, duration, 2.0, {})
+                results[name] = (measured.rps, measured.errors)
+            return results
+        finally:
+            for process in reversed(processes):
+                stop(process)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--duration", type=float, default=8.0)
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=2, help="runs of each worker count, interleaved; the median is kept")
+    options = parser.parse_args()
+    runs: dict[int, list[dict[str, tuple[float, int]]]] = {1: [], 2: []}
+    for _ in range(options.repeats):
+        for workers in (1, 2):
+            runs[workers].append(asyncio.run(measure(workers, options.duration, options.concurrency)))
+            print(f"  ... {workers} worker(s): {runs[workers][-1]}", file=sys.stderr)
+    print(f"c={options.concurrency}, {options.duration:g} s windows, median of {options.repeats}")
+    print(f"{'measure':<22}{'1 worker':>14}{'2 workers':>14}{'ratio':>8}{'errors':>8}")
+    for name in ("chat", "stored responses"):
+        one = statistics.median(run[name][0] for run in runs[1])
+        two = statistics.median(run[name][0] for run in runs[2])
+        errors = sum(run[name][1] for count in runs.values() for run in count)
+        print(f"{name:<22}{one:>12,.0f}/s{two:>12,.0f}/s{two / one:>8.2f}{errors:>8}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,126 @@
+"""`stack run --workers N` (issue 14, item 1): N processes serving one port on one SQLite file,
+under concurrent stored responses and conversation appends, with no "database is locked" for any
+client; both workers serve; SIGTERM drains and stops them all."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx2
+import openai
+
+from fake_upstream.server import FakeUpstream
+from runtime.testing.targets import free_port
+from support.live_stack import run_yaml
+
+PROVIDERS = "  conversations: [{provider_id: builtin, provider_type: builtin}]\n"
+
+
+def children_of(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def test_two_workers_share_the_port_and_the_sqlite_file(tmp_path: Path, upstream: FakeUpstream) -> None:
+    config = run_yaml(tmp_path, upstream.base_url, providers=PROVIDERS + "server:\n  workers: 2\n", name="workers")
+    port = free_port()
+    base = f"http://127.0.0.1:{port}/v1"
+    supervisor = subprocess.Popen([sys.executable, "-m", "runtime.cli", "run", str(config), "--port", str(port)],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert supervisor.poll() is None, supervisor.stderr.read() if supervisor.stderr else ""
+            workers = children_of(supervisor.pid)
+            try:
+                if len(workers) == 2 and httpx2.get(f"{base}/health", timeout=1).status_code == 200:
+                    break
+            except httpx2.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "the workers did not come up"
+            time.sleep(0.1)
+        time.sleep(1.0)  # both listening, not only the first
+        conversation = openai.OpenAI(base_url=base, api_key="none", max_retries=0).conversations.create()
+
+        def turn(number: int) -> str:
+            # A fresh connection each time, so the kernel spreads them over both workers.
+            with openai.OpenAI(base_url=base, api_key="none", max_retries=0, timeout=60) as client:
+                if number % 2:
+                    return client.responses.create(model="fake-model", input=f"[tokens:3] turn {number}").status
+                client.conversations.items.create(conversation.id, items=[
+                    {"type": "message", "role": "user", "content": f"item {number}"}])
+                return "completed"
+
+        with concurrent.futures.ThreadPoolExecutor(64) as pool:
+            outcomes = list(pool.map(turn, range(256)))
+        assert outcomes == ["completed"] * 256  # no client saw "database is locked", nor any error
+        with openai.OpenAI(base_url=base, api_key="none", max_retries=0) as client:
+            items = list(client.conversations.items.list(conversation.id, limit=100, order="asc").iter_pages())
+            assert sum(len(page.data) for page in items) == 128  # every append landed, none twice
+        owners = {row[0] for row in sqlite3.connect(tmp_path / "state" / "stack.db").execute("SELECT owner FROM responses")}
+        assert len({owner.split(":")[1] for owner in owners}) == 2  # both workers produced responses
+        supervisor.send_signal(signal.SIGTERM)
+        assert supervisor.wait(timeout=30) == 0
+        assert not any(Path(f"/proc/{pid}").exists() for pid in workers)
+    finally:
+        if supervisor.poll() is None:
+            supervisor.kill()
+            supervisor.wait()
+
+
+def test_a_worker_that_dies_is_started_again_and_the_others_serve_meanwhile(tmp_path: Path, upstream: FakeUpstream) -> None:
+    config = run_yaml(tmp_path, upstream.base_url, name="workers")
+    port = free_port()
+    base = f"http://127.0.0.1:{port}/v1"
+    supervisor = subprocess.Popen([sys.executable, "-m", "runtime.cli", "run", str(config), "--port", str(port), "--workers", "2"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while len(children_of(supervisor.pid)) < 2 or not _healthy(base):
+            assert supervisor.poll() is None and time.monotonic() < deadline
+            time.sleep(0.1)
+        first, second = children_of(supervisor.pid)
+        subprocess.run(["kill", "-9", str(first)], check=True)
+        for _ in range(20):  # the other one answers meanwhile
+            assert _healthy(base)
+        deadline = time.monotonic() + 30
+        while True:
+            now = children_of(supervisor.pid)
+            if len(now) == 2 and first not in now:
+                break
+            assert time.monotonic() < deadline, "the dead worker was not replaced"
+            time.sleep(0.1)
+        assert second in now
+        supervisor.send_signal(signal.SIGINT)
+        assert supervisor.wait(timeout=30) == 0
+    finally:
+        if supervisor.poll() is None:
+            supervisor.kill()
+            supervisor.wait()
+
+
+def test_several_workers_need_a_fixed_port(tmp_path: Path, upstream: FakeUpstream) -> None:
+    config = run_yaml(tmp_path, upstream.base_url, name="workers")
+    refused = subprocess.run([sys.executable, "-m", "runtime.cli", "run", str(config), "--port", "0", "--workers", "2"],
+                             capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "fixed port" in refused.stderr
+
+
+def _healthy(base: str) -> bool:
+    try:
+        return httpx2.get(f"{base}/health", timeout=1).status_code == 200
+    except httpx2.HTTPError:
+        return False
