@@ -15,7 +15,8 @@ The output directory gets four files, each from a jinja2 template in `builder/te
   not run is the deployer's call, not the builder's. The server line is `stack==<version>`;
   `STACK_BUILD_SERVER_REQUIREMENT` replaces it (e.g. a path to a checkout), and an empty value
   leaves it out.
-- `Containerfile`: a python:3.11-slim image that installs the requirements and runs the stack,
+- `Containerfile`: a python:3.11-slim image that installs the requirements and runs the stack as
+  an unprivileged user, with a health check on /v1/health,
   keeping provider state on a `/data` volume.
 - `launch.sh`: starts the stack from the rendered run.yaml, in the built venv if there is one.
 
@@ -146,8 +147,14 @@ def render_containerfile(plan: StackPlan) -> str:
     host = plan.config.server.host
     rebind = _is_loopback(host)
     command = ["stack", "run", "/app/run.yaml", *(["--host", "0.0.0.0"] if rebind else [])]
+    server = plan.config.server
+    scheme = "https" if server.tls_certfile else "http"
+    # A certificate for the service's name does not name 127.0.0.1: the check trusts this one hop.
+    context = ", context=__import__('ssl')._create_unverified_context()" if server.tls_certfile else ""
+    health = ["python", "-c", f"import urllib.request; urllib.request.urlopen('{scheme}://127.0.0.1:{server.port}/v1/health', "
+                              f"timeout=2{context})"]
     return _render(
-        "Containerfile.j2", name=plan.config.name, port=plan.config.server.port, host=host, rebind=rebind, command=command
+        "Containerfile.j2", name=plan.config.name, port=server.port, host=host, rebind=rebind, command=command, health=health
     )
 
 

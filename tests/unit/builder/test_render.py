@@ -276,3 +276,28 @@ def test_a_third_party_provider_brings_its_own_package(installed_plugins: Path, 
 
     text = render_requirements(load_plan(config, {}), server="")
     assert "stack-example-plugin==1.0.0" in text.splitlines()
+
+
+def test_the_image_runs_as_an_unprivileged_user_and_checks_its_own_health(tmp_path: Path) -> None:
+    import json
+    import re
+    import sys
+
+    from runtime.testing.targets import free_port, running_server
+
+    port = free_port()
+    config = tmp_path / "run.yaml"
+    config.write_text(f"name: healthy\nstate_dir: {tmp_path / 'state'}\nserver:\n  port: {port}\n")
+    assert build(config, output=tmp_path / "out", venv=None, env={}) == 0
+    containerfile = (tmp_path / "out" / "Containerfile").read_text()
+    assert "USER 10001\n" in containerfile and "useradd --system --uid 10001" in containerfile
+    assert containerfile.index("USER 10001") < containerfile.index("CMD [\"stack\"")
+    found = re.search(r"HEALTHCHECK [^\n]*\\\n\s+CMD (\[.*\])\n", containerfile)
+    assert found is not None, containerfile
+    check = json.loads(found.group(1))
+    assert check[0] == "python"
+    check[0] = sys.executable  # the image's python, here
+    assert subprocess.run(check, capture_output=True, timeout=30).returncode != 0  # nothing answers yet
+    with running_server(str(config), port=port):
+        healthy = subprocess.run(check, capture_output=True, timeout=30)
+        assert healthy.returncode == 0, healthy.stderr
