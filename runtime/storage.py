@@ -106,8 +106,10 @@ class Database:
     """
 
     def __init__(self, dialect: str, make_engine: Callable[[], AsyncEngine], sqlite_sync: sa.Engine | None = None,
-                 sqlite_path: Path | None = None) -> None:
+                 sqlite_path: Path | None = None, listen_dsn: str | None = None) -> None:
         self._engine: AsyncEngine | None = None
+        self._subscribers: dict[str, list[Callable[[str], None]]] = {}
+        self._listener = _PgListener(listen_dsn, self._deliver) if listen_dsn is not None else None
         self._make_engine = make_engine
         self.dialect = dialect
         if self.dialect not in ("sqlite", "postgresql"):
@@ -276,9 +278,35 @@ class Database:
             )
         await self.execute(stmt)
 
+    # --- signals between processes ----------------------------------------------------------
+
+    async def subscribe(self, channel: str, callback: Callable[[str], None]) -> None:
+        """Call `callback(payload)` for each `notify(channel, payload)`: from every process on
+        PostgreSQL (LISTEN/NOTIFY), from this process on SQLite (whose other processes do not
+        hear it: they must find out some other way, such as a lease renewal)."""
+        self._subscribers.setdefault(channel, []).append(callback)
+        if self._listener is not None:
+            await self._listener.listen(channel)
+
+    async def notify(self, channel: str, payload: str) -> None:
+        """Tell the subscribers of `channel`, in every process that listens (see `subscribe`)."""
+        if self._listener is not None:
+            await self.execute(sa.text("SELECT pg_notify(:channel, :payload)"), {"channel": channel, "payload": payload})
+        else:
+            asyncio.get_running_loop().call_soon(self._deliver, channel, payload)
+
+    def _deliver(self, channel: str, payload: str) -> None:
+        for callback in self._subscribers.get(channel, ()):
+            try:
+                callback(payload)
+            except Exception:
+                log.exception("a subscriber of %s failed", channel)
+
     async def close(self) -> None:
         """Close every pooled connection, once the queued writes are done. The Database can
         still be used; it reconnects."""
+        if self._listener is not None:
+            await self._listener.close()
         if self._committer is not None:
             await asyncio.wait([self._committer])
         if self._checkpointer is not None:
@@ -515,7 +543,69 @@ def open_database(backend: SqliteBackend | PostgresBackend) -> Database:
         pool_pre_ping=True,  # a server restart or idle timeout must not fail a request
         **_JSON_CODEC,
     )
-    return Database("postgresql", lambda: engine)
+    return Database("postgresql", lambda: engine, listen_dsn=pg_url.set(drivername="postgresql").render_as_string(hide_password=False))
+
+
+class _PgListener:
+    """One asyncpg connection of this process that LISTENs on the channels subscribed to, made on
+    the first subscription and made again (with every channel) if it is lost."""
+
+    def __init__(self, dsn: str, deliver: Callable[[str, str], None]) -> None:
+        self.dsn = dsn
+        self.deliver = deliver
+        self.channels: set[str] = set()
+        self._connection: Any = None
+        self._lock = asyncio.Lock()
+        self._closed = False
+        self._reconnecting: asyncio.Task[None] | None = None
+
+    async def listen(self, channel: str) -> None:
+        async with self._lock:
+            self._closed = False
+            self.channels.add(channel)
+            if self._connection is None or self._connection.is_closed():
+                await self._connect()
+            else:
+                await self._connection.add_listener(channel, self._on_notification)
+
+    async def _connect(self) -> None:
+        import asyncpg  # type: ignore[import-untyped]
+
+        connection = await asyncpg.connect(self.dsn, timeout=10)
+        for channel in self.channels:
+            await connection.add_listener(channel, self._on_notification)
+        connection.add_termination_listener(self._on_lost)
+        self._connection = connection
+
+    def _on_notification(self, _connection: Any, _pid: int, channel: str, payload: str) -> None:
+        self.deliver(channel, payload)
+
+    def _on_lost(self, _connection: Any) -> None:
+        if not self._closed and self._reconnecting is None:
+            self._reconnecting = asyncio.get_running_loop().create_task(self._reconnect())
+
+    async def _reconnect(self) -> None:
+        delay = 0.5
+        try:
+            while not self._closed:
+                try:
+                    async with self._lock:
+                        await self._connect()
+                    return
+                except Exception as error:  # the server restarting: try again, then less often
+                    log.warning("listening for notifications again failed (%s); next try in %.0f s", error, delay)
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 30)
+        finally:
+            self._reconnecting = None
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._reconnecting is not None:
+            self._reconnecting.cancel()
+        if self._connection is not None and not self._connection.is_closed():
+            await self._connection.close()
+        self._connection = None
 
 
 class Storage:

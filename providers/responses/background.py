@@ -33,6 +33,7 @@ log = logging.getLogger("stack")
 TERMINAL = frozenset({"completed", "incomplete", "failed", "cancelled"})
 SECRETS_REMOVED = "x_stack_secrets_removed"
 """Marks a stored request whose tools' secrets were left out: it cannot be resumed elsewhere."""
+LOG_EVERY_S = 0.05
 _LOGGED = ("response.output_item.", "response.completed", "response.failed", "response.incomplete", "response.created")
 
 
@@ -107,14 +108,17 @@ class Background:
             return  # cancelled before it started
         batch: list[Event] = []
         heartbeat = self._heartbeat(response_id)
+        flushed = time.monotonic()
         try:
             async for event in self.engine.stream(turn):
                 batch.append(event)
                 for watcher in self._watchers.get(response_id, ()):
                     watcher.put_nowait(event)
-                if event["type"].startswith(_LOGGED):
+                # Logged at each item's boundary, and at least every LOG_EVERY_S within an item,
+                # so that a follower on another replica sees the text as it comes.
+                if event["type"].startswith(_LOGGED) or time.monotonic() - flushed >= LOG_EVERY_S:
                     await self.store.append_events(response_id, batch)
-                    batch = []
+                    batch, flushed = [], time.monotonic()
         except asyncio.CancelledError:
             await asyncio.shield(self.store.append_events(response_id, batch))
             raise
@@ -122,6 +126,15 @@ class Background:
             heartbeat.cancel()
             for watcher in self._watchers.get(response_id, ()):
                 watcher.put_nowait(None)
+
+    async def listen(self) -> None:
+        """Stop a response this process runs when any process cancels it."""
+        await self.store.on_cancel(self._cancelled_elsewhere)
+
+    def _cancelled_elsewhere(self, response_id: str) -> None:
+        task = self._tasks.get(response_id)
+        if task is not None and not task.done():
+            task.cancel()
 
     def _heartbeat(self, response_id: str) -> asyncio.Task[None]:
         current = asyncio.current_task()
@@ -145,7 +158,10 @@ class Background:
         if stored.status in TERMINAL:
             return stored.response
         cancelled = {**stored.response, "status": "cancelled"}
-        await self.store.set_status(response_id, "cancelled", cancelled, only_if_status=["queued", "in_progress"])
+        if await self.store.set_status(response_id, "cancelled", cancelled, only_if_status=["queued", "in_progress"]):
+            # The process running it may be another replica: it stops at once (on PostgreSQL),
+            # else when it next renews its lease.
+            await self.store.announce_cancel(response_id)
         task = self._tasks.get(response_id)
         if task is not None:
             task.cancel()

@@ -69,6 +69,8 @@ class BuiltinResponses:
         self.engine = engine
         self.store = engine.store
         self.config = config
+        self._following: dict[str, set[asyncio.Event]] = {}
+        """The wake-up of each stream following a background response, by response id."""
 
     async def create_response(self, request: CreateResponse) -> dict[str, Any]:
         turn = await self.engine.prepare(request)
@@ -97,18 +99,39 @@ class BuiltinResponses:
             raise InvalidRequestError("This response cannot be streamed because it was not created with background=true.", param="stream")
         return self._follow(response_id, after)
 
+    async def listen(self) -> None:
+        """Wake the streams following a response when its log grows, whichever replica writes it."""
+        await self.store.on_events(self._logged)
+
+    def _logged(self, response_id: str) -> None:
+        for woken in self._following.get(response_id, ()):
+            woken.set()
+
     async def _follow(self, response_id: str, after: int) -> AsyncIterator[Event]:
-        """The event log of a background response, then its new events until it ends."""
-        while True:
-            batch = await self.store.events_after(response_id, after)
-            for event in batch:
-                yield event
-                after = event["sequence_number"]
-                if event["type"] in ("response.completed", "response.incomplete", "response.failed"):
+        """The event log of a background response, then its new events until it ends: read again
+        when the log grows (a notification), or every `stream_poll_s` when none comes (SQLite's
+        other processes send none)."""
+        woken = asyncio.Event()
+        self._following.setdefault(response_id, set()).add(woken)
+        try:
+            while True:
+                woken.clear()  # before the read: a notification during it is not lost
+                batch = await self.store.events_after(response_id, after)
+                for event in batch:
+                    yield event
+                    after = event["sequence_number"]
+                    if event["type"] in ("response.completed", "response.incomplete", "response.failed"):
+                        return
+                if not batch and (await self.store.get(response_id)).status in TERMINAL:
                     return
-            if not batch and (await self.store.get(response_id)).status in TERMINAL:
-                return
-            await asyncio.sleep(self.config.stream_poll_s)
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(woken.wait(), self.config.stream_poll_s)
+        finally:
+            followers = self._following.get(response_id)
+            if followers is not None:
+                followers.discard(woken)
+                if not followers:
+                    del self._following[response_id]
 
     async def delete_response(self, response_id: str) -> dict[str, Any]:
         await self.store.delete(response_id)
@@ -160,6 +183,8 @@ async def create(context: ProviderContext[BuiltinResponsesConfig]) -> AsyncItera
                              compaction_model=context.config.compaction_model)
     service = BuiltinResponses(engine, context.config)
     await engine.background.recover(at_start=True)
+    await engine.background.listen()
+    await service.listen()
     sweeper = asyncio.get_running_loop().create_task(_sweep(engine))
     try:
         yield service

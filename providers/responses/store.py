@@ -8,7 +8,7 @@ length: the previous response's row, then the items of all its ancestors and its
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -63,6 +63,11 @@ events = sa.Table(
     sa.Column("event", json_type(), nullable=False),
 )
 
+
+CANCELS = "stack_response_cancel"
+"""The channel on which a cancel is announced to the process running the response."""
+EVENTS = "stack_response_events"
+"""The channel on which a background response's new logged events are announced to followers."""
 
 # The hot statements, built once: SQLAlchemy caches a statement's compiled form by a key it
 # computes by walking the statement, and a statement built per call is walked per call (about
@@ -215,6 +220,14 @@ class ResponseStore:
 
     # --- background responses ------------------------------------------------------------------
 
+    async def on_cancel(self, callback: Callable[[str], None]) -> None:
+        """Call `callback(response_id)` when any process cancels a response (runtime.storage
+        `subscribe`: every replica on PostgreSQL, this process on SQLite)."""
+        await self.db.subscribe(CANCELS, callback)
+
+    async def announce_cancel(self, response_id: str) -> None:
+        await self.db.notify(CANCELS, response_id)
+
     async def set_status(self, response_id: str, status: str, response: dict[str, Any], *, only_if_status: Sequence[str]) -> bool:
         changed = await self.db.execute(
             responses.update()
@@ -246,10 +259,16 @@ class ResponseStore:
                 if row["heartbeat_at"] is None or row["heartbeat_at"] < older_than or owner_is_gone(row["owner"])]
 
     async def append_events(self, response_id: str, batch: Sequence[dict[str, Any]]) -> None:
+        """Log a background response's events, and wake whoever follows it (on any replica)."""
         if batch:
             await self.db.execute(events.insert().values([
                 {"response_id": response_id, "sequence_number": event["sequence_number"], "event": event} for event in batch
             ]))
+            await self.db.notify(EVENTS, response_id)
+
+    async def on_events(self, callback: Callable[[str], None]) -> None:
+        """Call `callback(response_id)` when a response's log grows (see `on_cancel`)."""
+        await self.db.subscribe(EVENTS, callback)
 
     async def events_after(self, response_id: str, after: int) -> list[dict[str, Any]]:
         rows = await self.db.fetch_all(
