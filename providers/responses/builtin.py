@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -62,6 +63,10 @@ class BuiltinResponsesConfig(BaseModel):
         return value
 
 
+_LAST_EVENTS_S = 1.0
+"""How long a follower waits for the last events of a response whose status is already final."""
+
+
 class BuiltinResponses:
     """Implements runtime.apis.responses.protocol.ResponsesProvider."""
 
@@ -113,6 +118,7 @@ class BuiltinResponses:
         other processes send none)."""
         woken = asyncio.Event()
         self._following.setdefault(response_id, set()).add(woken)
+        ended_at: float | None = None
         try:
             while True:
                 woken.clear()  # before the read: a notification during it is not lost
@@ -123,9 +129,14 @@ class BuiltinResponses:
                     if event["type"] in ("response.completed", "response.incomplete", "response.failed"):
                         return
                 if not batch and (await self.store.get(response_id)).status in TERMINAL:
-                    return
+                    # Its status is written just before its last events are logged: those are
+                    # waited for a moment (a response taken over from a dead process has none).
+                    now = time.monotonic()
+                    ended_at = now if ended_at is None else ended_at
+                    if now - ended_at >= _LAST_EVENTS_S:
+                        return
                 with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(woken.wait(), self.config.stream_poll_s)
+                    await asyncio.wait_for(woken.wait(), min(self.config.stream_poll_s, _LAST_EVENTS_S))
         finally:
             followers = self._following.get(response_id)
             if followers is not None:

@@ -40,7 +40,6 @@ from runtime.apis.safety.protocol import SafetyProvider
 from runtime.apis.responses.models import CompactRequest, CreateResponse, response_object
 from runtime.apis.tool_runtime.protocol import Citations, ToolContext
 from runtime.apis.tool_runtime.router import ToolRouter
-from runtime.auth import principal_id
 from runtime.errors import APIError, InvalidRequestError, NotFoundError, UpstreamError
 
 __all__ = ["Inference", "ResponsesEngine", "Turn"]
@@ -131,8 +130,6 @@ class Context:
     ancestors: list[str]
     items: list[dict[str, Any]]
     chat: ChatContext | None = None
-    principal: str | None = None
-    """Whose it is (runtime.auth): a cached context serves only them."""
 
 
 class ResponsesEngine:
@@ -258,7 +255,9 @@ class ResponsesEngine:
     async def _chain(self, previous_id: str) -> Context:
         """The ancestors a response continuing `previous_id` has, and its context items."""
         cached = self._contexts.get(previous_id)
-        if cached is not None and cached.principal == principal_id():
+        # Trusted only while the response is there for this caller: another replica may have
+        # deleted it, and a caller the access policy lets read it may chain from it too.
+        if cached is not None and await self.store.readable(previous_id):
             self._contexts.move_to_end(previous_id)
             return cached
         try:
@@ -278,8 +277,7 @@ class ResponsesEngine:
         response_id = turn.response["id"]
         output = turn.response["output"]
         chat = turn.chat.extend(output) if turn.chat is not None else None
-        self._contexts[response_id] = Context([*turn.ancestors, response_id], [*turn.history, *turn.input_items, *output], chat,
-                                              principal_id())
+        self._contexts[response_id] = Context([*turn.ancestors, response_id], [*turn.history, *turn.input_items, *output], chat)
         while len(self._contexts) > CONTEXT_CACHE_SIZE:
             self._contexts.popitem(last=False)
 

@@ -74,6 +74,8 @@ EVENTS = "stack_response_events"
 # 60 us for an UPDATE ... WHERE here, five times the cost of executing it).
 _GET = sa.select(responses).where(responses.c.id == sa.bindparam("rid"))
 _GET_OWNED = _GET.where(responses.c.principal == sa.bindparam("principal"))
+_EXISTS = sa.select(responses.c.id).where(responses.c.id == sa.bindparam("rid"))
+_EXISTS_OWNED = _EXISTS.where(responses.c.principal == sa.bindparam("principal"))
 _FINISH = responses.update().where(responses.c.id == sa.bindparam("rid")).values(
     status=sa.bindparam("new_status"), response=sa.bindparam("new_response"))
 _FINISH_IF = _FINISH.where(responses.c.status.in_(sa.bindparam("statuses", expanding=True)))
@@ -160,6 +162,18 @@ class ResponseStore:
         if row is None:
             raise NotFoundError(f"Response with id '{response_id}' not found.", param="response_id", code="not_found")
         return StoredResponse(row)
+
+    async def readable(self, response_id: str) -> bool:
+        """Whether the response is stored and the caller may read it: one indexed row, for a
+        cache to trust its copy (another replica may have deleted it)."""
+        owners = granted_owners("read")
+        if owners is None:
+            row = await self.db.fetch_one(_EXISTS, {"rid": response_id})
+        elif len(owners) == 1:
+            row = await self.db.fetch_one(_EXISTS_OWNED, {"rid": response_id, "principal": next(iter(owners))})
+        else:
+            row = await self.db.fetch_one(_EXISTS.where(responses.c.principal.in_(sorted(owners))), {"rid": response_id})
+        return row is not None
 
     async def context(self, response_id: str) -> tuple[StoredResponse, list[dict[str, Any]]]:
         """The response and every item of its chain (its ancestors' and its own), in order."""

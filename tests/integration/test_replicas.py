@@ -189,3 +189,13 @@ def test_a_replica_killed_mid_response_has_its_work_taken_over(replicas: Replica
         time.sleep(0.2)
     ended = survivor.responses.retrieve(started.id)
     assert ended.status == "failed" and ended.error is not None  # marked failed with a reason, never left in_progress
+
+
+def test_a_response_deleted_on_one_replica_is_not_continued_from_anothers_cache(replicas: Replicas) -> None:
+    first, second, _ = replicas.clients
+    kept = first.responses.create(model="fake-model", input="[tokens:1] remember me")
+    assert first.responses.create(model="fake-model", input="[tokens:1] go on", previous_response_id=kept.id).status == "completed"
+    second.responses.delete(kept.id)  # the first replica still holds its context in memory
+    with pytest.raises(openai.NotFoundError) as gone:
+        first.responses.create(model="fake-model", input="[tokens:1] and again", previous_response_id=kept.id)
+    assert gone.value.body["code"] == "previous_response_not_found"  # type: ignore[index]
