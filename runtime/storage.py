@@ -64,7 +64,7 @@ from runtime.tracing import store_tracing
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-__all__ = ["Database", "Storage", "json_type", "open_database"]
+__all__ = ["Database", "Storage", "json_type", "open_database", "schema_lock"]
 
 # Execution option read by the SQLite "begin" hook: which BEGIN to emit for this connection.
 _BEGIN_OPTION = "stack_sqlite_begin"
@@ -76,6 +76,7 @@ T = TypeVar("T")
 
 log = logging.getLogger("stack")
 
+_SCHEMA_LOCK = 0x57AC4  # the advisory lock key under which tables are made or extended
 CHECKPOINT_EVERY_S = 0.5
 AUTOCHECKPOINT_PAGES = 16_384  # 64 MiB of WAL: reached only if the checkpoint thread falls behind
 
@@ -318,10 +319,19 @@ class Database:
             self._sync.dispose()
 
 
+def schema_lock(conn: sa.Connection) -> None:
+    """Hold, until `conn`'s transaction ends, the lock under which the schema changes (on
+    PostgreSQL): replicas starting together on a fresh database would otherwise race to create
+    the same tables, types, extensions and indexes, and all but one would fail to start."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _SCHEMA_LOCK})
+
+
 def _create_or_extend(conn: sa.Connection, metadata: sa.MetaData) -> None:
     """`create_all`, plus the additive migrations a newer release declares: a column added to
     a table is added to a database made by an older release (it must be nullable, so the rows
     already there stay valid), and its indexes are made. Nothing is ever dropped or rewritten."""
+    schema_lock(conn)
     inspector = sa.inspect(conn)
     existing = {table.name for table in metadata.sorted_tables if inspector.has_table(table.name, schema=table.schema)}
     metadata.create_all(conn, checkfirst=True)

@@ -48,12 +48,14 @@ def supervise(config: str, workers: int, host: str | None, port: int, grace_s: f
     def start(number: int) -> tuple[subprocess.Popen[bytes], float]:
         return subprocess.Popen(argv, env={**os.environ, WORKER_ENV: str(number)}), time.monotonic()
 
-    def stop(signum: int, _frame: FrameType | None) -> None:
+    def stop(_signum: int, _frame: FrameType | None) -> None:
         nonlocal stopping
         stopping = True
         for process, _ in running.values():
             if process.poll() is None:
-                process.send_signal(signum)
+                # SIGTERM whatever came: a worker still starting has no graceful shutdown to run
+                # yet, and SIGINT would surface inside a provider's start as an error.
+                process.send_signal(signal.SIGTERM)
 
     running = {number: start(number) for number in range(workers)}
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}

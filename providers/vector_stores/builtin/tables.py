@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from runtime.storage import Database, json_type
+from runtime.storage import Database, json_type, schema_lock
 
 __all__ = ["batches", "chunks", "create_tables", "files", "metadata", "stores"]
 
@@ -107,6 +107,7 @@ async def create_tables(db: Database) -> None:
     statements = _SQLITE_FTS if db.dialect == "sqlite" else _POSTGRES_FTS
 
     def run(conn: sa.Connection) -> None:
+        schema_lock(conn)
         for statement in statements:
             conn.exec_driver_sql(statement)
 

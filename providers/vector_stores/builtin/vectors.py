@@ -16,7 +16,7 @@ import sqlalchemy as sa
 
 from providers.vector_stores.builtin.search import filter_clause
 from providers.vector_stores.builtin.tables import chunks, files
-from runtime.storage import Database
+from runtime.storage import Database, schema_lock
 
 __all__ = ["HNSW_MAX_DIMENSION", "PgvectorMissing", "ensure_vector_table", "insert_vectors", "require_pgvector", "vector_statement"]
 
@@ -37,12 +37,17 @@ def table_name(dimension: int) -> str:
     return f"vector_store_vectors_{int(dimension)}"
 
 
+def _create_extension(conn: sa.Connection) -> None:
+    schema_lock(conn)
+    conn.exec_driver_sql("CREATE EXTENSION IF NOT EXISTS vector")
+
+
 async def require_pgvector(db: Database) -> None:
     """Make sure the pgvector extension is there (creating it if the role may); PgvectorMissing if not."""
     if db.dialect != "postgresql":
         return
     try:
-        await db.write(lambda conn: conn.exec_driver_sql("CREATE EXTENSION IF NOT EXISTS vector"))
+        await db.write(_create_extension)
     except sa.exc.DBAPIError as error:
         raise PgvectorMissing(str(error.orig).splitlines()[0]) from None
 
@@ -69,6 +74,7 @@ async def ensure_vector_table(db: Database, dimension: int) -> None:
             statements.append(f"CREATE INDEX IF NOT EXISTS ix_{name}_hnsw ON {name} USING hnsw (embedding vector_cosine_ops)")
 
     def run(conn: sa.Connection) -> None:
+        schema_lock(conn)
         for statement in statements:
             conn.exec_driver_sql(statement)
 
