@@ -29,7 +29,7 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -38,10 +38,6 @@ from builder.config import AuthConfig, DelegateAuthConfig, JwtConfig
 from runtime import fastjson
 from runtime.errors import APIError, error_body
 from runtime.quotas import Quotas, meter_tokens, reset_meter
-
-if TYPE_CHECKING:
-    from runtime.access import AccessPolicy
-    from runtime.keys import DatabaseKeys
 
 __all__ = ["AuthGuard", "Authenticator", "Principal", "current_principal", "granted_owners", "principal_id"]
 
@@ -93,6 +89,18 @@ def granted_owners(action: str) -> frozenset[str] | None:
         return frozenset((principal.id,))
     others = grants[action]
     return None if others is None else others | {principal.id}
+
+
+class KeyStore(Protocol):
+    """Keys kept elsewhere than run.yaml (runtime.keys.DatabaseKeys)."""
+
+    async def principal(self, token: str) -> Principal | None: ...
+
+
+class AccessRules(Protocol):
+    """What widens isolation (runtime.access.AccessPolicy)."""
+
+    async def grants(self, caller: Principal) -> Grants | None: ...
 
 
 class AuthFailed(Exception):
@@ -182,7 +190,7 @@ class _Delegate:
 class Authenticator:
     """The principal a request's headers stand for, by the configured methods in order."""
 
-    def __init__(self, config: AuthConfig, database_keys: DatabaseKeys | None = None) -> None:
+    def __init__(self, config: AuthConfig, database_keys: KeyStore | None = None) -> None:
         self.config = config
         self._keys = {(entry.key_sha256 or key_hash(entry.key or "")): Principal(entry.principal, dict(entry.attributes), "api_key")
                       for entry in config.api_keys}
@@ -229,7 +237,7 @@ class AuthGuard:
     """Admits a request only with a principal (health and version, and CORS preflights, stay open)."""
 
     def __init__(self, app: ASGIApp, authenticator: Authenticator, open_paths: frozenset[str] = OPEN_PATHS,
-                 quotas: Quotas | None = None, access: AccessPolicy | None = None) -> None:
+                 quotas: Quotas | None = None, access: AccessRules | None = None) -> None:
         self.app = app
         self.authenticator = authenticator
         self.open_paths = open_paths

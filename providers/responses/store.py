@@ -86,6 +86,18 @@ _CHAIN_ITEMS = sa.select(items.c.response_id, items.c.kind, items.c.position, it
     items.c.response_id.in_(sa.bindparam("chain", expanding=True)))
 
 
+def _for_caller(plain: sa.Select[Any], owned: sa.Select[Any], response_id: str, action: str) -> tuple[sa.Select[Any], dict[str, Any]]:
+    """The statement (and parameters) that finds response `response_id` if the caller may `action`
+    it: `plain` with auth off, `owned` for its own (prebuilt: the hot path), else `plain` filtered by
+    the owners the access policy grants."""
+    owners = granted_owners(action)
+    if owners is None:
+        return plain, {"rid": response_id}
+    if len(owners) == 1:
+        return owned, {"rid": response_id, "principal": next(iter(owners))}
+    return plain.where(responses.c.principal.in_(sorted(owners))), {"rid": response_id}
+
+
 class StoredResponse:
     """A response row: the public object plus what the engine needs to continue from it."""
 
@@ -152,13 +164,7 @@ class ResponseStore:
 
     async def get(self, response_id: str, action: str = "read") -> StoredResponse:
         """The response, if the caller may `action` it (any, with auth off): else a 404, as if absent."""
-        owners = granted_owners(action)
-        if owners is None:
-            row = await self.db.fetch_one(_GET, {"rid": response_id})
-        elif len(owners) == 1:
-            row = await self.db.fetch_one(_GET_OWNED, {"rid": response_id, "principal": next(iter(owners))})
-        else:
-            row = await self.db.fetch_one(_GET.where(responses.c.principal.in_(sorted(owners))), {"rid": response_id})
+        row = await self.db.fetch_one(*_for_caller(_GET, _GET_OWNED, response_id, action))
         if row is None:
             raise NotFoundError(f"Response with id '{response_id}' not found.", param="response_id", code="not_found")
         return StoredResponse(row)
@@ -166,14 +172,7 @@ class ResponseStore:
     async def readable(self, response_id: str) -> bool:
         """Whether the response is stored and the caller may read it: one indexed row, for a
         cache to trust its copy (another replica may have deleted it)."""
-        owners = granted_owners("read")
-        if owners is None:
-            row = await self.db.fetch_one(_EXISTS, {"rid": response_id})
-        elif len(owners) == 1:
-            row = await self.db.fetch_one(_EXISTS_OWNED, {"rid": response_id, "principal": next(iter(owners))})
-        else:
-            row = await self.db.fetch_one(_EXISTS.where(responses.c.principal.in_(sorted(owners))), {"rid": response_id})
-        return row is not None
+        return await self.db.fetch_one(*_for_caller(_EXISTS, _EXISTS_OWNED, response_id, "read")) is not None
 
     async def context(self, response_id: str) -> tuple[StoredResponse, list[dict[str, Any]]]:
         """The response and every item of its chain (its ancestors' and its own), in order."""
