@@ -5,6 +5,7 @@ client; both workers serve; SIGTERM drains and stops them all."""
 from __future__ import annotations
 
 import concurrent.futures
+import os
 import signal
 import sqlite3
 import subprocess
@@ -52,7 +53,9 @@ def test_two_workers_share_the_port_and_the_sqlite_file(tmp_path: Path, upstream
                 pass
             assert time.monotonic() < deadline, "the workers did not come up"
             time.sleep(0.1)
-        time.sleep(1.0)  # both listening, not only the first
+        while not all(listening(pid, port) for pid in workers):  # both, not only the first
+            assert time.monotonic() < deadline, "a worker did not listen"
+            time.sleep(0.1)
         conversation = openai.OpenAI(base_url=base, api_key="none", max_retries=0).conversations.create()
 
         def turn(number: int) -> str:
@@ -89,10 +92,10 @@ def test_a_worker_that_dies_is_started_again_and_the_others_serve_meanwhile(tmp_
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 60
-        while len(children_of(supervisor.pid)) < 2 or not _healthy(base):
+        while len(workers := children_of(supervisor.pid)) < 2 or not all(listening(pid, port) for pid in workers):
             assert supervisor.poll() is None and time.monotonic() < deadline
             time.sleep(0.1)
-        first, second = children_of(supervisor.pid)
+        first, second = workers
         subprocess.run(["kill", "-9", str(first)], check=True)
         for _ in range(20):  # the other one answers meanwhile
             assert _healthy(base)
@@ -117,6 +120,20 @@ def test_several_workers_need_a_fixed_port(tmp_path: Path, upstream: FakeUpstrea
     refused = subprocess.run([sys.executable, "-m", "runtime.cli", "run", str(config), "--port", "0", "--workers", "2"],
                              capture_output=True, text=True, timeout=60)
     assert refused.returncode == 2 and "fixed port" in refused.stderr
+
+
+def listening(pid: int, port: int) -> bool:
+    """Whether process `pid` holds a socket listening on `port` (read from /proc)."""
+    inodes = set()
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:] + Path("/proc/net/tcp6").read_text().splitlines()[1:]:
+        fields = line.split()
+        if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
+            inodes.add(fields[9])
+    try:
+        links = [os.readlink(entry) for entry in Path(f"/proc/{pid}/fd").iterdir()]
+    except OSError:
+        return False
+    return any(link == f"socket:[{inode}]" for link in links for inode in inodes)
 
 
 def _healthy(base: str) -> bool:
