@@ -27,7 +27,7 @@ import contextvars
 import hashlib
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -152,19 +152,40 @@ class _Jwt:
         return Principal(subject, attributes, "jwt")
 
 
-class _Delegate:
-    def __init__(self, config: DelegateAuthConfig) -> None:
-        self.config = config
+class CachedAnswers:
+    """A verifier's answers (a principal, or None for a refused token) kept for `ttl_s` by the
+    token's hash; cleared when `size` tokens are held, so unknown tokens cannot grow it."""
+
+    def __init__(self, ttl_s: float, size: int = 10_000) -> None:
+        self.ttl_s = ttl_s
+        self.size = size
         self._answers: dict[str, tuple[float, Principal | None]] = {}
-        self._client: Any = None
 
-    async def principal(self, token: str) -> Principal | None:
-        import httpx2
-
+    async def principal(self, token: str, ask: Callable[[str, str], Awaitable[Principal | None]]) -> Principal | None:
+        """The cached answer for `token`, else `ask(token, its hash)`'s, then cached."""
         digest = key_hash(token)
         cached = self._answers.get(digest)
         if cached is not None and cached[0] > time.monotonic():
             return cached[1]
+        found = await ask(token, digest)
+        if len(self._answers) >= self.size:
+            self._answers.clear()
+        self._answers[digest] = (time.monotonic() + self.ttl_s, found)
+        return found
+
+
+class _Delegate:
+    def __init__(self, config: DelegateAuthConfig) -> None:
+        self.config = config
+        self._answers = CachedAnswers(config.cache_s)
+        self._client: Any = None
+
+    async def principal(self, token: str) -> Principal | None:
+        return await self._answers.principal(token, self._ask)
+
+    async def _ask(self, token: str, _digest: str) -> Principal | None:
+        import httpx2
+
         if self._client is None:
             self._client = httpx2.AsyncClient(timeout=self.config.timeout_s)
         try:
@@ -181,9 +202,6 @@ class _Delegate:
                 principal = Principal(str(body["principal"]), dict(body.get("attributes") or {}), "delegate")
             except (ValueError, KeyError, TypeError, AttributeError):
                 raise VerifierDown("the delegated check's answer names no principal") from None
-        if len(self._answers) > 10_000:
-            self._answers.clear()
-        self._answers[digest] = (time.monotonic() + self.config.cache_s, principal)
         return principal
 
 

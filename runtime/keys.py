@@ -14,7 +14,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from runtime.auth import Principal, key_hash
+from runtime.auth import CachedAnswers, Principal, key_hash
 from runtime.ids import random_hex
 from runtime.storage import Database, json_type
 
@@ -35,7 +35,6 @@ api_keys = sa.Table(
 )
 
 KEY_PREFIX = "sk-stack-"
-_CACHED = 10_000
 
 
 def new_key() -> str:
@@ -47,8 +46,7 @@ class DatabaseKeys:
 
     def __init__(self, db: Database, cache_s: float = 5.0) -> None:
         self.db = db
-        self.cache_s = cache_s
-        self._answers: dict[str, tuple[float, Principal | None]] = {}
+        self._answers = CachedAnswers(cache_s)
         self._ready = False
 
     async def create_tables(self) -> None:
@@ -57,20 +55,14 @@ class DatabaseKeys:
             self._ready = True
 
     async def principal(self, token: str) -> Principal | None:
-        digest = key_hash(token)
-        now = time.monotonic()
-        cached = self._answers.get(digest)
-        if cached is not None and cached[0] > now:
-            return cached[1]
+        return await self._answers.principal(token, self._find)
+
+    async def _find(self, _token: str, digest: str) -> Principal | None:
         await self.create_tables()
         row = await self.db.fetch_one(sa.select(api_keys).where(api_keys.c.key_sha256 == digest))
-        found = None
-        if row is not None and row["revoked_at"] is None and (row["expires_at"] is None or row["expires_at"] > time.time()):
-            found = Principal(row["principal"], dict(row["attributes"] or {}), "api_key")
-        if len(self._answers) >= _CACHED:  # unknown tokens must not grow it without bound
-            self._answers.clear()
-        self._answers[digest] = (now + self.cache_s, found)
-        return found
+        if row is None or row["revoked_at"] is not None or (row["expires_at"] is not None and row["expires_at"] <= time.time()):
+            return None
+        return Principal(row["principal"], dict(row["attributes"] or {}), "api_key")
 
     # --- `stack keys` ------------------------------------------------------------------------------
 

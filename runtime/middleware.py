@@ -184,16 +184,10 @@ class RequestGuard:
 
 
 def _log_access(scope: Scope, status: int, elapsed_s: float) -> None:
-    principal = (scope.get("state") or {}).get("principal")  # AuthGuard's context has ended by now
-    duration_ms = round(elapsed_s * 1000, 2)
-    method, path = scope["method"], scope["path"]
-    writer = logs.access_writer
-    if writer is not None:  # `stack run`: straight to its writer
-        writer.access(method, path, status, duration_ms, principal.id if principal is not None else None)
-    elif access.isEnabledFor(logging.INFO):  # the library client: through the application's logging
-        access.info("%s %s %d %.2fms", method, path, status, duration_ms, extra={
-            "principal": principal.id if principal is not None else None,
-            "fields": {"method": method, "path": path, "status": status, "duration_ms": duration_ms}})
+    if access.isEnabledFor(logging.INFO):
+        principal = (scope.get("state") or {}).get("principal")  # AuthGuard's context has ended by now
+        access.handle(logs.access_record(scope["method"], scope["path"], status, round(elapsed_s * 1000, 2),
+                                         principal.id if principal is not None else None))
 
 
 def _content_length(scope: Scope) -> int | None:

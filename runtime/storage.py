@@ -64,7 +64,7 @@ from runtime.tracing import store_tracing
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-__all__ = ["Database", "Storage", "json_type", "open_database", "schema_lock"]
+__all__ = ["Database", "Storage", "caller_may", "for_caller", "json_type", "open_database", "schema_lock"]
 
 # Execution option read by the SQLite "begin" hook: which BEGIN to emit for this connection.
 _BEGIN_OPTION = "stack_sqlite_begin"
@@ -89,6 +89,20 @@ def caller_may(action: str, column: sa.ColumnElement[Any]) -> sa.ColumnElement[b
     if owners is None:
         return sa.true()
     return column == next(iter(owners)) if len(owners) == 1 else column.in_(sorted(owners))
+
+
+def for_caller(plain: Any, owned: Any, column: sa.ColumnElement[Any], params: dict[str, Any], action: str = "read",
+               bind: str = "caller") -> tuple[Any, dict[str, Any]]:
+    """A prebuilt statement and its parameters for the caller to `action` rows whose owner is in
+    `column` (`caller_may` for statements built once, on hot paths): `plain` with auth off, `owned`
+    (filtered by owner = `:bind`) for the caller's own, else `plain` filtered by the owners the
+    access policy grants."""
+    owners = granted_owners(action)
+    if owners is None:
+        return plain, params
+    if len(owners) == 1:
+        return owned, {**params, bind: next(iter(owners))}
+    return plain.where(column.in_(sorted(owners))), params
 
 
 def json_type() -> sa.types.TypeEngine[Any]:

@@ -21,9 +21,9 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from runtime.auth import granted_owners, principal_id
+from runtime.auth import principal_id
 from runtime.errors import NotFoundError
-from runtime.storage import Database, caller_may, json_type
+from runtime.storage import Database, caller_may, for_caller, json_type
 
 __all__ = ["ConversationStore"]
 
@@ -83,14 +83,8 @@ _BEFORE_ALL, _AFTER_ALL = -1, 2**62
 
 
 def _scoped(plain: Any, owned: Any, params: dict[str, Any], action: str = "read") -> tuple[Any, dict[str, Any]]:
-    """The statement and parameters for the caller to `action` a conversation: `owned` (filtered
-    by principal) when auth is on, and `plain` filtered by the owners an access policy grants."""
-    owners = granted_owners(action)
-    if owners is None:
-        return plain, params
-    if len(owners) == 1:
-        return owned, {**params, "caller": next(iter(owners))}
-    return plain.where(conversations.c.principal.in_(sorted(owners))), params
+    """The statement and parameters for the caller to `action` a conversation (runtime.storage.for_caller)."""
+    return for_caller(plain, owned, conversations.c.principal, params, action)
 
 
 def _not_found(conversation_id: str) -> NotFoundError:

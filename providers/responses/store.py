@@ -13,10 +13,10 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from runtime.auth import granted_owners, principal_id
+from runtime.auth import principal_id
 from runtime.errors import NotFoundError
 from runtime.owners import owner_is_gone, process_owner
-from runtime.storage import Database, caller_may, json_type
+from runtime.storage import Database, caller_may, for_caller, json_type
 
 __all__ = ["ResponseStore", "StoredResponse"]
 
@@ -87,15 +87,8 @@ _CHAIN_ITEMS = sa.select(items.c.response_id, items.c.kind, items.c.position, it
 
 
 def _for_caller(plain: sa.Select[Any], owned: sa.Select[Any], response_id: str, action: str) -> tuple[sa.Select[Any], dict[str, Any]]:
-    """The statement (and parameters) that finds response `response_id` if the caller may `action`
-    it: `plain` with auth off, `owned` for its own (prebuilt: the hot path), else `plain` filtered by
-    the owners the access policy grants."""
-    owners = granted_owners(action)
-    if owners is None:
-        return plain, {"rid": response_id}
-    if len(owners) == 1:
-        return owned, {"rid": response_id, "principal": next(iter(owners))}
-    return plain.where(responses.c.principal.in_(sorted(owners))), {"rid": response_id}
+    """The statement (and parameters) that finds response `response_id` if the caller may `action` it."""
+    return for_caller(plain, owned, responses.c.principal, {"rid": response_id}, action, bind="principal")
 
 
 class StoredResponse:

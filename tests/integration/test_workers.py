@@ -11,6 +11,8 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx2
@@ -35,27 +37,31 @@ def children_of(pid: int) -> list[int]:
     return found
 
 
+@contextmanager
+def supervised(config: Path, port: int, *options: str) -> Iterator[tuple[subprocess.Popen[bytes], list[int]]]:
+    """`stack run config` with several workers, once every worker listens on `port` and answers;
+    yields the supervisor and its workers' pids, and kills what is left at the end."""
+    supervisor = subprocess.Popen([sys.executable, "-m", "runtime.cli", "run", str(config), "--port", str(port), *options],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while len(workers := children_of(supervisor.pid)) < 2 or not all(listening(pid, port) for pid in workers) \
+                or not _healthy(f"http://127.0.0.1:{port}/v1"):
+            assert supervisor.poll() is None, "the supervisor exited"
+            assert time.monotonic() < deadline, "the workers did not come up"
+            time.sleep(0.1)
+        yield supervisor, workers
+    finally:
+        if supervisor.poll() is None:
+            supervisor.kill()
+            supervisor.wait()
+
+
 def test_two_workers_share_the_port_and_the_sqlite_file(tmp_path: Path, upstream: FakeUpstream) -> None:
     config = run_yaml(tmp_path, upstream.base_url, providers=PROVIDERS + "server:\n  workers: 2\n", name="workers")
     port = free_port()
     base = f"http://127.0.0.1:{port}/v1"
-    supervisor = subprocess.Popen([sys.executable, "-m", "runtime.cli", "run", str(config), "--port", str(port)],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert supervisor.poll() is None, supervisor.stderr.read() if supervisor.stderr else ""
-            workers = children_of(supervisor.pid)
-            try:
-                if len(workers) == 2 and httpx2.get(f"{base}/health", timeout=1).status_code == 200:
-                    break
-            except httpx2.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "the workers did not come up"
-            time.sleep(0.1)
-        while not all(listening(pid, port) for pid in workers):  # both, not only the first
-            assert time.monotonic() < deadline, "a worker did not listen"
-            time.sleep(0.1)
+    with supervised(config, port) as (supervisor, workers):
         conversation = openai.OpenAI(base_url=base, api_key="none", max_retries=0).conversations.create()
 
         def turn(number: int) -> str:
@@ -78,23 +84,13 @@ def test_two_workers_share_the_port_and_the_sqlite_file(tmp_path: Path, upstream
         supervisor.send_signal(signal.SIGTERM)
         assert supervisor.wait(timeout=30) == 0
         assert not any(Path(f"/proc/{pid}").exists() for pid in workers)
-    finally:
-        if supervisor.poll() is None:
-            supervisor.kill()
-            supervisor.wait()
 
 
 def test_a_worker_that_dies_is_started_again_and_the_others_serve_meanwhile(tmp_path: Path, upstream: FakeUpstream) -> None:
     config = run_yaml(tmp_path, upstream.base_url, name="workers")
     port = free_port()
     base = f"http://127.0.0.1:{port}/v1"
-    supervisor = subprocess.Popen([sys.executable, "-m", "runtime.cli", "run", str(config), "--port", str(port), "--workers", "2"],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 60
-        while len(workers := children_of(supervisor.pid)) < 2 or not all(listening(pid, port) for pid in workers):
-            assert supervisor.poll() is None and time.monotonic() < deadline
-            time.sleep(0.1)
+    with supervised(config, port, "--workers", "2") as (supervisor, workers):
         first, second = workers
         subprocess.run(["kill", "-9", str(first)], check=True)
         for _ in range(20):  # the other one answers meanwhile
@@ -109,10 +105,6 @@ def test_a_worker_that_dies_is_started_again_and_the_others_serve_meanwhile(tmp_
         assert second in now
         supervisor.send_signal(signal.SIGINT)
         assert supervisor.wait(timeout=30) == 0
-    finally:
-        if supervisor.poll() is None:
-            supervisor.kill()
-            supervisor.wait()
 
 
 def test_several_workers_need_a_fixed_port(tmp_path: Path, upstream: FakeUpstream) -> None:

@@ -56,7 +56,7 @@ def test_text_lines_put_the_context_after_the_message_and_the_traceback_below() 
             raise ValueError("bad")
         except ValueError as error:
             handler.handle(record("it failed", (type(error), error, error.__traceback__)))
-        handler.access("GET", "/v1/models", 200, 1.5, "alice")
+        handler.handle(logs.access_record("GET", "/v1/models", 200, 1.5, "alice"))
     finally:
         logs.leave_request(token)
     handler.close()
@@ -77,10 +77,9 @@ def test_configure_routes_the_root_logger_and_sets_the_level() -> None:
         handler = logs.configure(LoggingConfig(format="json", level="warning"), sink)
         logging.getLogger("stack.test").info("left out")
         logging.getLogger("stack.test").error("kept")
-        assert logs.access_writer is None  # access lines are info: left out at warning
+        assert not logging.getLogger(logs.ACCESS_LOGGER).isEnabledFor(logging.INFO)  # access lines are info: left out at warning
         handler.close()
     finally:
         root.handlers[:] = saved
         root.setLevel(level)
-        logs.access_writer = None
     assert [json.loads(line)["message"] for line in sink.getvalue().splitlines()] == ["kept"]
