@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from providers.responses.grammars import Grammar, GrammarError, compile_grammar
 from runtime.errors import InvalidRequestError
 
 __all__ = ["CLIENT_TOOL_TYPES", "ClientTool", "call_input", "client_tools", "loaded_tools", "output_text", "tool_choice_name"]
@@ -88,6 +89,8 @@ class ClientTool:
     environment: dict[str, Any] | None = None
     deferred: bool = False
     """Marked `defer_loading`: offered only once a tool search has loaded it."""
+    grammar: Grammar | None = None
+    """A custom tool's grammar: its input is checked against it (the model is not held to it)."""
 
     def output_item(self, call_id: str, arguments: str, make_id: Callable[[str], str], status: str = "completed") -> dict[str, Any]:
         """The output item of the model's call, in the tool type's own shape."""
@@ -201,7 +204,14 @@ def _client_tool(tool: Mapping[str, Any], namespace: str | None) -> ClientTool |
         chat = {"description": tool.get("description") or chat["description"],
                 "parameters": tool.get("parameters") if isinstance(tool.get("parameters"), dict) else chat["parameters"]}
     return ClientTool(str(kind), name, namespace, model, {"type": "function", "function": {"name": model, **chat}}, environment,
-                      deferred=tool.get("defer_loading") is True)
+                      deferred=tool.get("defer_loading") is True, grammar=_grammar(tool) if kind == "custom" else None)
+
+
+def _grammar(tool: Mapping[str, Any]) -> Grammar | None:
+    fmt = tool.get("format")
+    if not isinstance(fmt, Mapping) or fmt.get("type") != "grammar":
+        return None
+    return compile_grammar(str(fmt.get("syntax")), str(fmt.get("definition")))  # checked (and cached) by check_client_tool
 
 
 def _custom_description(tool: Mapping[str, Any]) -> str:
@@ -246,12 +256,11 @@ def check_client_tool(tool: Mapping[str, Any], path: str) -> None:
             if not isinstance(fmt.get("definition"), str) or not fmt["definition"]:
                 raise InvalidRequestError(f"Missing required parameter: '{path}.format.definition'.",
                                           param=f"{path}.format.definition", code="missing_required_parameter")
-            if fmt["syntax"] == "regex":
-                try:
-                    re.compile(fmt["definition"])
-                except re.error as error:
-                    raise InvalidRequestError(f"Invalid '{path}.format.definition': not a regular expression ({error}).",
-                                              param=f"{path}.format.definition", code="invalid_value") from None
+            try:
+                compile_grammar(fmt["syntax"], fmt["definition"])
+            except GrammarError as error:
+                raise InvalidRequestError(f"Invalid '{path}.format.definition': not a valid {fmt['syntax']} grammar: {error}",
+                                          param=f"{path}.format.definition", code="invalid_value") from None
 
 
 def _check_named(tool: Mapping[str, Any], path: str) -> None:

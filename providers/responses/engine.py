@@ -23,7 +23,7 @@ from providers.responses.background import Background
 from providers.responses.compaction import compaction_summary, estimated_tokens, kept_messages, try_compaction_summary
 from providers.responses.files import with_files_read
 from providers.responses.items import ChatContext, Renderer, Reveal, chat_messages
-from providers.responses.loop import LoopLimits, ModelTurn, ToolLoop
+from providers.responses.loop import Hidden, LoopLimits, ModelTurn, ToolLoop
 from providers.responses.request import chat_request
 from providers.responses.store import ResponseStore
 from providers.responses.tools import RequestTools, check_server_tools, public_tools, served_only
@@ -108,10 +108,13 @@ class Turn:
         """How many of the oldest context items truncation may drop: all but the newest input."""
         return max(0, len(self.history) + len(self.input_items) - 1)
 
-    def messages(self, dropped: int = 0) -> list[dict[str, Any]]:
-        """The chat messages of the model context (and of the output so far, in a tool loop),
-        without its `dropped` oldest items. Files named by id read as their content (`seen`)."""
+    def messages(self, dropped: int = 0, hidden: Hidden = ()) -> list[dict[str, Any]]:
+        """The chat messages of the model context (and of the output so far, in a tool loop, with
+        the `hidden` items only the model sees), without its `dropped` oldest items. Files named by
+        id read as their content (`seen`)."""
         output = self.response["output"]
+        if hidden:
+            output = _with_hidden(output, hidden)
         history, input_items = self.seen if self.seen is not None else (self.history, self.input_items)
         if dropped:
             return chat_messages([*history, *input_items, *output][dropped:], self.request.instructions, self.renderers, self.reveal)
@@ -120,6 +123,16 @@ class Turn:
                     else ChatContext(renderers=self.renderers, reveal=self.reveal).extend(history))
             self.chat = base.extend(input_items)
         return (self.chat.extend(output) if output else self.chat).messages_with(self.request.instructions)
+
+
+def _with_hidden(output: Sequence[dict[str, Any]], hidden: Hidden) -> list[dict[str, Any]]:
+    merged: list[dict[str, Any]] = []
+    start = 0
+    for position, item in hidden:
+        merged += output[start:position]
+        start = max(start, position)
+        merged.append(dict(item))
+    return merged + list(output[start:])
 
 
 @dataclass(frozen=True)
@@ -327,12 +340,13 @@ class ResponsesEngine:
     # --- calling the model -----------------------------------------------------------------
 
     async def _with_truncation(self, turn: Turn, call: Callable[[dict[str, Any]], Awaitable[Any]], stream: bool,
-                               offered: tuple[list[dict[str, Any]], Any] | None = None, max_tokens: int | None = None) -> Any:
+                               offered: tuple[list[dict[str, Any]], Any] | None = None, max_tokens: int | None = None,
+                               hidden: Hidden = ()) -> Any:
         """Call the model; with truncation=auto, drop the oldest history items while the
         upstream says the context is too long."""
         dropped = 0
         for _ in range(TRUNCATION_ATTEMPTS):
-            body = chat_request(turn.request, turn.messages(dropped), stream=stream, offered=offered, max_tokens=max_tokens)
+            body = chat_request(turn.request, turn.messages(dropped, hidden), stream=stream, offered=offered, max_tokens=max_tokens)
             try:
                 return await call(body)
             except APIError as error:
@@ -354,7 +368,7 @@ class ResponsesEngine:
             refusal = turn.refusal
 
             async def refuse(translator: StreamTranslator, offered: tuple[list[dict[str, Any]], Any] | None,
-                             max_tokens: int | None) -> AsyncIterator[Event]:
+                             max_tokens: int | None, hidden: Hidden) -> AsyncIterator[Event]:
                 # The refusal in place of the model's answer, through the same events a model's refusal makes.
                 for event in translator.feed({"choices": [{"index": 0, "delta": {"role": "assistant", "refusal": refusal},
                                                            "finish_reason": "stop"}]}):
@@ -363,23 +377,23 @@ class ResponsesEngine:
             return refuse
 
         async def call(translator: StreamTranslator, offered: tuple[list[dict[str, Any]], Any] | None,
-                       max_tokens: int | None) -> AsyncIterator[Event]:
-            async for event in upstream(translator, offered, max_tokens):
+                       max_tokens: int | None, hidden: Hidden) -> AsyncIterator[Event]:
+            async for event in upstream(translator, offered, max_tokens, hidden):
                 if event["type"] == "response.output_item.done" and event["item"]["type"] == "reasoning":
                     for summary_event in await self._summary(turn, event["item"], event["output_index"], style, translator):
                         yield summary_event
                 yield event
 
         async def upstream(translator: StreamTranslator, offered: tuple[list[dict[str, Any]], Any] | None,
-                           max_tokens: int | None) -> AsyncIterator[Event]:
+                           max_tokens: int | None, hidden: Hidden) -> AsyncIterator[Event]:
             if not stream:
-                raw = await self._with_truncation(turn, partial(self.inference.chat_completion, echo_model=False), False, offered, max_tokens)
+                raw = await self._with_truncation(turn, partial(self.inference.chat_completion, echo_model=False), False, offered, max_tokens, hidden)
                 for event in translator.feed_completion(_upstream_json(raw)):
                     yield event
                 for event in await self._check_rest(translator):
                     yield event
                 return
-            chunks = await self._with_truncation(turn, partial(self.inference.stream_chat_completion, echo_model=False), True, offered, max_tokens)
+            chunks = await self._with_truncation(turn, partial(self.inference.stream_chat_completion, echo_model=False), True, offered, max_tokens, hidden)
             if not translator.guard:
                 async for chunk in chunks:
                     for event in translator.feed(_upstream_json(chunk)):

@@ -7,6 +7,11 @@ answers without a server-side call, a client-side call or an approval is due, `m
 reached (the model's further calls are ignored, as OpenAI does, and it is asked to answer without
 server-side tools), or `max_iterations` model turns were made (the response is `incomplete`).
 
+A custom tool call whose input does not match the tool's grammar is not output: the model is
+called again, seeing its call and the reason it was refused (items only the model sees, `hidden`),
+at most `GRAMMAR_REPAIRS` times; a model that still does not match fails the response (a 502: the
+model server's answer, not the request, is at fault). The client sees only a call that matches.
+
 Events go out in output order. A tool step (a listing, a call) streams live while it is the
 earliest step still running; the events of later steps wait until every earlier step's are out,
 so items are announced in the model's order whichever call ends first.
@@ -19,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -29,8 +34,15 @@ from runtime.tracing import current_tracing
 from providers.responses.tools import RequestTools
 from providers.responses.translate import Event, StreamTranslator
 from runtime.apis.tool_runtime.protocol import Citations, ItemSink, ModelCall, ToolSession
+from runtime.errors import UpstreamError
 
-__all__ = ["LoopLimits", "ModelTurn", "ToolLoop", "run_steps"]
+__all__ = ["GRAMMAR_REPAIRS", "Hidden", "LoopLimits", "ModelTurn", "ToolLoop", "run_steps"]
+
+GRAMMAR_REPAIRS = 2
+"""Model turns that may follow one whose custom tool input did not match its grammar."""
+
+Hidden = Sequence[tuple[int, Mapping[str, Any]]]
+"""Items the model sees and the client does not, each with the output position it follows."""
 
 
 @dataclass(frozen=True)
@@ -43,10 +55,11 @@ class LoopLimits:
 
 class ModelTurn(Protocol):
     """One call of the model, feeding `translator` and yielding the events it gives. `offered`
-    is the turn's (tools, tool_choice); None: the request's own function tools, as they are."""
+    is the turn's (tools, tool_choice); None: the request's own function tools, as they are.
+    `hidden` is what the model's context holds beyond the response's output (usually nothing)."""
 
     def __call__(self, translator: StreamTranslator, offered: tuple[list[dict[str, Any]], Any] | None,
-                 max_tokens: int | None) -> AsyncIterator[Event]: ...
+                 max_tokens: int | None, hidden: Hidden) -> AsyncIterator[Event]: ...
 
 
 @dataclass
@@ -68,7 +81,10 @@ class ToolLoop:
     """The tier the upstream last reported serving this response at."""
     translator: StreamTranslator | None = None
     """The model turn under way, if any: what `close` finishes when the response stops early."""
+    hidden: list[tuple[int, Mapping[str, Any]]] = field(default_factory=list)
+    """Refused custom tool calls and why, as the model sees them on its next turns."""
     _calls_run: int = 0
+    _repairs: int = 0
     _running: list[_Item] = field(default_factory=list)
 
     async def preparation(self) -> AsyncGenerator[Event, None]:
@@ -108,7 +124,7 @@ class ToolLoop:
             is_server = self.tools.is_server if self.tools is not None and calls_left else _never
             citations = self.tools.citations if self.tools is not None and self.tools.has_server_tools else None
             translator = self.translator = self.make_translator(len(self.output), is_server, citations)
-            async for event in self.model(translator, offered, budget):
+            async for event in self.model(translator, offered, budget, self.hidden):
                 yield event
             cut = translator.finish_reason in ("length", "content_filter")
             for event in translator.finish("incomplete" if cut else "completed"):
@@ -127,9 +143,31 @@ class ToolLoop:
                 async for event in self._run_calls(calls):
                     yield event
             client_side = any(item["type"] == "function_call" or item["type"] in CALL_TYPES for item in translator.output)
-            if not calls or client_side or any(approval is not None for _, _, approval in calls):
+            awaiting = any(approval is not None for _, _, approval in calls)
+            if translator.rejected:
+                self._refused(translator, awaiting)
+                continue
+            if not calls or client_side or awaiting:
                 self.status = "completed"
                 return
+
+    def _refused(self, translator: StreamTranslator, awaiting: bool) -> None:
+        """Show the model its refused calls and why, for it to call again (or fail the response)."""
+        first = translator.rejected[0]
+        self._repairs += 1
+        if self._repairs > GRAMMAR_REPAIRS or awaiting:
+            raise UpstreamError(f"The model's input for the custom tool {first.item['name']!r} did not match the tool's grammar "
+                                f"after {self._repairs} attempts: {first.reason}.", status_code=502, code="tool_input_mismatch")
+        position = len(self.output)
+        # The turn's other calls went to the client: the model's context needs an answer to each.
+        for item in translator.output:
+            if item["type"] == "function_call" or item["type"] in CALL_TYPES:
+                self.hidden.append((position, {"type": "function_call_output", "call_id": item["call_id"],
+                                               "output": "Sent to the client; its result comes later."}))
+        for rejected in translator.rejected:
+            self.hidden += [(position, rejected.item), (position, {
+                "type": "custom_tool_call_output", "call_id": rejected.item["call_id"],
+                "output": f"Refused: {rejected.reason}. Call the tool again with input that matches its grammar."})]
 
     def _token_budget(self) -> int | None:
         if self.max_output_tokens is None:

@@ -14,6 +14,11 @@ Order for each output item (as OpenAI streams it):
     shell_call:    output_item.added, then per command shell_call_command.added, .delta, .done, then
                    output_item.done (likewise)
     apply_patch_call, local_shell_call, tool_search_call: output_item.added, output_item.done (likewise)
+
+A custom tool call whose input its tool's grammar does not accept is not output at all: it is set
+aside in `rejected`, for the tool loop to send back to the model. So that setting it aside leaves
+no gap, such a call takes its output index only once it is whole and accepted, after the items
+of its model turn that came before that.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from providers.responses.client_tools import ClientTool
 from runtime.apis.items import new_id
 from runtime.apis.tool_runtime.protocol import Citations
 
-__all__ = ["PART_EVENTS", "Event", "ServerCall", "StreamTranslator", "output_from_completion", "usage_from_chat"]
+__all__ = ["PART_EVENTS", "Event", "RejectedCall", "ServerCall", "StreamTranslator", "output_from_completion", "usage_from_chat"]
 
 Event = dict[str, Any]
 
@@ -57,6 +62,14 @@ class _Item:
     arguments: list[str] = field(default_factory=list)
     client: ClientTool | None = None
     """The client tool of a call whose item is of that tool's own type (not a function_call)."""
+
+
+@dataclass(frozen=True)
+class RejectedCall:
+    """A custom tool call whose input does not match the tool's grammar, and why."""
+
+    item: dict[str, Any]
+    reason: str
 
 
 @dataclass
@@ -101,6 +114,8 @@ class StreamTranslator:
     _open: _Item | None = None
     _calls: dict[int, _Item] = field(default_factory=dict)
     _server: dict[int, ServerCall] = field(default_factory=dict)
+    rejected: list[RejectedCall] = field(default_factory=list)
+    """Custom tool calls of this turn whose input the tool's grammar does not accept (not output)."""
     finish_reason: str | None = None
     usage: dict[str, Any] | None = None
     service_tier: str | None = None
@@ -283,8 +298,10 @@ class StreamTranslator:
             events += self._close_open("completed")
             tool = self.client_tool(name) if self.client_tool is not None and name else None
             if tool is not None and tool.kind != "function":  # its item is made once its arguments are whole
-                call = _Item(self.first_output_index + len(self.items), {"type": tool.kind, "call_id": call_id}, client=tool)
-                self.items.append(call)
+                call = _Item(-1, {"type": tool.kind, "call_id": call_id}, client=tool)
+                if tool.grammar is None:
+                    call.output_index = self.first_output_index + len(self.items)
+                    self.items.append(call)
                 self._calls[index] = call
                 if function.get("arguments"):
                     call.arguments.append(function["arguments"])
@@ -314,6 +331,13 @@ class StreamTranslator:
         arguments = "".join(call.arguments)
         done_status = status if call.client.kind != "apply_patch" or status in ("in_progress", "completed") else "completed"
         call.item = call.client.output_item(str(call.item["call_id"]), arguments, self.make_id, done_status)
+        if call.client.grammar is not None:
+            reason = call.client.grammar.mismatch(str(call.item["input"])) if status == "completed" else None
+            if reason is not None:
+                self.rejected.append(RejectedCall(call.item, reason))
+                return []
+            call.output_index = self.first_output_index + len(self.items)
+            self.items.append(call)
         added = {**call.item, "input": ""} if call.item["type"] == "custom_tool_call" else call.item
         events: list[Event] = [{"type": "response.output_item.added", "output_index": call.output_index, "item": dict(added)}]
         if call.item["type"] == "custom_tool_call":

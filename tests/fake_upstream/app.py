@@ -62,7 +62,7 @@ _ERROR_TYPES = {
     429: "rate_limit_error",
 }
 _TOKEN_PIECE = re.compile(r"\s*\S+")
-_DIRECTIVE_START = re.compile(r"\[(tokens|tool|error|slow|cut|context_overflow|reasoning|refusal|again|garbage|answer)")
+_DIRECTIVE_START = re.compile(r"\[(tokens|tool|fix|error|slow|cut|context_overflow|reasoning|refusal|again|garbage|answer)")
 _NUMBER_ARG = re.compile(r":(\d+)\]")
 _TOOL_NAME = re.compile(r":([A-Za-z0-9_.\-]+)\s*")
 _CLOSE = re.compile(r"\s*\]")
@@ -209,12 +209,14 @@ class Directives:
     """Answer with a body cut off mid-JSON, or a stream whose second event is not JSON."""
     answer: str | None = None
     """What to answer once the tools have answered (instead of echoing their result)."""
+    fixes: list[ToolRequest] = field(default_factory=list)
+    """The calls to make once, after tool results (a model correcting a call it was told was wrong)."""
 
 
 def parse_directives(text: str) -> Directives:
     """Split `text` into its directives and the remaining text (stripped).
 
-    Known: [tokens:N] [tool:NAME {json}] [error:STATUS] [slow:MS] [cut:N] [context_overflow]
+    Known: [tokens:N] [tool:NAME {json}] [fix:NAME {json}] [error:STATUS] [slow:MS] [cut:N] [context_overflow]
     [reasoning] [refusal] [again] [garbage] [answer {"text": ...}]. Anything malformed stays in
     the text verbatim.
     """
@@ -238,8 +240,8 @@ def parse_directives(text: str) -> Directives:
 
 def _apply_directive(directives: Directives, name: str, text: str, pos: int) -> int | None:
     """Record directive `name` whose arguments start at `pos`; its end, or None when malformed."""
-    if name == "tool":
-        return _apply_tool(directives, text, pos)
+    if name in ("tool", "fix"):
+        return _apply_tool(directives.tools if name == "tool" else directives.fixes, text, pos)
     if name == "answer":
         return _apply_answer(directives, text, pos)
     if name in ("context_overflow", "reasoning", "refusal", "again", "garbage"):
@@ -277,7 +279,7 @@ def _apply_answer(directives: Directives, text: str, pos: int) -> int | None:
     return close.end()
 
 
-def _apply_tool(directives: Directives, text: str, pos: int) -> int | None:
+def _apply_tool(requests: list[ToolRequest], text: str, pos: int) -> int | None:
     name = _TOOL_NAME.match(text, pos)
     if name is None:
         return None
@@ -294,7 +296,7 @@ def _apply_tool(directives: Directives, text: str, pos: int) -> int | None:
     close = _CLOSE.match(text, pos)
     if close is None:
         return None
-    directives.tools.append(ToolRequest(name.group(1), arguments))
+    requests.append(ToolRequest(name.group(1), arguments))
     return close.end()
 
 
@@ -411,7 +413,7 @@ def plan_chat(body: object, digest: str) -> ChatPlan:
     return ChatPlan(
         id=f"chatcmpl-{digest[:29]}",
         model=model,
-        choices=[_plan_choice(body, directives, tool_result, digest, i) for i in range(_choice_count(body))],
+        choices=[_plan_choice(body, directives, tool_result, digest, i, _fixed(messages, directives.fixes)) for i in range(_choice_count(body))],
         reasoning=REASONING_TEXT if reasoning else None,
         prompt_tokens=sum(count_tokens(text) for text in texts),
         logprobs=body.get("logprobs") is True,
@@ -459,13 +461,27 @@ def base_text(directives: Directives, tool_result: str | None) -> str:
     return f"You said: {directives.text}" if directives.text else DEFAULT_TEXT
 
 
+def _fixed(messages: list[Any], fixes: Sequence[ToolRequest]) -> bool:
+    """Whether the assistant made the [fix:...] calls since the last user message."""
+    wanted = {(fix.name, fix.arguments) for fix in fixes}
+    for message in reversed(messages):
+        if not isinstance(message, dict) or message.get("role") == "user":
+            return False
+        for call in message.get("tool_calls") or () if message.get("role") == "assistant" else ():
+            function = call.get("function") or {} if isinstance(call, dict) else {}
+            if (function.get("name"), function.get("arguments")) in wanted:
+                return True
+    return False
+
+
 def _plan_choice(
-    body: JSON, directives: Directives, tool_result: str | None, digest: str, index: int
+    body: JSON, directives: Directives, tool_result: str | None, digest: str, index: int, fixed: bool = False
 ) -> ChoicePlan:
-    if (tool_result is None or directives.again) and directives.tools and body.get("tools"):
+    fixing = tool_result is not None and directives.fixes and not fixed
+    if ((tool_result is None or directives.again) and directives.tools or fixing) and body.get("tools"):
         calls = [
             ToolCall(_tool_call_id(digest, index, k), tool.name, tool.arguments)
-            for k, tool in enumerate(directives.tools)
+            for k, tool in enumerate(directives.fixes if fixing else directives.tools)
         ]
         return ChoicePlan(index, [], None, None, calls, "tool_calls")
     if tool_result is None and directives.refusal:

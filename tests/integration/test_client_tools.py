@@ -142,12 +142,90 @@ def test_tool_choice_can_force_a_client_tool_of_any_type(stack: Stack) -> None:
     ([{"type": "custom", "name": "x"}, {"type": "function", "name": "x"}], "tools[1]"),
     ([{"type": "namespace", "name": "n", "description": "d", "tools": [{"type": "web_search"}]}], "tools[0].tools[0].type"),
     ([{"type": "custom", "name": "x", "format": {"type": "grammar", "syntax": "regex", "definition": "("}}], "tools[0].format.definition"),
+    ([{"type": "custom", "name": "x", "format": {"type": "grammar", "syntax": "lark", "definition": "start: nowhere"}}],
+     "tools[0].format.definition"),
     ([{"type": "teleport"}], "tools[0].type"),
 ])
 def test_malformed_client_tools_are_a_400_naming_the_field(stack: Stack, tools: list[dict[str, Any]], param: str) -> None:
     with pytest.raises(openai.BadRequestError) as refused:
         stack.client.responses.create(model="fake-model", input="hi", tools=tools)  # type: ignore[arg-type]
     assert refused.value.body["param"] == param  # type: ignore[index]
+
+
+# Codex's apply_patch grammar (codex-rs, tool_apply_patch.lark), as it sends it in a custom tool.
+CODEX_PATCH_GRAMMAR = r'''start: begin_patch hunk+ end_patch
+begin_patch: "*** Begin Patch" LF
+end_patch: "*** End Patch" LF?
+hunk: add_hunk | delete_hunk | update_hunk
+add_hunk: "*** Add File: " filename LF add_line+
+delete_hunk: "*** Delete File: " filename LF
+update_hunk: "*** Update File: " filename LF change_move? change?
+filename: /(.+)/
+add_line: "+" /(.*)/ LF -> line
+change_move: "*** Move to: " filename LF
+change: (change_context | change_line)+ eof_line?
+change_context: ("@@" | "@@ " /(.+)/) LF
+change_line: ("+" | "-" | " ") /(.*)/ LF
+eof_line: "*** End of File" LF
+%import common.LF
+'''
+LARK_PATCH_TOOL = {"type": "custom", "name": "apply_patch", "description": "Edit files with a patch",
+                   "format": {"type": "grammar", "syntax": "lark", "definition": CODEX_PATCH_GRAMMAR}}
+OFF_GRAMMAR = "*** Begin Patch\n*** Rename File: a.py\n*** End Patch\n"
+ON_GRAMMAR = "*** Begin Patch\n*** Update File: a.py\n@@\n-x = 1\n+x = 2\n*** End Patch\n"
+
+
+def fix(name: str, arguments: dict[str, Any]) -> str:
+    return f"[fix:{name} {json.dumps(arguments)}]"
+
+
+def test_a_custom_call_outside_its_grammar_goes_back_to_the_model_and_only_a_matching_one_is_output(stack: Stack) -> None:
+    response = stack.client.responses.create(model="fake-model", tools=[LARK_PATCH_TOOL],
+                                             input=call("apply_patch", {"input": OFF_GRAMMAR}) + fix("apply_patch", {"input": ON_GRAMMAR}))
+    (item,) = response.output
+    assert item.type == "custom_tool_call" and item.input == ON_GRAMMAR and response.status == "completed"
+    refused_call, refusal = stack.last_chat()["messages"][-2:]
+    assert refused_call["tool_calls"][0]["function"]["arguments"] == json.dumps({"input": OFF_GRAMMAR})
+    assert refusal["role"] == "tool" and refusal["content"] == (
+        "Refused: the input does not match the lark grammar at line 2, column 5, at 'Rename File: a.py\\n*** End Patch\\n'. "
+        "Call the tool again with input that matches its grammar.")
+    # The refusal is the model's affair only: the chain goes on from the call that matched.
+    stack.client.responses.create(model="fake-model", previous_response_id=response.id, tools=[LARK_PATCH_TOOL], input=[
+        {"type": "custom_tool_call_output", "call_id": item.call_id, "output": "patched"}])
+    answered = [message for message in stack.last_chat()["messages"] if message["role"] != "user"]
+    assert [call["function"]["arguments"] for call in answered[0]["tool_calls"]] == [json.dumps({"input": ON_GRAMMAR})]
+    assert answered[1:] == [{"role": "tool", "tool_call_id": item.call_id, "content": "patched"}]
+
+
+def test_a_streamed_custom_call_outside_its_grammar_is_never_announced(stack: Stack) -> None:
+    events = list(stack.client.responses.create(model="fake-model", tools=[LARK_PATCH_TOOL], stream=True, input=call(
+        "apply_patch", {"input": OFF_GRAMMAR}) + fix("apply_patch", {"input": ON_GRAMMAR})))
+    inputs = [event.input for event in events if event.type == "response.custom_tool_call_input.done"]  # type: ignore[union-attr]
+    assert inputs == [ON_GRAMMAR]
+    assert {event.output_index for event in events if hasattr(event, "output_index")} == {0}  # type: ignore[union-attr]
+    assert events[-1].type == "response.completed" and [e.sequence_number for e in events] == list(range(len(events)))
+
+
+def test_a_model_that_keeps_missing_the_grammar_fails_the_response(stack: Stack) -> None:
+    with pytest.raises(openai.APIStatusError) as failed:
+        stack.client.responses.create(model="fake-model", tools=[LARK_PATCH_TOOL], input=call("apply_patch", {"input": OFF_GRAMMAR}) + "[again]")
+    assert failed.value.status_code == 502 and failed.value.body["code"] == "tool_input_mismatch"  # type: ignore[index]
+    assert "'apply_patch' did not match the tool's grammar after 3 attempts" in failed.value.message
+    events = list(stack.client.responses.create(model="fake-model", tools=[LARK_PATCH_TOOL], stream=True,
+                                                input=call("apply_patch", {"input": OFF_GRAMMAR}) + "[again]"))
+    final = events[-1]
+    assert final.type == "response.failed" and final.response.error is not None  # type: ignore[union-attr]
+    assert final.response.error.code == "server_error" and "did not match the tool's grammar" in final.response.error.message  # type: ignore[union-attr]
+    assert final.response.output == [] and not any(e.type.startswith("response.custom_tool_call") for e in events)  # type: ignore[union-attr]
+
+
+def test_a_refused_call_beside_a_function_call_is_repaired_and_both_reach_the_client(stack: Stack) -> None:
+    lookup = {"type": "function", "name": "lookup", "parameters": {"type": "object", "properties": {}}}
+    response = stack.client.responses.create(model="fake-model", tools=[lookup, LARK_PATCH_TOOL], input=(
+        call("lookup", {}) + call("apply_patch", {"input": OFF_GRAMMAR}) + fix("apply_patch", {"input": ON_GRAMMAR})))
+    assert [(item.type, getattr(item, "name", None)) for item in response.output] == [("function_call", "lookup"), ("custom_tool_call", "apply_patch")]
+    roles = [(message["role"], message.get("content")) for message in stack.last_chat()["messages"][-4:]]
+    assert roles[1] == ("tool", "Sent to the client; its result comes later.") and roles[3][0] == "tool"
 
 
 def test_client_tool_items_are_accepted_as_input_without_a_chain(stack: Stack) -> None:

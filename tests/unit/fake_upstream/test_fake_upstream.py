@@ -154,6 +154,21 @@ def test_again_keeps_calling_after_tool_results(client: openai.OpenAI) -> None:
     assert client.chat.completions.create(model="fake-model", messages=messages).choices[0].message.content == "Tool result: noon"
 
 
+def test_fix_makes_its_calls_once_after_tool_results(client: openai.OpenAI) -> None:
+    first_call = {"id": "call_1", "type": "function", "function": {"name": "get_time", "arguments": '{"tz": "mars"}'}}
+    messages: list[ChatCompletionMessageParam] = [
+        {"role": "user", "content": '[tool:get_time {"tz": "mars"}] [fix:get_time {"tz": "UTC"}]'},
+        {"role": "assistant", "content": None, "tool_calls": [first_call]},  # type: ignore[list-item]
+        {"role": "tool", "tool_call_id": "call_1", "content": "unknown zone"},
+    ]
+    answer = client.chat.completions.create(model="fake-model", messages=messages, tools=TOOLS)
+    (fixed,) = answer.choices[0].message.tool_calls or []
+    assert (fixed.function.name, fixed.function.arguments) == ("get_time", '{"tz": "UTC"}')  # type: ignore[union-attr]
+    messages += [{"role": "assistant", "content": None, "tool_calls": [fixed.model_dump()]},  # type: ignore[list-item]
+                 {"role": "tool", "tool_call_id": fixed.id, "content": "noon"}]
+    assert client.chat.completions.create(model="fake-model", messages=messages, tools=TOOLS).choices[0].message.content == "Tool result: noon"
+
+
 @pytest.mark.parametrize(
     ("status", "error_class", "error_type"),
     [

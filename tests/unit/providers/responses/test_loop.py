@@ -10,11 +10,12 @@ from typing import Any
 
 import pytest
 
-from providers.responses.loop import LoopLimits, ToolLoop
+from providers.responses.loop import GRAMMAR_REPAIRS, Hidden, LoopLimits, ToolLoop
 from providers.responses.tools import RequestTools
 from providers.responses.translate import Event, StreamTranslator
 from runtime.apis.responses.models import CreateResponse
 from runtime.apis.tool_runtime.protocol import FunctionSpec, ItemSink, ModelCall
+from runtime.errors import UpstreamError
 
 
 class Session:
@@ -74,9 +75,11 @@ class Model:
     def __init__(self, *turns: list[dict[str, Any]]) -> None:
         self.turns = list(turns)
         self.offered: list[tuple[list[str], Any]] = []
+        self.hidden: list[list[tuple[int, Any]]] = []
 
     async def __call__(self, translator: StreamTranslator, offered: tuple[list[dict[str, Any]], Any] | None,
-                       max_tokens: int | None) -> AsyncIterator[Event]:
+                       max_tokens: int | None, hidden: Hidden) -> AsyncIterator[Event]:
+        self.hidden.append(list(hidden))
         tools, choice = offered or ([], None)
         self.offered.append(([tool["function"]["name"] for tool in tools], choice))
         for chunk in self.turns.pop(0):
@@ -242,3 +245,46 @@ async def test_a_tool_that_raises_fails_the_loop_instead_of_hanging_it() -> None
     loop = make_loop(Model(calls("broken")), Session({"broken": broken}))
     with pytest.raises(RuntimeError, match="tool bug"):
         await produce(loop)
+
+
+DIGITS = {"type": "custom", "name": "digits", "format": {"type": "grammar", "syntax": "regex", "definition": "[0-9]+"}}
+
+
+def custom(call_id: str, text: str) -> list[dict[str, Any]]:
+    delta = {"index": 0, "id": call_id, "function": {"name": "digits", "arguments": json.dumps({"input": text})}}
+    return [{"choices": [{"index": 0, "delta": {"tool_calls": [delta]}, "finish_reason": "tool_calls"}]}]
+
+
+def grammar_loop(model: Model) -> ToolLoop:
+    request = CreateResponse(model="m", input="go", tools=[DIGITS])
+    request_tools = RequestTools(request, [])
+    counter = itertools.count(1)
+
+    def translator(first: int, is_server: Callable[[str], bool], citations: Any) -> StreamTranslator:
+        return StreamTranslator(first_output_index=first, is_server=is_server, make_id=lambda prefix: f"{prefix}_{next(counter)}",
+                                client_tool=request_tools.client_tool)
+
+    return ToolLoop([], model, request_tools, translator)
+
+
+async def test_a_refused_custom_call_goes_back_to_the_model_and_only_the_matching_one_is_output() -> None:
+    model = Model(custom("call_1", "one"), custom("call_2", "1"))
+    loop = grammar_loop(model)
+    events = await produce(loop)
+    assert [(item["type"], item["call_id"], item["input"]) for item in loop.output] == [("custom_tool_call", "call_2", "1")]
+    assert {event["output_index"] for event in events} == {0}
+    assert model.hidden[0] == []
+    (refused_call, refusal) = [item for _, item in model.hidden[1]]
+    assert (refused_call["type"], refused_call["input"]) == ("custom_tool_call", "one")
+    assert refusal == {"type": "custom_tool_call_output", "call_id": "call_1", "output":
+                       "Refused: the input does not match the regex grammar at line 1, column 1, at 'one'. "
+                       "Call the tool again with input that matches its grammar."}
+    assert loop.status == "completed" and loop.hidden == model.hidden[1]
+
+
+async def test_a_model_that_keeps_missing_the_grammar_fails_the_response() -> None:
+    model = Model(*(custom(f"call_{n}", "x") for n in range(GRAMMAR_REPAIRS + 1)))
+    loop = grammar_loop(model)
+    with pytest.raises(UpstreamError, match=r"'digits' did not match the tool's grammar after 3 attempts") as raised:
+        await produce(loop)
+    assert raised.value.status == 502 and loop.output == [] and model.turns == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 from typing import Any
 
 from providers.responses.translate import StreamTranslator, output_from_completion, usage_from_chat
@@ -107,3 +108,50 @@ def test_usage_maps_to_the_responses_shape() -> None:
     assert usage == {"input_tokens": 10, "input_tokens_details": {"cached_tokens": 4, "cache_write_tokens": 0}, "output_tokens": 5,
                      "output_tokens_details": {"reasoning_tokens": 2}, "total_tokens": 15}
     assert usage_from_chat(None) is None
+
+
+def grammar_tool() -> Any:
+    from providers.responses.client_tools import client_tools
+
+    (tool,) = client_tools([{"type": "custom", "name": "digits", "format": {"type": "grammar", "syntax": "regex", "definition": "[0-9]+"}}])
+    return tool
+
+
+def custom_call(index: int, call_id: str, text: str) -> dict[str, Any]:
+    return {"index": index, "id": call_id, "function": {"name": "digits", "arguments": json.dumps({"input": text})}}
+
+
+def test_a_custom_call_its_grammar_refuses_is_set_aside_without_an_event_or_a_gap() -> None:
+    tool = grammar_tool()
+    translator = StreamTranslator(make_id=ids(), client_tool=lambda name: tool if name == "digits" else None)
+    events = [event for item in (
+        chunk(content="Trying."),
+        chunk(tool_calls=[custom_call(0, "call_bad", "12a")]),
+        chunk(tool_calls=[{"index": 1, "id": "call_f", "function": {"name": "lookup", "arguments": "{}"}}]),
+        chunk("tool_calls"),
+    ) for event in translator.feed(item)] + translator.finish()
+    assert [(item["type"], item.get("call_id")) for item in translator.output] == [("message", None), ("function_call", "call_f")]
+    assert sorted({event["output_index"] for event in events if "output_index" in event}) == [0, 1]
+    assert not any(event["type"].startswith("response.custom_tool_call") for event in events)
+    (rejected,) = translator.rejected
+    assert rejected.item["call_id"] == "call_bad" and rejected.item["input"] == "12a"
+    assert rejected.reason == "the input does not match the regex grammar at line 1, column 3, at 'a'"
+
+
+def test_a_custom_call_its_grammar_accepts_takes_the_next_index_once_whole() -> None:
+    tool = grammar_tool()
+    translator = StreamTranslator(first_output_index=3, make_id=ids(), client_tool=lambda name: tool if name == "digits" else None)
+    events = [event for item in (chunk(tool_calls=[custom_call(0, "call_ok", "123")]),
+                                 chunk(tool_calls=[{"index": 1, "id": "call_f", "function": {"name": "lookup", "arguments": "{}"}}]),
+                                 chunk("tool_calls")) for event in translator.feed(item)] + translator.finish()
+    assert [(item["type"], item["call_id"]) for item in translator.output] == [("function_call", "call_f"), ("custom_tool_call", "call_ok")]
+    added = [(event["output_index"], event["item"]["type"]) for event in events if event["type"] == "response.output_item.added"]
+    assert added == [(3, "function_call"), (4, "custom_tool_call")] and translator.rejected == []
+
+
+def test_a_cut_off_custom_call_is_not_checked() -> None:
+    tool = grammar_tool()
+    translator = StreamTranslator(make_id=ids(), client_tool=lambda name: tool)
+    translator.feed(chunk(tool_calls=[custom_call(0, "call_cut", "12a")]))
+    translator.finish("incomplete")
+    assert translator.rejected == [] and translator.output[0]["input"] == "12a"
