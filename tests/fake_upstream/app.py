@@ -487,7 +487,7 @@ def _plan_choice(
     if tool_result is None and directives.refusal:
         return ChoicePlan(index, [], None, REFUSAL_TEXT, [], "stop")
     text = base_text(directives, tool_result) + (f" (choice {index})" if index else "")
-    if _wants_json(body):
+    if _wants_json(body) and not _json_object(text):
         text = json.dumps({"answer": text})
     pieces, finish_reason = shape_content(text, _stops(body), _max_tokens(body))
     return ChoicePlan(index, pieces, "".join(pieces), None, [], finish_reason)
@@ -495,6 +495,14 @@ def _plan_choice(
 
 def _tool_call_id(digest: str, choice: int, call: int) -> str:
     return "call_" + hashlib.sha256(f"{digest}:{choice}:{call}".encode()).hexdigest()[:24]
+
+
+def _json_object(text: str) -> bool:
+    """Whether `text` is already a JSON object (an [answer] written as the format asks)."""
+    try:
+        return isinstance(json.loads(text), dict)
+    except ValueError:
+        return False
 
 
 def _wants_json(body: JSON) -> bool:
