@@ -18,6 +18,7 @@ import datetime
 import logging
 import sys
 import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -27,31 +28,37 @@ from builder.config import LoggingConfig
 from runtime.auth import principal_id
 
 __all__ = ["BatchWriter", "ContextFilter", "JsonFormatter", "TextFormatter", "access_record", "configure", "enter_request",
-           "leave_request"]
+           "leave_request", "log_access"]
 
-# (request id, trace id from the caller's traceparent): set by RequestGuard when logs are structured.
-_request: contextvars.ContextVar[tuple[str, str | None] | None] = contextvars.ContextVar("log_request", default=None)
+# (request id, the request's ASGI headers): set by RequestGuard when logs are structured. The
+# caller's traceparent is read from the headers only when a line is written.
+_request: contextvars.ContextVar[tuple[str, Any] | None] = contextvars.ContextVar("log_request", default=None)
 
 CONTEXT_FIELDS = ("request_id", "trace_id", "principal")
 ACCESS_LOGGER = "stack.access"
+_access = logging.getLogger(ACCESS_LOGGER)
+_writer: BatchWriter | None = None
+"""The server's writer, once `configure` has made it: access lines are queued to it directly."""
 
 
-
-def enter_request(request_id: str, headers: Any) -> contextvars.Token[tuple[str, str | None] | None]:
+def enter_request(request_id: str, headers: Any) -> contextvars.Token[tuple[str, Any] | None]:
     """Make `request_id` (and the trace id of a `traceparent` among `headers`, ASGI pairs) the
     context of the lines written until `leave_request`."""
-    trace_id = None
+    return _request.set((request_id, headers))
+
+
+def leave_request(token: contextvars.Token[tuple[str, Any] | None]) -> None:
+    _request.reset(token)
+
+
+def _caller_trace_id(headers: Any) -> str | None:
     for name, value in headers:
         if name == b"traceparent":
             parts = value.decode("latin-1").split("-")
             if len(parts) == 4 and len(parts[1]) == 32 and parts[1] != "0" * 32:
-                trace_id = parts[1].lower()
-            break
-    return _request.set((request_id, trace_id))
-
-
-def leave_request(token: contextvars.Token[tuple[str, str | None] | None]) -> None:
-    _request.reset(token)
+                return str(parts[1].lower())
+            return None
+    return None
 
 
 def _span_trace_id() -> str | None:
@@ -62,22 +69,57 @@ def _span_trace_id() -> str | None:
     return format(context.trace_id, "032x") if context.is_valid else None
 
 
+def _context(request: tuple[str, Any] | None, span_trace_id: str | None) -> tuple[str | None, str | None]:
+    """The request id and trace id of `request` (None, None outside one)."""
+    if request is None:
+        return None, span_trace_id
+    return request[0], span_trace_id or _caller_trace_id(request[1])
+
+
 def _stamp(record: logging.LogRecord) -> None:
     """Put on `record` the context of the request it is written in (in that request's task)."""
-    request = _request.get()
-    record.request_id = request[0] if request is not None else None
-    record.trace_id = _span_trace_id() or (request[1] if request is not None else None)
+    record.request_id, record.trace_id = _context(_request.get(), _span_trace_id())
     if getattr(record, "principal", None) is None:
         record.principal = principal_id()
+
+
+ACCESS_MESSAGE = "%s %s %d %.2fms"
+
+
+AccessFacts = tuple[float, str | None, str | None, str | None, str, str, int, float]
+"""What an access line is made of: time, request id, trace id, principal, method, path, status,
+duration in ms (atomic values: a queued line holds nothing of its request alive for the collector
+to walk)."""
+
+
+def _access_fields(method: str, path: str, status: int, duration_ms: float) -> dict[str, Any]:
+    return {"method": method, "path": path, "status": status, "duration_ms": duration_ms}
 
 
 def access_record(method: str, path: str, status: int, duration_ms: float, principal: str | None) -> logging.LogRecord:
     """The access line of a request, made directly: `Logger.info` would also look up its caller's
     frame, for nothing here."""
-    record = logging.LogRecord(ACCESS_LOGGER, logging.INFO, "", 0, "%s %s %d %.2fms", (method, path, status, duration_ms), None)
+    record = logging.LogRecord(ACCESS_LOGGER, logging.INFO, "", 0, ACCESS_MESSAGE, (method, path, status, duration_ms), None)
     record.principal = principal
-    record.fields = {"method": method, "path": path, "status": status, "duration_ms": duration_ms}
+    record.fields = _access_fields(method, path, status, duration_ms)
     return record
+
+
+def log_access(method: str, path: str, status: int, duration_ms: float, principal: str | None) -> None:
+    """Write the access line of the request in hand (at info, on the `stack.access` logger).
+
+    Under the server's writer (`configure`), the request only queues the line's facts
+    (`AccessFacts`); the writing thread formats a whole batch in a row, without a LogRecord each,
+    which costs a third of formatting each line in its request (bench/README: +42 µs a request
+    that way, +16 to +20 now). Elsewhere (the library client)
+    the record takes the standard path, to whatever handlers the application has."""
+    if not _access.isEnabledFor(logging.INFO):
+        return
+    writer = _writer
+    if writer is not None:
+        writer.queue_access((time.time(), *_context(_request.get(), _span_trace_id()), principal, method, path, status, duration_ms))
+    else:
+        _access.handle(access_record(method, path, status, duration_ms, principal))
 
 
 class ContextFilter(logging.Filter):
@@ -97,8 +139,26 @@ def _fields(record: logging.LogRecord) -> dict[str, Any]:
     return fields
 
 
+_second: tuple[int, str] = (0, "1970-01-01T00:00:00")
+
+
 def _now(created: float) -> str:
-    return datetime.datetime.fromtimestamp(created, datetime.timezone.utc).isoformat(timespec="milliseconds")
+    """`created` in ISO 8601 UTC to the millisecond; the date and time of day are made once a second
+    (a `datetime` a line was a third of a JSON line's formatting)."""
+    global _second
+    whole = int(created)
+    second = _second  # read once: the writing thread formats lines too
+    if whole != second[0]:
+        second = _second = (whole, datetime.datetime.fromtimestamp(whole, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S"))
+    return f"{second[1]}.{int((created - whole) * 1000):03d}+00:00"
+
+
+def _json_line(created: float, level: str, logger: str, message: str, fields: dict[str, Any],
+               exception: str | None = None) -> str:
+    entry: dict[str, Any] = {"time": _now(created), "level": level, "logger": logger, "message": message, **fields}
+    if exception:
+        entry["exception"] = exception
+    return to_json(entry, fallback=str).decode()  # pydantic-core's codec: a third of json.dumps' time here
 
 
 class JsonFormatter(logging.Formatter):
@@ -106,18 +166,18 @@ class JsonFormatter(logging.Formatter):
     context, the record's `fields` (the access log's method, path, status...), and any exception."""
 
     def format(self, record: logging.LogRecord) -> str:
-        entry: dict[str, Any] = {
-            "time": _now(record.created),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "message": record.getMessage(),
-            **_fields(record),
-        }
         if record.exc_info and not record.exc_text:
             record.exc_text = self.formatException(record.exc_info)
-        if record.exc_text:
-            entry["exception"] = record.exc_text
-        return to_json(entry, fallback=str).decode()  # pydantic-core's codec: a third of json.dumps' time here
+        return _json_line(record.created, record.levelname.lower(), record.name, record.getMessage(), _fields(record),
+                          record.exc_text)
+
+    def format_access(self, facts: AccessFacts) -> str:
+        """The access line of `facts`, as `format` writes its record, made without the record
+        (making one is 40 % of the line's cost)."""
+        created, request_id, trace_id, principal, method, path, status, duration_ms = facts
+        context = {name: value for name, value in zip(CONTEXT_FIELDS, (request_id, trace_id, principal)) if value is not None}
+        return _json_line(created, "info", ACCESS_LOGGER, ACCESS_MESSAGE % (method, path, status, duration_ms),
+                          {**context, **_access_fields(method, path, status, duration_ms)})
 
 
 class TextFormatter(logging.Formatter):
@@ -134,19 +194,28 @@ class TextFormatter(logging.Formatter):
         head, newline, rest = line.partition("\n")  # an exception's traceback stays below
         return f"{head} {pairs}{newline}{rest}"
 
+    def format_access(self, facts: AccessFacts) -> str:
+        created, request_id, trace_id, principal, method, path, status, duration_ms = facts
+        record = access_record(method, path, status, duration_ms, principal)
+        record.created, record.msecs = created, (created - int(created)) * 1000
+        record.request_id, record.trace_id = request_id, trace_id
+        return self.format(record)
+
 
 class BatchWriter(logging.Handler):
     """Stamps each record with its request's context and formats it as it is written, then
     queues the line; a thread writes what has queued every `interval_s` in one write, so a
     request never waits on the terminal or pipe. Lines rather than records wait in the queue
-    (nothing the garbage collector must track outlives its request)."""
+    (nothing the garbage collector must track outlives its request), and access lines as the
+    tuple of their facts (`queue_access`), made into records and formatted by the thread."""
 
-    def __init__(self, formatter: logging.Formatter, stream: Any = None, interval_s: float = 0.05) -> None:
+    def __init__(self, formatter: JsonFormatter | TextFormatter, stream: Any = None, interval_s: float = 0.05) -> None:
         super().__init__()
         self.setFormatter(formatter)
+        self._formatter = formatter
         self.stream = stream if stream is not None else sys.stderr
         self.interval_s = interval_s
-        self._lines: collections.deque[str] = collections.deque()
+        self._lines: collections.deque[str | AccessFacts] = collections.deque()
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="stack-logs", daemon=True)
         self._thread.start()
@@ -158,6 +227,16 @@ class BatchWriter(logging.Handler):
         except Exception:  # a record that cannot be formatted is reported, never lost silently
             self.handleError(record)
 
+    def queue_access(self, facts: AccessFacts) -> None:
+        self._lines.append(facts)
+
+    def _access_line(self, facts: AccessFacts) -> str | None:
+        try:
+            return self._formatter.format_access(facts)
+        except Exception:  # reported as a record would be, never lost silently
+            self.handleError(access_record(*facts[4:], facts[3]))
+            return None
+
     def _run(self) -> None:
         while not self._stopping.wait(self.interval_s):
             self._drain()
@@ -168,7 +247,10 @@ class BatchWriter(logging.Handler):
             return
         out: list[str] = []
         while self._lines:
-            out.append(self._lines.popleft())
+            item = self._lines.popleft()
+            line = self._access_line(item) if isinstance(item, tuple) else item
+            if line is not None:
+                out.append(line)
         try:
             self.stream.write("\n".join(out) + "\n")
             self.stream.flush()
@@ -177,6 +259,9 @@ class BatchWriter(logging.Handler):
 
     def close(self) -> None:
         """Write what is queued and stop the thread."""
+        global _writer
+        if _writer is self:
+            _writer = None
         self._stopping.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(timeout=5)
@@ -186,10 +271,12 @@ class BatchWriter(logging.Handler):
 def configure(config: LoggingConfig, stream: Any = None) -> BatchWriter:
     """Send the root logger's records, formatted as `config` says, to `stream` (stderr) by a
     writing thread; the caller closes the returned handler at exit (which writes what is queued)."""
+    global _writer
     handler = BatchWriter(JsonFormatter() if config.format == "json" else TextFormatter(), stream)
     root = logging.getLogger()
     for existing in list(root.handlers):
         root.removeHandler(existing)
     root.addHandler(handler)
     root.setLevel(config.level.upper())
+    _writer = handler
     return handler

@@ -25,7 +25,6 @@ from runtime.ids import random_hex
 __all__ = ["Draining", "RequestGuard", "new_request_id"]
 
 log = logging.getLogger("stack")
-access = logging.getLogger(logs.ACCESS_LOGGER)
 
 
 def new_request_id() -> str:
@@ -184,10 +183,8 @@ class RequestGuard:
 
 
 def _log_access(scope: Scope, status: int, elapsed_s: float) -> None:
-    if access.isEnabledFor(logging.INFO):
-        principal = (scope.get("state") or {}).get("principal")  # AuthGuard's context has ended by now
-        access.handle(logs.access_record(scope["method"], scope["path"], status, round(elapsed_s * 1000, 2),
-                                         principal.id if principal is not None else None))
+    principal = (scope.get("state") or {}).get("principal")  # AuthGuard's context has ended by now
+    logs.log_access(scope["method"], scope["path"], status, round(elapsed_s * 1000, 2), principal.id if principal is not None else None)
 
 
 def _content_length(scope: Scope) -> int | None:

@@ -83,3 +83,57 @@ def test_configure_routes_the_root_logger_and_sets_the_level() -> None:
         root.handlers[:] = saved
         root.setLevel(level)
     assert [json.loads(line)["message"] for line in sink.getvalue().splitlines()] == ["kept"]
+
+
+def served_access_lines(format: str) -> list[str]:
+    """One access line queued by `log_access` under the server's writer and the same line made as
+    a record through the standard handler path, both in one request with a traceparent."""
+    root = logging.getLogger()
+    saved, level = list(root.handlers), root.level
+    sink = io.StringIO()
+    try:
+        handler = logs.configure(LoggingConfig(format=format, access_log=True), sink)
+        token = logs.enter_request("req_abc", [(b"traceparent", b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")])
+        try:
+            logs.log_access("POST", '/v1/responses/"odd"', 200, 12.5, "alice")
+            handler.handle(logs.access_record("POST", '/v1/responses/"odd"', 200, 12.5, "alice"))
+        finally:
+            logs.leave_request(token)
+        handler.close()
+    finally:
+        root.handlers[:] = saved
+        root.setLevel(level)
+    return sink.getvalue().splitlines()
+
+
+def test_an_access_line_queued_by_the_server_is_the_line_its_record_makes() -> None:
+    queued, made = (json.loads(line) for line in served_access_lines("json"))
+    assert queued.pop("time")[:10] == made.pop("time")[:10]
+    assert queued == made == {
+        "level": "info", "logger": "stack.access", "message": 'POST /v1/responses/"odd" 200 12.50ms',
+        "request_id": "req_abc", "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736", "principal": "alice",
+        "method": "POST", "path": '/v1/responses/"odd"', "status": 200, "duration_ms": 12.5,
+    }
+    queued_text, made_text = served_access_lines("text")
+    assert queued_text.split(" ", 2)[2] == made_text.split(" ", 2)[2]  # all but the date and time
+    assert "stack.access: POST /v1/responses/\"odd\" 200 12.50ms request_id=req_abc" in queued_text
+
+
+def test_outside_the_server_an_access_line_takes_the_standard_handler_path() -> None:
+    access = logging.getLogger(logs.ACCESS_LOGGER)
+    seen: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record)
+
+    keep, level = Keep(), access.level
+    access.addHandler(keep)
+    access.setLevel(logging.INFO)
+    try:
+        logs.log_access("GET", "/v1/models", 200, 1.0, None)
+    finally:
+        access.removeHandler(keep)
+        access.setLevel(level)
+    assert [record.getMessage() for record in seen] == ["GET /v1/models 200 1.00ms"]
+    assert seen[0].fields == {"method": "GET", "path": "/v1/models", "status": 200, "duration_ms": 1.0}
