@@ -59,6 +59,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from builder.config import STORE_NAMES, PostgresBackend, SqliteBackend, StorageConfig
 from runtime import fastjson
 from runtime.auth import granted_owners
+from runtime.signals import MachineSignals
 from runtime.tracing import store_tracing
 
 if TYPE_CHECKING:
@@ -143,6 +144,8 @@ class Database:
         self._read_threads = ThreadPoolExecutor(4, thread_name_prefix="stack-sqlite-read") if sqlite_sync else None
         self._sqlite_path = sqlite_path
         self._file_lock = _FileLock(sqlite_path.with_name(sqlite_path.name + ".write-lock")) if sqlite_path is not None else None
+        self._machine = MachineSignals(sqlite_path.with_name(sqlite_path.name + ".signals"), self._deliver) \
+            if sqlite_path is not None else None
         self._system = "sqlite" if sqlite_path is not None else "postgresql"
         self._checkpointer: _Checkpointer | None = None
 
@@ -296,12 +299,15 @@ class Database:
     # --- signals between processes ----------------------------------------------------------
 
     async def subscribe(self, channel: str, callback: Callable[[str], None]) -> None:
-        """Call `callback(payload)` for each `notify(channel, payload)`: from every process on
-        PostgreSQL (LISTEN/NOTIFY), from this process on SQLite (whose other processes do not
-        hear it: they must find out some other way, such as a lease renewal)."""
+        """Call `callback(payload)` for each `notify(channel, payload)` from every process: by
+        LISTEN/NOTIFY on PostgreSQL, by Unix datagram sockets on an SQLite file (runtime.signals:
+        the processes of one machine). A signal may be lost (a process busy past its buffer): it
+        is a hint to act now on what the store will say anyway."""
         self._subscribers.setdefault(channel, []).append(callback)
         if self._listener is not None:
             await self._listener.listen(channel)
+        elif self._machine is not None:
+            self._machine.start()
 
     async def notify(self, channel: str, payload: str) -> None:
         """Tell the subscribers of `channel`, in every process that listens (see `subscribe`)."""
@@ -309,6 +315,8 @@ class Database:
             await self.execute(sa.text("SELECT pg_notify(:channel, :payload)"), {"channel": channel, "payload": payload})
         else:
             asyncio.get_running_loop().call_soon(self._deliver, channel, payload)
+            if self._machine is not None:
+                self._machine.send(channel, payload)
 
     def _deliver(self, channel: str, payload: str) -> None:
         for callback in self._subscribers.get(channel, ()):
@@ -322,6 +330,8 @@ class Database:
         still be used; it reconnects."""
         if self._listener is not None:
             await self._listener.close()
+        if self._machine is not None:
+            self._machine.close()
         if self._committer is not None:
             await asyncio.wait([self._committer])
         if self._checkpointer is not None:

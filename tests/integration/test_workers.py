@@ -133,3 +133,52 @@ def _healthy(base: str) -> bool:
         return httpx2.get(f"{base}/health", timeout=1).status_code == 200
     except httpx2.HTTPError:
         return False
+
+
+def test_a_cancel_sent_to_any_worker_stops_the_response_another_runs(tmp_path: Path, upstream: FakeUpstream) -> None:
+    # lease_s 3600: without a signal between the workers, the one running a response would hear
+    # of a cancel sent to the other only at its next lease renewal, 20 minutes later.
+    config = run_yaml(tmp_path, upstream.base_url, responses="{lease_s: 3600}", name="workers")
+    port = free_port()
+    base = f"http://127.0.0.1:{port}/v1"
+
+    def fresh() -> openai.OpenAI:  # a connection of its own: the kernel spreads them over both workers
+        return openai.OpenAI(base_url=base, api_key="none", max_retries=0, timeout=30)
+
+    with supervised(config, port, "--workers", "2"):
+        for _ in range(6):  # each cancel lands on either worker: one of six on the runner itself, by chance
+            with fresh() as client:
+                running = client.responses.create(model="fake-model", input="[tokens:400] [slow:20] long", background=True)
+            deadline = time.monotonic() + 20
+            while True:
+                with fresh() as client:
+                    if client.responses.retrieve(running.id).status != "queued":
+                        break
+                assert time.monotonic() < deadline, "the response never started"
+                time.sleep(0.05)
+            abandoned = len(upstream.abandoned)
+            with fresh() as client:
+                assert client.responses.cancel(running.id).status == "cancelled"
+            deadline = time.monotonic() + 20
+            while len(upstream.abandoned) == abandoned:
+                assert time.monotonic() < deadline, "the worker running the response went on with its model call"
+                time.sleep(0.02)
+            with fresh() as client:
+                assert client.responses.retrieve(running.id).status == "cancelled"
+
+
+def test_a_background_response_is_followed_from_either_worker_as_it_is_written(tmp_path: Path, upstream: FakeUpstream) -> None:
+    # stream_poll_s 600: a follower on the other worker is woken by the signal, never by its poll.
+    config = run_yaml(tmp_path, upstream.base_url, responses="{stream_poll_s: 600}", name="workers")
+    port = free_port()
+    base = f"http://127.0.0.1:{port}/v1"
+    with supervised(config, port, "--workers", "2"):
+        for _ in range(4):
+            with openai.OpenAI(base_url=base, api_key="none", max_retries=0, timeout=60) as client:
+                started = client.responses.create(model="fake-model", input="[tokens:12] [slow:50] follow me", background=True)
+            with openai.OpenAI(base_url=base, api_key="none", max_retries=0, timeout=60) as client:
+                events = list(client.responses.retrieve(started.id, stream=True, starting_after=0))
+            assert events[-1].type == "response.completed"
+            assert [event.sequence_number for event in events] == list(range(1, len(events) + 1))
+            assert "".join(event.delta for event in events if event.type == "response.output_text.delta") == " ".join(
+                f"tok{number}" for number in range(1, 13))
