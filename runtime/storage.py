@@ -65,7 +65,7 @@ from runtime.tracing import store_tracing
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-__all__ = ["Database", "Storage", "caller_may", "for_caller", "json_type", "open_database", "schema_lock"]
+__all__ = ["Database", "InsertRows", "Storage", "caller_may", "for_caller", "json_type", "open_database", "schema_lock"]
 
 # Execution option read by the SQLite "begin" hook: which BEGIN to emit for this connection.
 _BEGIN_OPTION = "stack_sqlite_begin"
@@ -406,6 +406,49 @@ def _write_sync(engine: sa.Engine, work: Callable[[sa.Connection], T], lock: _Fi
 Outcome = tuple[bool, Any]  # (True, result) or (False, the exception raised)
 
 
+class InsertRows:
+    """A write that only adds rows, table by table in the order given: `db.write(InsertRows((t1,
+    rows1), (t2, rows2)))`. On SQLite, the inserts of a group of such writes queued together are
+    made as one `executemany` per table (in the order the tables first appear), where each write
+    alone would run its own statements: the writing thread holds the database's write lock, which
+    other processes wait on, for half as long. A group that fails is retried write by write, as any
+    group is, so a write's failure stays its own."""
+
+    __slots__ = ("inserts",)
+
+    def __init__(self, *inserts: tuple[sa.Table, Sequence[dict[str, Any]]]) -> None:
+        self.inserts = [(table, rows) for table, rows in inserts if rows]
+
+    def __call__(self, connection: sa.Connection) -> None:
+        for table, rows in self.inserts:
+            connection.execute(_insert_into(table), list(rows))
+
+
+@functools.lru_cache(maxsize=256)
+def _insert_into(table: sa.Table) -> sa.Insert:
+    return table.insert()  # built once: a statement's cache key is made again for each new one
+
+
+def _run_group(conn: sa.Connection, works: list[Callable[[sa.Connection], Any]]) -> list[Outcome]:
+    outcomes: list[Outcome] = []
+    at = 0
+    while at < len(works):
+        work = works[at]
+        if not isinstance(work, InsertRows):
+            outcomes.append((True, work(conn)))
+            at += 1
+            continue
+        merged: dict[sa.Table, list[dict[str, Any]]] = {}
+        while at < len(works) and isinstance(insert := works[at], InsertRows):  # a run of inserts: one statement a table
+            for table, rows in insert.inserts:
+                merged.setdefault(table, []).extend(rows)
+            outcomes.append((True, None))
+            at += 1
+        for table, rows in merged.items():
+            conn.execute(_insert_into(table), rows)
+    return outcomes
+
+
 def _write_group_sync(engine: sa.Engine, works: list[Callable[[sa.Connection], Any]], lock: _FileLock | None = None) -> list[Outcome]:
     """Run `works` in one transaction; if any of them fails, run each in a transaction of its
     own instead, so a write's failure is its own."""
@@ -414,7 +457,7 @@ def _write_group_sync(engine: sa.Engine, works: list[Callable[[sa.Connection], A
             with lock if lock is not None else contextlib.nullcontext(), engine.connect() as conn:
                 conn = conn.execution_options(**{_BEGIN_OPTION: "BEGIN IMMEDIATE"})
                 with conn.begin():
-                    return [(True, work(conn)) for work in works]
+                    return _run_group(conn, works)
         except Exception:
             pass  # rolled back whole: retried one by one below
     outcomes: list[Outcome] = []

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from runtime.auth import principal_id
 from runtime.errors import NotFoundError
 from runtime.owners import owner_is_gone, process_owner
-from runtime.storage import Database, caller_may, for_caller, json_type
+from runtime.storage import Database, InsertRows, caller_may, for_caller, json_type
 
 __all__ = ["ResponseStore", "StoredResponse"]
 
@@ -128,13 +128,7 @@ class ResponseStore:
             "heartbeat_at": time.time(), "owner": process_owner(), "principal": principal_id(),
         }
         item_rows = _item_rows(response["id"], "input", input_items) + _item_rows(response["id"], "output", output_items)
-
-        def work(connection: sa.Connection) -> None:
-            connection.execute(responses.insert(), [row])
-            if item_rows:
-                connection.execute(items.insert(), item_rows)
-
-        await self.db.write(work)
+        await self.db.write(InsertRows((responses, [row]), (items, item_rows)))
 
     async def finish(self, response: dict[str, Any], output_items: Sequence[dict[str, Any]], *, only_if_status: Sequence[str] = ()) -> bool:
         """Record the final state and output of a response; with `only_if_status`, only if the

@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 
 from builder.config import PostgresBackend, SqliteBackend, StorageConfig, StoresConfig
-from runtime.storage import Database, Storage, json_type, open_database
+from runtime.storage import Database, InsertRows, Storage, json_type, open_database
 
 PG_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 
@@ -444,3 +444,29 @@ async def test_sqlite_writes_held_by_a_stopped_committer_fail_rather_than_hang(t
                 await asyncio.wait_for(task, 2)
     finally:
         await db.close()
+
+
+async def test_inserts_queued_together_go_in_as_one_statement_a_table_and_a_failing_one_fails_alone(
+    database: Database, ready: sa.Table
+) -> None:
+    await database.execute(ready.insert().values(id="taken"))
+    statements: list[str] = []
+    engine = database._sync if database._sync is not None else database.engine.sync_engine
+
+    def seen(_conn: Any, _cursor: Any, statement: str, *_rest: Any) -> None:
+        statements.append(statement)
+
+    sa.event.listen(engine, "before_cursor_execute", seen)
+    try:
+        writes = [database.write(InsertRows((ready, [{"id": f"{key}-1"}, {"id": f"{key}-2"}]))) for key in "abcd"]
+        results = await asyncio.gather(*writes)
+        assert results == [None] * 4
+        inserts = [statement for statement in statements if statement.startswith("INSERT")]
+        if database.dialect == "sqlite":  # the first write runs alone, the three queued behind it together
+            assert len(inserts) == 2, inserts
+        failing = await asyncio.gather(
+            *(database.write(InsertRows((ready, [{"id": key}]))) for key in ["e", "taken", "f"]), return_exceptions=True)
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", seen)
+    assert failing[0] is None and failing[2] is None and isinstance(failing[1], sa.exc.IntegrityError)
+    assert await _ids(database, ready) == sorted([f"{key}-{n}" for key in "abcd" for n in (1, 2)] + ["e", "f", "taken"])
