@@ -14,13 +14,17 @@ from __future__ import annotations
 
 import bisect
 import contextvars
+import re
 from typing import Any
 
 from starlette.types import Scope
 
-__all__ = ["CONTENT_TYPE", "Metrics", "current_metrics", "route_template"]
+__all__ = ["CONTENT_TYPE", "Metrics", "current_metrics", "route_template", "usage_counts"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"  # Prometheus' text format
+
+_FOLD_EVERY = 256
+"""Requests and model calls observed before they are counted, in one batch (see `Metrics`)."""
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 
@@ -90,8 +94,13 @@ class _Gauge:
 
 
 class Metrics:
-    """The app's metrics: plain counters updated on the request path, turned into Prometheus'
-    text format by the client library when scraped (this object is the registry's collector)."""
+    """The app's metrics: plain counters, turned into Prometheus' text format by the client
+    library when scraped (this object is the registry's collector).
+
+    A request, and a whole (not streamed) model call, only leave their facts in a list on the
+    request path; every `_FOLD_EVERY` of them, and at each scrape, the list is counted in one
+    batch: done in a row, the counting costs a fraction of what it costs done in each request
+    (where its code and data are no longer in the CPU's caches), as with the access log."""
 
     def __init__(self) -> None:
         self.requests = _Counter("stack_requests", "HTTP requests answered", ("route", "method", "status"))
@@ -104,10 +113,13 @@ class Metrics:
         self.tokens = _Counter("stack_tokens", "Tokens upstreams report", ("provider", "model", "direction"))
         self.tool_calls = _Counter("stack_tool_calls", "Server-side tool calls run", ("type", "outcome"))
         self.background_queue = _Gauge("stack_background_queue", "Background responses queued or running in this process")
+        self._requests_seen: list[tuple[Any, str, str, int, float]] = []
+        self._calls_seen: list[tuple[str, str, str, float, bytes | None]] = []
         self._all = (self.requests, self.request_seconds, self.open_streams, self.upstream_seconds, self.first_token_seconds,
                      self.tokens, self.tool_calls, self.background_queue)
 
     def collect(self) -> Any:
+        self.fold()
         for metric in self._all:
             yield metric.family()
 
@@ -131,17 +143,42 @@ class Metrics:
 
     def stream_started(self, headers: Any) -> bool:
         """Whether a response that starts with `headers` is a stream (counted open until it ends)."""
-        streaming = any(name == b"content-type" and value.startswith(b"text/event-stream") for name, value in headers)
-        if streaming:
-            self.open_streams.inc()
-        return streaming
+        for name, value in headers:
+            if name == b"content-type":
+                if value.startswith(b"text/event-stream"):
+                    self.open_streams.inc()
+                    return True
+                return False
+        return False
 
     def request_done(self, scope: Scope, status: int, streaming: bool, seconds: float) -> None:
         if streaming:
             self.open_streams.dec()
-        route = route_template(scope)
-        self.requests.inc((route, scope["method"], str(status)))
-        self.request_seconds.observe((route, scope["method"]), seconds)
+        seen = self._requests_seen
+        seen.append((scope.get("route"), scope["path"], scope["method"], status, seconds))
+        if len(seen) >= _FOLD_EVERY:
+            self.fold()
+
+    def call_done(self, provider: str, model: str, kind: str, seconds: float, answer: bytes) -> None:
+        """A whole model call's time and, from its `answer`, its tokens."""
+        at = answer.rfind(b'"usage"')
+        seen = self._calls_seen
+        seen.append((provider, model, kind, seconds, answer[at:] if at >= 0 else None))  # the usage's bytes only
+        if len(seen) >= _FOLD_EVERY:
+            self.fold()
+
+    def fold(self) -> None:
+        """Count what requests and model calls have left since the last fold."""
+        requests, self._requests_seen = self._requests_seen, []
+        for route, path, method, status, seconds in requests:
+            template = route_template({"route": route, "path": path})
+            self.requests.inc((template, method, str(status)))
+            self.request_seconds.observe((template, method), seconds)
+        calls, self._calls_seen = self._calls_seen, []
+        for provider, model, kind, seconds, usage in calls:
+            self.upstream_seconds.observe((provider, model, kind), seconds)
+            if usage is not None:
+                self.record_usage(provider, model, usage_counts(usage))
 
     def record_usage(self, provider: str, model: str, usage: Any) -> None:
         if not isinstance(usage, dict):
@@ -158,6 +195,17 @@ _current: contextvars.ContextVar[Metrics | None] = contextvars.ContextVar("metri
 def current_metrics() -> Metrics | None:
     """The metrics of the app serving the current request (None when metrics are off)."""
     return _current.get()
+
+
+_USAGE_FIELD = re.compile(rb'"(prompt_tokens|completion_tokens|total_tokens)"\s*:\s*(\d+)')
+_USAGE_NAMES = {b"prompt_tokens": "prompt_tokens", b"completion_tokens": "completion_tokens", b"total_tokens": "total_tokens"}
+
+
+def usage_counts(body: bytes) -> dict[str, int]:
+    """The token counts of the last `usage` in a JSON answer's bytes (a regex scan from there: the
+    answer itself is passed on unparsed). Nested counts (`*_tokens_details`) have other names."""
+    at = body.rfind(b'"usage"')
+    return {_USAGE_NAMES[name]: int(value) for name, value in _USAGE_FIELD.findall(body, at)} if at >= 0 else {}
 
 
 def route_template(scope: Scope) -> str:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import re
 import logging
 import struct
 import time
@@ -25,7 +24,7 @@ from runtime.apis.inference.protocol import InferenceProvider, UpstreamModel, Up
 from runtime.apis.inference.store import ChatCompletionStore, new_completion_id
 from runtime.apis.safety.protocol import SafetyProvider
 from runtime.errors import APIError, InvalidRequestError, NotFoundError, UpstreamError
-from runtime.metrics import Metrics, current_metrics
+from runtime.metrics import Metrics, current_metrics, usage_counts
 from runtime.tracing import Tracing, current_tracing
 from runtime.quotas import spend_tokens, token_meter
 
@@ -261,7 +260,7 @@ class InferenceRouter:
                 return await call
             with tracing.model_call(operation, provider_id, str(request.body.get("model")), request.body) as span:
                 result = await call
-                tracing.finished(span, usage_of(result), result)
+                tracing.finished(span, usage_counts(result), result)
                 return result
         except APIError as error:
             if error.code == "upstream_unreachable":
@@ -292,16 +291,6 @@ def _with_model(result: bytes, model: str) -> bytes:
     return fastjson.dumps(document)
 
 
-_USAGE_FIELD = re.compile(rb'"(prompt_tokens|completion_tokens|total_tokens)"\s*:\s*(\d+)')
-
-
-def usage_of(body: bytes) -> dict[str, int]:
-    """The token counts of an answer's `usage`, read from its bytes (a regex scan: the answer
-    itself is passed on unparsed). Nested counts (`*_tokens_details`) have other names."""
-    return {match[1].decode(): int(match[2]) for match in _USAGE_FIELD.finditer(body, max(0, body.rfind(b'"usage"')))} \
-        if b'"usage"' in body else {}
-
-
 def _completion(result: bytes, provider_id: str) -> dict[str, Any]:
     try:
         completion = fastjson.loads(result)
@@ -326,13 +315,11 @@ def _chunk(raw: bytes, provider_id: str) -> dict[str, Any]:
 
 async def _account(result: bytes, provider_id: str, request: UpstreamRequest, kind: str, metrics: Metrics | None,
                    started: float) -> None:
-    """A whole answer's usage against the request's quota, and its timing and tokens in the metrics."""
-    usage = usage_of(result)
+    """A whole answer's timing and tokens in the metrics, and its usage against the request's quota."""
     if metrics is not None:
-        model = str(request.body.get("model"))
-        metrics.upstream_seconds.observe((provider_id, model, kind), time.perf_counter() - started)
-        metrics.record_usage(provider_id, model, usage)
-    await spend_tokens(usage)
+        metrics.call_done(provider_id, str(request.body.get("model")), kind, time.perf_counter() - started, result)
+    if token_meter() is not None:
+        await spend_tokens(usage_counts(result))
 
 
 async def _metered(chunks: AsyncIterator[bytes], hide_usage: bool, metrics: Metrics | None, provider: str, request: UpstreamRequest,
