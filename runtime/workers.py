@@ -6,7 +6,8 @@ SO_REUSEPORT (the kernel spreads new connections over them) and the state throug
 storage: SQLite in WAL mode takes several processes (writers wait for one another's lock, up to
 its busy timeout), PostgreSQL any number. The supervisor here only starts them, passes SIGTERM and
 SIGINT on (each drains as one process would), and starts again a worker that dies while the others
-serve; it loads no provider and serves nothing itself.
+serve; it loads no provider and serves nothing itself. On Linux, a supervisor killed outright
+(SIGKILL) takes its workers down with it: each gets SIGTERM from the kernel and drains.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import FrameType
 
 __all__ = ["WORKER_ENV", "supervise"]
@@ -45,8 +46,10 @@ def supervise(config: str, workers: int, host: str | None, port: int, grace_s: f
         argv += ["--host", host]
     stopping = False
 
+    stop_with_me = _stop_with(os.getpid())
+
     def start(number: int) -> tuple[subprocess.Popen[bytes], float]:
-        return subprocess.Popen(argv, env={**os.environ, WORKER_ENV: str(number)}), time.monotonic()
+        return subprocess.Popen(argv, env={**os.environ, WORKER_ENV: str(number)}, preexec_fn=stop_with_me), time.monotonic()
 
     def stop(_signum: int, _frame: FrameType | None) -> None:
         nonlocal stopping
@@ -85,6 +88,27 @@ def supervise(config: str, workers: int, host: str | None, port: int, grace_s: f
             signal.signal(sig, handler)
         _reap([process for process, _ in running.values()], grace_s)
     return 1 if failed else 0
+
+
+def _stop_with(supervisor: int) -> Callable[[], None] | None:
+    """What a worker runs before it starts, on Linux: the kernel sends it SIGTERM (its graceful
+    shutdown) when the supervisor dies, killed by a signal it cannot pass on (SIGKILL, the OOM
+    killer), so no worker is left holding the port with nobody to stop it."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)  # loaded here: a forked child should not load libraries
+
+    def stop_with_supervisor() -> None:
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != supervisor:  # it died before the line above
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return stop_with_supervisor
+
+
+_PR_SET_PDEATHSIG = 1
 
 
 def _reap(processes: Sequence[subprocess.Popen[bytes]], grace_s: float) -> None:

@@ -5,6 +5,7 @@ client; both workers serve; SIGTERM drains and stops them all."""
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import os
 import signal
 import sqlite3
@@ -52,9 +53,13 @@ def supervised(config: Path, port: int, *options: str) -> Iterator[tuple[subproc
             time.sleep(0.1)
         yield supervisor, workers
     finally:
+        left = children_of(supervisor.pid)
         if supervisor.poll() is None:
             supervisor.kill()
             supervisor.wait()
+        for pid in left:  # had the kernel not stopped them with their supervisor
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def test_two_workers_share_the_port_and_the_sqlite_file(tmp_path: Path, upstream: FakeUpstream) -> None:
@@ -105,6 +110,26 @@ def test_a_worker_that_dies_is_started_again_and_the_others_serve_meanwhile(tmp_
         assert second in now
         supervisor.send_signal(signal.SIGINT)
         assert supervisor.wait(timeout=30) == 0
+
+
+def test_workers_whose_supervisor_is_killed_outright_stop_and_free_the_port(tmp_path: Path, upstream: FakeUpstream) -> None:
+    config = run_yaml(tmp_path, upstream.base_url, name="workers")
+    port = free_port()
+    with supervised(config, port, "--workers", "2") as (supervisor, workers):
+        supervisor.kill()  # SIGKILL: nothing of the supervisor runs to pass a signal on
+        supervisor.wait()
+        deadline = time.monotonic() + 30
+        while any(Path(f"/proc/{pid}").exists() and not _zombie(pid) for pid in workers):
+            assert time.monotonic() < deadline, "the workers outlived their supervisor"
+            time.sleep(0.1)
+        assert not _healthy(f"http://127.0.0.1:{port}/v1")  # nobody holds the port
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
 
 
 def test_several_workers_need_a_fixed_port(tmp_path: Path, upstream: FakeUpstream) -> None:
