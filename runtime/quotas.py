@@ -23,7 +23,7 @@ from typing import Any, Protocol
 from builder.config import QuotaConfig, QuotaLimits
 from runtime.errors import APIError, ServiceUnavailableError
 
-__all__ = ["Quotas", "RateLimited", "spend_tokens", "token_meter"]
+__all__ = ["Quotas", "RateLimited", "meter_tokens", "reset_meter", "spend_tokens", "token_meter"]
 
 WINDOW_S = 60
 _TTL_S = 2 * WINDOW_S

@@ -111,3 +111,36 @@ def test_a_quota_store_that_is_down_refuses_with_a_503(tmp_path: Path) -> None:
             with pytest.raises(openai.APIStatusError) as refused:
                 as_(client, "rpm").models.list()
     assert refused.value.status_code == 503 and refused.value.body["code"] == "quota_store_unavailable"  # type: ignore[index]
+
+
+@pytest.mark.parametrize("mode", ["server", "library"])
+def test_the_embeddings_of_a_file_attached_to_a_vector_store_count_against_its_attacher(tmp_path: Path, mode: str) -> None:
+    providers = """  files: [{provider_id: local, provider_type: local}]
+  vector_stores: [{provider_id: builtin, provider_type: builtin, config: {poll_s: 0.1}}]
+"""
+    with running_fake_upstream() as upstream:
+        path = run_yaml(tmp_path, upstream.base_url, providers=providers, name="quotas-ingest")
+        path.write_text(path.read_text() + f"""server:
+  auth:
+    api_keys:
+      - {{principal: reader-{RUN}-{mode}, key: "sk-reader-0123456789"}}
+    quotas:
+      principals:
+        reader-{RUN}-{mode}: {{tokens_per_minute: 200, requests_per_minute: 1000}}
+""")
+        fresh_window()
+        with served(mode, path) as client:
+            reader = client.with_options(api_key="sk-reader-0123456789", max_retries=0)
+            text = " ".join(f"word{number}" for number in range(400))  # about 400 tokens to embed
+            uploaded = reader.files.create(file=("notes.txt", text.encode()), purpose="assistants")
+            store = reader.vector_stores.create(name="notes", file_ids=[uploaded.id],
+                                                extra_body={"embedding_model": "fake-embed", "embedding_dimension": 384})
+            deadline = time.monotonic() + 30
+            with pytest.raises(openai.RateLimitError) as refused:  # once the file's tokens spent the reader's 200 a minute
+                while reader.vector_stores.files.retrieve(uploaded.id, vector_store_id=store.id).status == "in_progress":
+                    assert time.monotonic() < deadline, "the file was never ingested, or its tokens never counted"
+                    time.sleep(0.1)
+                reader.chat.completions.create(model="fake-model", messages=[{"role": "user", "content": "[tokens:1] more"}])
+            embedded = [body for body in upstream.bodies("/v1/embeddings") if "word0" in str(body.get("input"))]
+            assert embedded  # the file's text went to the embedding model
+    assert refused.value.body["type"] == "tokens"  # type: ignore[index]

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 import sqlalchemy as sa
@@ -28,6 +29,7 @@ from runtime.apis.files.protocol import FilesProvider
 from runtime.errors import NotFoundError
 from runtime.ids import random_hex
 from runtime.owners import owner_is_gone, process_owner
+from runtime.quotas import meter_tokens, reset_meter
 from runtime.storage import Database
 
 __all__ = ["Ingestor", "Job"]
@@ -52,6 +54,10 @@ class _LeaseLost(Exception):
     """The file was deleted, re-attached or cancelled under the worker."""
 
 
+TokenMeter = Callable[[int], Awaitable[None]]
+_MAX_METERS = 10_000
+
+
 class Ingestor:
     """Runs `workers` ingestion tasks; `wake()` when a file is attached."""
 
@@ -64,6 +70,9 @@ class Ingestor:
         self.lease_s = lease_s
         self.poll_s = poll_s
         self._wake = asyncio.Event()
+        self._meters: dict[tuple[str, str], TokenMeter] = {}
+        """The token quotas files attached in this process count their embeddings against (their
+        attacher's), by (store, file); a file taken up by another process counts against none."""
         self._workers = workers
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -91,7 +100,14 @@ class Ingestor:
         except Exception:  # the database is gone too: the leases lapse instead
             log.exception("could not give up the ingestion leases of this process")
 
-    def wake(self) -> None:
+    def wake(self, attached: Iterable[tuple[str, str]] = (), meter: TokenMeter | None = None) -> None:
+        """Files were `attached` (store id, file id): take them up; their embeddings count against
+        `meter` (the attaching request's token quota, `runtime.quotas.token_meter()`), if any."""
+        if meter is not None:
+            for key in attached:
+                self._meters[key] = meter
+            while len(self._meters) > _MAX_METERS:  # files another process took up: the oldest go
+                del self._meters[next(iter(self._meters))]
         self._wake.set()
 
     async def _work(self) -> None:
@@ -146,6 +162,8 @@ class Ingestor:
                     return
 
         keeper = asyncio.get_running_loop().create_task(keep_lease())
+        meter = self._meters.pop((job.vector_store_id, job.file_id), None)
+        metered = meter_tokens(meter) if meter is not None else None
         try:
             await self._ingest(job)
         except _LeaseLost:
@@ -163,6 +181,8 @@ class Ingestor:
             log.exception("ingesting %s into %s failed", job.file_id, job.vector_store_id)
             await self._finish(job, "failed", {"code": "server_error", "message": f"The file could not be processed ({type(error).__name__})."}, 0)
         finally:
+            if metered is not None:
+                reset_meter(metered)
             keeper.cancel()
             await asyncio.gather(keeper, return_exceptions=True)
 

@@ -21,6 +21,7 @@ from runtime.apis.vector_stores.protocol import FILE_STATUSES, Page, SearchHit
 from runtime.auth import principal_id
 from runtime.errors import InvalidRequestError, NotFoundError, UpstreamError
 from runtime.ids import random_hex
+from runtime.quotas import token_meter
 from runtime.storage import Database, caller_may
 
 __all__ = ["BuiltinVectorStores"]
@@ -62,7 +63,7 @@ class BuiltinVectorStores:
 
         await self.db.write(write)
         if request.files:
-            self.ingestor.wake()
+            self.ingestor.wake([(store_id, spec.file_id) for spec in request.files], token_meter())
         return await self.get_store(store_id)
 
     async def _embedding_model(self, request: CreateStore) -> EmbeddingModel | None:
@@ -164,7 +165,7 @@ class BuiltinVectorStores:
             conn.execute(stores.update().where(stores.c.id == store_id).values(last_active_at=now))
 
         await self.db.write(write)
-        self.ingestor.wake()
+        self.ingestor.wake([(store_id, spec.file_id) for spec in specs], token_meter())
 
     async def list_files(self, store_id: str, status: str | None, page: Page, batch_id: str | None = None) -> tuple[list[dict[str, Any]], bool]:
         await self._store(store_id)
