@@ -2,8 +2,9 @@
 did (issue 14, item 5: cross-replica cancel latency and resumed-stream event latency).
 
 Starts the fake upstream and two `stack run bench/stack-run.yaml` processes on one SQLite state
-directory, each on a port of its own (what `--workers 2` does, with the worker known), and with the
-`openai` SDK:
+directory, each on a port of its own (what `--workers 2` does, with the worker known), or with
+`--postgres` two replicas on a fresh PostgreSQL database (127.0.0.1:5432, dropped at the end), and
+with the `openai` SDK:
 
 - resumed stream: a background response streamed by process A as it is made (`background` with
   `stream`), and followed at the same time from process B (`GET /v1/responses/{id}?stream=true`);
@@ -12,13 +13,15 @@ directory, each on a port of its own (what `--workers 2` does, with the worker k
 - cancel: a background response run by A, cancelled through B; the time from B's answer to the
   cancel to the end of A's stream of that response (A has stopped it).
 
-    .venv/bin/python bench/signals.py [--responses 5]    # about 20 s
+    .venv/bin/python bench/signals.py [--responses 5] [--postgres]    # about 20 s
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import secrets
 import statistics
 import subprocess
 import sys
@@ -38,10 +41,43 @@ from common import ROOT, STACK, free_port, read_listening_url, stop  # noqa: E40
 RUN_YAML = ROOT / "bench" / "stack-run.yaml"
 
 
+POSTGRES_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
+
+
 @contextmanager
-def two_processes() -> Iterator[tuple[openai.OpenAI, openai.OpenAI]]:
+def postgres_database() -> Iterator[str]:
+    import asyncio
+
+    import asyncpg  # type: ignore[import-untyped]
+
+    async def admin(statement: str) -> None:
+        connection = await asyncpg.connect(POSTGRES_ADMIN, timeout=5)
+        try:
+            await connection.execute(statement)
+        finally:
+            await connection.close()
+
+    name = f"stack_bench_{secrets.token_hex(6)}"
+    asyncio.run(admin(f'CREATE DATABASE "{name}"'))
+    try:
+        yield f"postgresql://postgres@127.0.0.1:5432/{name}"
+    finally:
+        asyncio.run(admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@contextmanager
+def two_processes(dsn: str | None) -> Iterator[tuple[openai.OpenAI, openai.OpenAI]]:
     with tempfile.TemporaryDirectory(prefix="stack-bench-signals-") as temp:
         logs = Path(temp)
+        run_yaml = RUN_YAML
+        if dsn is not None:
+            run_yaml = logs / "run.yaml"
+            run_yaml.write_text(RUN_YAML.read_text() + f"""
+storage:
+  backends:
+    pg: {{type: postgres, dsn: "{dsn}", pool_size: 8}}
+  stores: {{responses: pg, conversations: pg, chat_completions: pg, metadata: pg}}
+""")
         env = dict(os.environ, PYTHONPATH=str(ROOT / "tests"))
         with (logs / "upstream.log").open("ab") as sink:
             upstream = subprocess.Popen([sys.executable, "-m", "fake_upstream", "--port", "0"], cwd=ROOT, env=env,
@@ -55,7 +91,7 @@ def two_processes() -> Iterator[tuple[openai.OpenAI, openai.OpenAI]]:
             for name in ("a", "b"):
                 port = free_port()
                 with (logs / f"stack-{name}.log").open("ab") as sink:
-                    processes.append(subprocess.Popen([STACK, "run", str(RUN_YAML), "--port", str(port)], cwd=ROOT,
+                    processes.append(subprocess.Popen([STACK, "run", str(run_yaml), "--port", str(port)], cwd=ROOT,
                                                       env=stack_env, stdout=sink, stderr=sink, start_new_session=True))
                 client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0, timeout=60)
                 deadline = time.monotonic() + 60
@@ -118,13 +154,17 @@ def summary(values: list[float]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--responses", type=int, default=5, help="responses per measure")
+    parser.add_argument("--postgres", action="store_true", help="two replicas on a fresh PostgreSQL database instead of one SQLite file")
     options = parser.parse_args()
-    with two_processes() as (a, b):
+    with contextlib.ExitStack() as stack:
+        dsn = stack.enter_context(postgres_database()) if options.postgres else None
+        a, b = stack.enter_context(two_processes(dsn))
         follow_lag(a, b)  # warm-up
         across = [lag for _ in range(options.responses) for lag in follow_lag(a, b)]
         local = [lag for _ in range(options.responses) for lag in follow_lag(a, a)]
         cancels = [cancel_lag(a, b) for _ in range(options.responses)]
-    print("two stack processes on one SQLite state directory (fake upstream: a delta every 25 ms)")
+    where = "two replicas on one PostgreSQL database" if options.postgres else "two stack processes on one SQLite state directory"
+    print(f"{where} (fake upstream: a delta every 25 ms)")
     print(f"resumed stream, follower on the other process:  {summary(across)}")
     print(f"resumed stream, follower on the same process:   {summary(local)}")
     print(f"cancel through the other process, to the runner's stream end: {summary(cancels)}")
