@@ -556,6 +556,26 @@ def stop(process: subprocess.Popen[bytes]) -> None:
         process.stdout.close()
 
 
+def start_unpinned_upstream(logs: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """The fake upstream free to use every core (the benches of several processes share them),
+    its log in `logs`; the process and its URL once it listens."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "tests"))
+    with (logs / "upstream.log").open("ab") as sink:
+        upstream = subprocess.Popen([sys.executable, "-m", "fake_upstream", "--port", "0"], cwd=ROOT, env=env,
+                                    stdout=subprocess.PIPE, stderr=sink, start_new_session=True)
+    try:
+        return upstream, read_listening_url(upstream)
+    except BaseException:
+        stop(upstream)
+        raise
+
+
+def stack_env(upstream_url: str, state_dir: Path) -> dict[str, str]:
+    """The environment `bench/*-run.yaml` read: the upstream, the state directory, live recording."""
+    return dict(os.environ, BENCH_UPSTREAM_URL=f"{upstream_url}/v1", BENCH_STATE_DIR=str(state_dir),
+                STACK_RECORDING_MODE="live", STACK_LOG_LEVEL="WARNING")
+
+
 def read_listening_url(process: subprocess.Popen[bytes]) -> str:
     """The URL from the fake upstream's `listening on URL` line (read unbuffered, with a deadline)."""
     assert process.stdout is not None

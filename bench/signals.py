@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import secrets
 import statistics
 import subprocess
@@ -36,7 +35,7 @@ import openai
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import ROOT, STACK, free_port, read_listening_url, stop  # noqa: E402
+from common import ROOT, STACK, free_port, stack_env, start_unpinned_upstream, stop  # noqa: E402
 
 RUN_YAML = ROOT / "bench" / "stack-run.yaml"
 
@@ -78,21 +77,16 @@ storage:
     pg: {{type: postgres, dsn: "{dsn}", pool_size: 8}}
   stores: {{responses: pg, conversations: pg, chat_completions: pg, metadata: pg}}
 """)
-        env = dict(os.environ, PYTHONPATH=str(ROOT / "tests"))
-        with (logs / "upstream.log").open("ab") as sink:
-            upstream = subprocess.Popen([sys.executable, "-m", "fake_upstream", "--port", "0"], cwd=ROOT, env=env,
-                                        stdout=subprocess.PIPE, stderr=sink, start_new_session=True)
+        upstream, url = start_unpinned_upstream(logs)
         processes = [upstream]
         try:
-            url = read_listening_url(upstream)
-            stack_env = dict(os.environ, BENCH_UPSTREAM_URL=f"{url}/v1", BENCH_STATE_DIR=str(logs / "state"),
-                             STACK_RECORDING_MODE="live", STACK_LOG_LEVEL="WARNING")
+            environment = stack_env(url, logs / "state")
             clients = []
             for name in ("a", "b"):
                 port = free_port()
                 with (logs / f"stack-{name}.log").open("ab") as sink:
                     processes.append(subprocess.Popen([STACK, "run", str(run_yaml), "--port", str(port)], cwd=ROOT,
-                                                      env=stack_env, stdout=sink, stderr=sink, start_new_session=True))
+                                                      env=environment, stdout=sink, stderr=sink, start_new_session=True))
                 client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0, timeout=60)
                 deadline = time.monotonic() + 60
                 while True:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
 import subprocess
 import sys
@@ -25,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import (  # noqa: E402
-    ROOT, STACK, free_port, measure_throughput, post, read_listening_url, stop, wait_healthy,
+    ROOT, STACK, free_port, measure_throughput, post, stack_env, start_unpinned_upstream, stop, wait_healthy,
 )
 
 RUN_YAML = ROOT / "bench" / "stack-run.yaml"
@@ -36,19 +35,13 @@ RESPONSE = {"model": "fake-model", "input": "[tokens:64] benchmark"}
 async def measure(workers: int, duration: float, concurrency: int) -> dict[str, tuple[float, int]]:
     with tempfile.TemporaryDirectory(prefix="stack-bench-workers-") as temp:
         logs = Path(temp)
-        env = dict(os.environ, PYTHONPATH=str(ROOT / "tests"))
-        with (logs / "upstream.log").open("ab") as sink:
-            upstream = subprocess.Popen([sys.executable, "-m", "fake_upstream", "--port", "0"], cwd=ROOT, env=env,
-                                        stdout=subprocess.PIPE, stderr=sink, start_new_session=True)
+        upstream, url = start_unpinned_upstream(logs)
         processes = [upstream]
         try:
-            url = read_listening_url(upstream)
             port = free_port()
-            stack_env = dict(os.environ, BENCH_UPSTREAM_URL=f"{url}/v1", BENCH_STATE_DIR=str(logs / "state"),
-                             STACK_RECORDING_MODE="live", STACK_LOG_LEVEL="WARNING")
             with (logs / "stack.log").open("ab") as sink:
                 stack = subprocess.Popen([STACK, "run", str(RUN_YAML), "--port", str(port), "--workers", str(workers)], cwd=ROOT,
-                                         env=stack_env, stdout=sink, stderr=sink, start_new_session=True)
+                                         env=stack_env(url, logs / "state"), stdout=sink, stderr=sink, start_new_session=True)
             processes.append(stack)
             await wait_healthy(port, "/v1/health", stack)
             await asyncio.sleep(1.5)  # every worker listening, not only the first
