@@ -47,6 +47,7 @@ class MachineSignals:
         self.name = f"{os.getpid()}-{secrets.token_hex(6)}"
         self._socket: socket.socket | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._warned = False
         self._namespace = hashlib.sha256(str(directory.resolve()).encode()).hexdigest()[:20]
 
     def _address(self, name: str) -> str | None:
@@ -69,13 +70,19 @@ class MachineSignals:
         address = self._address(self.name)
         if address is None:
             return False
-        self.directory.mkdir(parents=True, exist_ok=True)
         endpoint = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         try:
+            self.directory.mkdir(parents=True, exist_ok=True)
             endpoint.setblocking(False)
             endpoint.bind(address)
             (self.directory / self.name).touch()
             loop.add_reader(endpoint.fileno(), self._readable)
+        except OSError as error:  # signals are hints: without them, leases and polls still tell
+            endpoint.close()
+            if not self._warned:
+                log.warning("signals to the other processes of %s are off: %s", self.directory, error)
+                self._warned = True
+            return False
         except BaseException:
             endpoint.close()
             raise

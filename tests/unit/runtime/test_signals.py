@@ -72,3 +72,11 @@ async def test_a_notify_from_another_process_on_the_same_sqlite_file_reaches_a_s
         assert await asyncio.wait_for(heard.get(), 5) == "resp_from_elsewhere"
     finally:
         await db.close()
+
+
+async def test_a_directory_that_cannot_be_made_leaves_signals_off_without_failing(tmp_path: Path) -> None:
+    (tmp_path / "taken").write_text("a file where the directory would be")
+    signals = MachineSignals(tmp_path / "taken" / "db.signals", lambda channel, payload: None)
+    assert signals.start() is False
+    signals.send("cancels", "resp_3")  # nothing to send through, and no error
+    signals.close()
