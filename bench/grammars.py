@@ -17,10 +17,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests" / "unit" / "providers" / "responses"))
+sys.path.insert(0, str(ROOT / "tests"))
 
 from providers.responses.grammars import compile_grammar  # noqa: E402
-from test_grammars import APPLY_PATCH  # noqa: E402
+from support.codex import APPLY_PATCH_GRAMMAR  # noqa: E402
 
 
 def best_ms(work: Callable[[], object], repeats: int) -> float:
@@ -37,7 +37,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=20)
     args = parser.parse_args()
     start = time.perf_counter()
-    patch_grammar = compile_grammar("lark", APPLY_PATCH)
+    patch_grammar = compile_grammar("lark", APPLY_PATCH_GRAMMAR)
     print(f"compile apply_patch grammar (first time, llguidance imported): {(time.perf_counter() - start) * 1e3:.1f} ms")
     identifier = compile_grammar("regex", r"[A-Za-z_][A-Za-z0-9_]*( [A-Za-z_][A-Za-z0-9_]*)*")
     print(f"{'input':>10} {'apply_patch ms':>15} {'ms/KB':>7} {'regex ms':>9}")

@@ -111,8 +111,8 @@ def log_access(method: str, path: str, status: int, duration_ms: float, principa
     Under the server's writer (`configure`), the request only queues the line's facts
     (`AccessFacts`); the writing thread formats a whole batch in a row, without a LogRecord each,
     which costs a third of formatting each line in its request (bench/README: +42 µs a request
-    that way, +16 to +20 now). Elsewhere (the library client)
-    the record takes the standard path, to whatever handlers the application has."""
+    that way, +16 to +20 now). Elsewhere (the library client) the record takes the standard path,
+    to whatever handlers the application has."""
     if not _access.isEnabledFor(logging.INFO):
         return
     writer = _writer

@@ -171,7 +171,7 @@ class Metrics:
         """Count what requests and model calls have left since the last fold."""
         requests, self._requests_seen = self._requests_seen, []
         for route, path, method, status, seconds in requests:
-            template = route_template({"route": route, "path": path})
+            template = _template(route, path)
             self.requests.inc((template, method, str(status)))
             self.request_seconds.observe((template, method), seconds)
         calls, self._calls_seen = self._calls_seen, []
@@ -212,9 +212,13 @@ def route_template(scope: Scope) -> str:
     """The matched route's path template as the client addressed it. FastAPI includes routers by
     reference, so the route knows its path without the prefix it was included under (`/v1`):
     the prefix is what the request path has before the template's fixed start."""
-    path = getattr(scope.get("route"), "path", None)
+    return _template(scope.get("route"), scope["path"])
+
+
+def _template(route: Any, requested: str) -> str:
+    path = getattr(route, "path", None)
     if not isinstance(path, str):
         return "unmatched"
     fixed = path.split("{", 1)[0]
-    at = scope["path"].find(fixed) if fixed else 0
-    return scope["path"][:at] + path if at > 0 else path
+    at = requested.find(fixed) if fixed else 0
+    return requested[:at] + path if at > 0 else path

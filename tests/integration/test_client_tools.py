@@ -14,6 +14,7 @@ import openai
 import pytest
 
 from fake_upstream.server import FakeUpstream, running_fake_upstream
+from support.codex import APPLY_PATCH_GRAMMAR
 from support.live_stack import run_yaml, served
 
 
@@ -152,25 +153,8 @@ def test_malformed_client_tools_are_a_400_naming_the_field(stack: Stack, tools: 
     assert refused.value.body["param"] == param  # type: ignore[index]
 
 
-# Codex's apply_patch grammar (codex-rs, tool_apply_patch.lark), as it sends it in a custom tool.
-CODEX_PATCH_GRAMMAR = r'''start: begin_patch hunk+ end_patch
-begin_patch: "*** Begin Patch" LF
-end_patch: "*** End Patch" LF?
-hunk: add_hunk | delete_hunk | update_hunk
-add_hunk: "*** Add File: " filename LF add_line+
-delete_hunk: "*** Delete File: " filename LF
-update_hunk: "*** Update File: " filename LF change_move? change?
-filename: /(.+)/
-add_line: "+" /(.*)/ LF -> line
-change_move: "*** Move to: " filename LF
-change: (change_context | change_line)+ eof_line?
-change_context: ("@@" | "@@ " /(.+)/) LF
-change_line: ("+" | "-" | " ") /(.*)/ LF
-eof_line: "*** End of File" LF
-%import common.LF
-'''
 LARK_PATCH_TOOL = {"type": "custom", "name": "apply_patch", "description": "Edit files with a patch",
-                   "format": {"type": "grammar", "syntax": "lark", "definition": CODEX_PATCH_GRAMMAR}}
+                   "format": {"type": "grammar", "syntax": "lark", "definition": APPLY_PATCH_GRAMMAR}}
 OFF_GRAMMAR = "*** Begin Patch\n*** Rename File: a.py\n*** End Patch\n"
 ON_GRAMMAR = "*** Begin Patch\n*** Update File: a.py\n@@\n-x = 1\n+x = 2\n*** End Patch\n"
 

@@ -6,45 +6,22 @@ from __future__ import annotations
 import pytest
 
 from providers.responses.grammars import MAX_GRAMMAR_CHARS, GrammarError, compile_grammar
-
-# Codex's apply_patch grammar (codex-rs, tool_apply_patch.lark): its `/(.*)/` terminals match the
-# empty string, which the `lark` package refuses and OpenAI's engine takes.
-APPLY_PATCH = r'''
-start: begin_patch hunk+ end_patch
-begin_patch: "*** Begin Patch" LF
-end_patch: "*** End Patch" LF?
-
-hunk: add_hunk | delete_hunk | update_hunk
-add_hunk: "*** Add File: " filename LF add_line+
-delete_hunk: "*** Delete File: " filename LF
-update_hunk: "*** Update File: " filename LF change_move? change?
-
-filename: /(.+)/
-add_line: "+" /(.*)/ LF -> line
-
-change_move: "*** Move to: " filename LF
-change: (change_context | change_line)+ eof_line?
-change_context: ("@@" | "@@ " /(.+)/) LF
-change_line: ("+" | "-" | " ") /(.*)/ LF
-eof_line: "*** End of File" LF
-
-%import common.LF
-'''
+from support.codex import APPLY_PATCH_GRAMMAR
 
 PATCH = "*** Begin Patch\n*** Update File: app.py\n@@ def main():\n-    return 1\n+    return 2\n*** Add File: notes.md\n+\n*** End Patch\n"
 
 
 def test_a_lark_grammar_with_empty_matching_terminals_accepts_what_it_describes() -> None:
-    assert compile_grammar("lark", APPLY_PATCH).mismatch(PATCH) is None
+    assert compile_grammar("lark", APPLY_PATCH_GRAMMAR).mismatch(PATCH) is None
 
 
 def test_a_mismatch_names_the_line_and_column_where_the_input_goes_astray() -> None:
-    reason = compile_grammar("lark", APPLY_PATCH).mismatch("*** Begin Patch\n*** Rename File: a.py\n*** End Patch\n")
+    reason = compile_grammar("lark", APPLY_PATCH_GRAMMAR).mismatch("*** Begin Patch\n*** Rename File: a.py\n*** End Patch\n")
     assert reason == "the input does not match the lark grammar at line 2, column 5, at 'Rename File: a.py\\n*** End Patch\\n'"
 
 
 def test_an_input_that_stops_early_is_told_apart() -> None:
-    reason = compile_grammar("lark", APPLY_PATCH).mismatch("*** Begin Patch\n*** Delete File: a.py\n")
+    reason = compile_grammar("lark", APPLY_PATCH_GRAMMAR).mismatch("*** Begin Patch\n*** Delete File: a.py\n")
     assert reason == "the input ends where the lark grammar expects more (after 38 characters)"
 
 
@@ -76,4 +53,4 @@ def test_a_definition_past_openais_size_limit_is_refused() -> None:
 
 
 def test_a_grammar_is_compiled_once() -> None:
-    assert compile_grammar("lark", APPLY_PATCH) is compile_grammar("lark", APPLY_PATCH)
+    assert compile_grammar("lark", APPLY_PATCH_GRAMMAR) is compile_grammar("lark", APPLY_PATCH_GRAMMAR)
