@@ -23,6 +23,7 @@ from runtime.metrics import CONTENT_TYPE, Metrics
 from runtime.tracing import Tracing
 from runtime.quotas import Quotas
 from runtime.errors import APIError, error_body, validation_error_body
+from runtime.direct_routes import DirectRoutes, api_error_response, direct_routes
 from runtime.middleware import Draining, RequestGuard
 from runtime.stack import Stack
 from runtime.system_routes import stack_version, system_router
@@ -60,6 +61,8 @@ def create_app(stack: Stack) -> FastAPI:
         app.include_router(router, prefix=prefix, tags=list(tags))
     app.state.route_methods = [entry for router, prefix, _ in routers for entry in _route_methods(router, prefix)]
     install_error_handlers(app)
+    # Innermost of the stack's middleware: the hot endpoints skip only FastAPI's routing layers.
+    app.add_middleware(DirectRoutes, routes=direct_routes((router, prefix) for router, prefix, _ in routers))
     server = stack.plan.config.server
     metrics = Metrics() if server.metrics is not None else None
     if metrics is not None and server.metrics is not None:
@@ -150,7 +153,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
 async def _api_error(_request: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, APIError)
-    return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
+    return api_error_response(error)
 
 
 async def _validation_error(_request: Request, error: Exception) -> JSONResponse:

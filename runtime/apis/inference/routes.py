@@ -26,6 +26,7 @@ from runtime.apis.files.protocol import FilesProvider
 from runtime.apis.inference.store import new_completion_id
 from runtime.apis.safety.guard import guard_input
 from runtime.apis.safety.protocol import SafetyProvider
+from runtime.direct_routes import direct
 from runtime import fastjson
 from runtime.errors import APIError, InvalidRequestError, error_body
 from runtime.middleware import Draining
@@ -78,6 +79,7 @@ def router(impl: InferenceRouter, files: FilesProvider | None = None, safety: Sa
     routes = APIRouter()
 
     @routes.post("/chat/completions", summary="Create a chat completion (streamed with `stream: true`)", openapi_extra=CHAT_BODY)
+    @direct
     async def create_chat_completion(request: Request) -> Response:
         raw = await request.body()
         body = parse_json_object(raw)
@@ -129,6 +131,7 @@ def router(impl: InferenceRouter, files: FilesProvider | None = None, safety: Sa
         return _page_in_memory(messages, after, validate_limit(limit, CHAT_LIST_MAX), validate_order(order))
 
     @routes.post("/embeddings", summary="Create embeddings", openapi_extra=EMBEDDINGS_BODY)
+    @direct
     async def create_embeddings(request: Request) -> Response:
         raw = await request.body()
         body = parse_json_object(raw)
