@@ -79,17 +79,22 @@ class Reply:
 
 
 def post(port: int, path: str, body: dict[str, Any], expect: bytes, *, first: re.Pattern[bytes] = FIRST_CONTENT,
-         done: bytes = DONE, keep: bool = False) -> Request:
+         done: bytes = DONE, keep: bool = False, headers: dict[str, str] | None = None) -> Request:
     payload = json.dumps(body, separators=(",", ":")).encode()
     head = (
         f"POST {path} HTTP/1.1\r\nhost: {HOST}:{port}\r\ncontent-type: application/json\r\n"
-        f"content-length: {len(payload)}\r\n\r\n"
+        f"{_header_lines(headers)}content-length: {len(payload)}\r\n\r\n"
     )
     return Request(head.encode() + payload, bool(body.get("stream")), expect, first, done, keep)
 
 
-def get(port: int, path: str, expect: bytes, *, keep: bool = False) -> Request:
-    return Request(f"GET {path} HTTP/1.1\r\nhost: {HOST}:{port}\r\n\r\n".encode(), False, expect, keep=keep)
+def get(port: int, path: str, expect: bytes, *, keep: bool = False, headers: dict[str, str] | None = None) -> Request:
+    head = f"GET {path} HTTP/1.1\r\nhost: {HOST}:{port}\r\n{_header_lines(headers)}\r\n"
+    return Request(head.encode(), False, expect, keep=keep)
+
+
+def _header_lines(headers: dict[str, str] | None) -> str:
+    return "".join(f"{name}: {value}\r\n" for name, value in (headers or {}).items())
 
 
 _HEAD, _LENGTH, _CHUNKS, _TRAILER = range(4)

@@ -1,0 +1,299 @@
+"""The project side by side with SMG (Shepherd Model Gateway, a Rust gateway), in one run.
+
+Issue 19 measures the chat hot path against SMG 1.13, the fastest peer: per core, the project
+should be at or above it on every row below. This script installs SMG into a scratch virtual
+environment (`~/.cache/stack-bench/smg-1.13.0`, or `$BENCH_SMG_VENV`; never a project dependency),
+starts the fake upstream (tests/fake_upstream) on core 1, and then, in turn, SMG and
+`stack run bench/stack-run.yaml` on core 0, each in front of that same upstream and measured by
+the same client (this process, on core 1). The servers take turns over `--rounds` rounds, their
+order swapped each round, so that a slow spell of this shared VM falls on both alike.
+
+Rows (p50s are medians over the rounds, added latency is over the upstream measured in the
+same round):
+
+- chat, non-streamed, requests/s at c=32, with the server's CPU per request;
+- chat, non-streamed, added p50 at c=1;
+- chat, streamed, time to the first content added at c=1;
+- conversation items: create one, and list `limit=100`, p50 in a conversation of 1,000 items;
+- start-up: from exec to the first `/v1/models` that lists the upstream's model;
+- idle RSS, one second after that.
+
+SMG runs `--backend openai --history-backend memory` with its log at `warn` (no per-request
+log line; the project's access log is off too) unless `--smg-log-level info`. The project keeps
+its conversations in SQLite (a file in a temporary directory); SMG keeps them in memory.
+
+    .venv/bin/python bench/smg.py [--rounds 2] [--duration 8] [--requests 1000] [--json PATH]
+
+Each row prints SMG, the project and the ratio (above 1: the project is better).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import (  # noqa: E402
+    CLIENT_CORE, HOST, ROOT, STACK, STACK_CORE, UPSTREAM_CORE, Request, connect, cpu_per_request_us, fetch,
+    fetch_all, free_port, get, measure_throughput, percentile, post, progress, read_listening_url,
+    sample_interleaved, spawn, stack_env, stop, table,
+)
+
+SMG_VERSION = "1.13.0"
+RUN_YAML = ROOT / "bench" / "stack-run.yaml"
+MODEL = "fake-model"
+MESSAGE = "[tokens:64] benchmark"
+EXPECT_CHAT = b"tok64"
+# SMG asks for a bearer token on its model list; the project, with auth off, ignores it.
+HEADERS = {"authorization": "Bearer bench"}
+CONVERSATION_SIZE = 1_000
+PER_APPEND = 20
+START_TIMEOUT_S = 60.0
+
+
+# ---------------------------------------------------------------------------------------------
+# The two servers
+
+
+def smg_binary() -> Path:
+    """`smg` from the scratch virtual environment, installed there first if it is not."""
+    venv = Path(os.environ.get("BENCH_SMG_VENV") or Path.home() / ".cache" / "stack-bench" / f"smg-{SMG_VERSION}")
+    binary = venv / "bin" / "smg"
+    if not binary.exists():
+        progress(f"installing smg=={SMG_VERSION} into {venv}")
+        base = getattr(sys, "_base_executable", sys.executable)
+        subprocess.run([base, "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(venv / "bin" / "pip"), "install", "--quiet", f"smg=={SMG_VERSION}"], check=True)
+    return binary
+
+
+@dataclass
+class Server:
+    name: str
+    argv: Callable[[int], list[str]]  # given its port
+    env: dict[str, str]
+
+
+def servers(upstream_url: str, state: Path, smg_log_level: str) -> list[Server]:
+    smg = smg_binary()
+    prometheus_port = free_port()
+
+    def smg_argv(port: int) -> list[str]:
+        return [str(smg), "launch", "--backend", "openai", "--worker-urls", upstream_url,
+                "--history-backend", "memory", "--host", HOST, "--port", str(port),
+                "--prometheus-host", HOST, "--prometheus-port", str(prometheus_port), "--log-level", smg_log_level]
+
+    def stack_argv(port: int) -> list[str]:
+        return [STACK, "run", str(RUN_YAML), "--port", str(port)]
+
+    return [Server("SMG", smg_argv, dict(os.environ)), Server("project", stack_argv, stack_env(upstream_url, state))]
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+async def start(server: Server, port: int, log: Path) -> tuple[subprocess.Popen[bytes], float]:
+    """The server's process and the seconds from exec to its first `/v1/models` listing MODEL."""
+    models = get(port, "/v1/models", MODEL.encode(), headers=HEADERS)
+    began = time.perf_counter()
+    process = spawn(server.argv(port), STACK_CORE, server.env, log)
+    deadline = began + START_TIMEOUT_S
+    while time.perf_counter() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{server.name} exited with {process.returncode}; see {log}")
+        try:
+            conn = await connect(port)
+        except OSError:
+            await asyncio.sleep(0.002)
+            continue
+        try:
+            while time.perf_counter() < deadline:
+                reply = await conn.exchange(models)
+                if reply.ok:
+                    return process, time.perf_counter() - began
+                await asyncio.sleep(0.002)
+        except OSError:
+            pass
+        finally:
+            conn.close()
+    stop(process)
+    raise RuntimeError(f"{server.name} did not list {MODEL} within {START_TIMEOUT_S:g} s; see {log}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Requests
+
+
+def chat(port: int, stream: bool) -> Request:
+    body: dict[str, Any] = {"model": MODEL, "messages": [{"role": "user", "content": MESSAGE}]}
+    if stream:
+        body["stream"] = True
+    return post(port, "/v1/chat/completions", body, EXPECT_CHAT, headers=HEADERS)
+
+
+def items(start: int, count: int) -> list[dict[str, str]]:
+    return [{"type": "message", "role": "user" if index % 2 == 0 else "assistant", "content": "a b c"}
+            for index in range(start, start + count)]
+
+
+async def conversation_of(port: int, size: int) -> str:
+    reply = await fetch(port, post(port, "/v1/conversations", {}, b'"conversation"', keep=True, headers=HEADERS))
+    if not reply.ok:
+        raise RuntimeError(f"creating a conversation failed with {reply.status}: {reply.body[:200]!r}")
+    conversation_id: str = reply.json()["id"]
+    appends = [post(port, f"/v1/conversations/{conversation_id}/items", {"items": items(start, PER_APPEND)},
+                    b'"list"', headers=HEADERS) for start in range(0, size, PER_APPEND)]
+    replies = await fetch_all(port, appends, 8)
+    if sum(reply.ok for reply in replies) != len(appends):
+        raise RuntimeError(f"appending {size} items to {conversation_id} failed")
+    return conversation_id
+
+
+# ---------------------------------------------------------------------------------------------
+# One server's round
+
+
+async def measure(server: Server, upstream_port: int, upstream_pid: int, options: argparse.Namespace,
+                  logs: Path) -> dict[str, float]:
+    port = free_port()
+    process, started_s = await start(server, port, logs / f"{server.name}.log")
+    try:
+        await asyncio.sleep(1.0)
+        measured: dict[str, float] = {"startup_s": started_s, "rss_mib": rss_mib(process.pid)}
+        warmup = max(50, options.requests // 10)
+        for stream in (False, True):
+            samples = await sample_interleaved(
+                {"upstream": (upstream_port, chat(upstream_port, stream)), "server": (port, chat(port, stream))},
+                options.requests, warmup, rounds=4,
+            )
+            if samples["server"].errors or samples["upstream"].errors:
+                raise RuntimeError(f"{server.name}: errors in c=1 chat (stream={stream})")
+            if stream:
+                measured["stream_first_added_ms"] = (percentile(samples["server"].firsts, 0.5)
+                                                     - percentile(samples["upstream"].firsts, 0.5))
+            else:
+                measured["plain_added_ms"] = (percentile(samples["server"].totals, 0.5)
+                                              - percentile(samples["upstream"].totals, 0.5))
+        throughput = await measure_throughput(port, chat(port, False), 32, options.duration, 2.0,
+                                              {"stack": process.pid, "upstream": upstream_pid})
+        if throughput.errors:
+            raise RuntimeError(f"{server.name}: {throughput.errors} errors at c=32")
+        measured["plain_rps"] = throughput.rps
+        measured["plain_cpu_us"] = cpu_per_request_us(throughput)
+        conversation_id = await conversation_of(port, CONVERSATION_SIZE)
+        page = get(port, f"/v1/conversations/{conversation_id}/items?limit=100", b'"list"', headers=HEADERS)
+        one = post(port, f"/v1/conversations/{conversation_id}/items", {"items": items(0, 1)}, b'"list"',
+                   headers=HEADERS)
+        conversation = await sample_interleaved({"list": (port, page), "create": (port, one)},
+                                                options.conversation_requests, 20, rounds=4)
+        measured["items_create_ms"] = percentile(conversation["create"].totals, 0.5)
+        measured["items_list_ms"] = percentile(conversation["list"].totals, 0.5)
+        return measured
+    finally:
+        stop(process)
+
+
+# ---------------------------------------------------------------------------------------------
+# Report
+
+# (key, label, format, higher is better)
+ROWS = [
+    ("plain_rps", "chat non-streamed req/s at c=32", "{:,.0f}", True),
+    ("plain_cpu_us", "  server CPU per request (µs)", "{:.0f}", False),
+    ("plain_added_ms", "chat non-streamed added p50 at c=1 (ms)", "{:+.3f}", False),
+    ("stream_first_added_ms", "chat stream first content added p50, c=1 (ms)", "{:+.3f}", False),
+    ("items_create_ms", f"conversation items create at {CONVERSATION_SIZE:,} items (ms)", "{:.2f}", False),
+    ("items_list_ms", f"conversation items list(100) at {CONVERSATION_SIZE:,} items (ms)", "{:.2f}", False),
+    ("startup_s", "start-up to the first answered /v1/models (s)", "{:.2f}", False),
+    ("rss_mib", "idle RSS (MiB)", "{:.0f}", False),
+]
+
+
+def ratio(smg: float, project: float, higher_is_better: bool) -> float:
+    """Above 1: the project is better. Added latencies are compared as they are (both above 0)."""
+    if higher_is_better:
+        return project / smg
+    return smg / project if project > 0 else float("inf")
+
+
+def report(runs: dict[str, list[dict[str, float]]]) -> str:
+    rows = [("measure", "SMG", "project", "project vs SMG", "runs (SMG | project)")]
+    for key, label, form, higher in ROWS:
+        smg = statistics.median(run[key] for run in runs["SMG"])
+        project = statistics.median(run[key] for run in runs["project"])
+        spread = " ".join(form.format(run[key]) for run in runs["SMG"]) + " | " + " ".join(
+            form.format(run[key]) for run in runs["project"])
+        rows.append((label, form.format(smg), form.format(project), f"x{ratio(smg, project, higher):.2f}", spread))
+    return table(rows)
+
+
+# ---------------------------------------------------------------------------------------------
+# Main
+
+
+async def run(options: argparse.Namespace) -> dict[str, list[dict[str, float]]]:
+    runs: dict[str, list[dict[str, float]]] = {"SMG": [], "project": []}
+    with tempfile.TemporaryDirectory(prefix="stack-bench-smg-") as temp:
+        logs = Path(temp)
+        env = dict(os.environ, PYTHONPATH=str(ROOT / "tests"))
+        upstream = spawn([sys.executable, "-m", "fake_upstream", "--port", "0"], UPSTREAM_CORE, env,
+                         logs / "upstream.log", stdout=subprocess.PIPE)
+        try:
+            upstream_url = read_listening_url(upstream)
+            upstream_port = int(upstream_url.rsplit(":", 1)[1])
+            both = servers(upstream_url, logs / "state", options.smg_log_level)
+            os.sched_setaffinity(0, {CLIENT_CORE})
+            for round_index in range(options.rounds):
+                for server in both if round_index % 2 == 0 else reversed(both):
+                    progress(f"round {round_index + 1}: {server.name}")
+                    runs[server.name].append(await measure(server, upstream_port, upstream.pid, options, logs))
+        except Exception:
+            for log in sorted(logs.glob("*.log")):
+                sys.stderr.write(f"--- {log.name} (tail)\n{log.read_text(errors='replace')[-2000:]}\n")
+            raise
+        finally:
+            stop(upstream)
+    return runs
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=2, help="rounds; each starts each server afresh")
+    parser.add_argument("--duration", type=float, default=8.0, help="seconds of the c=32 window")
+    parser.add_argument("--requests", type=int, default=1_000, help="c=1 requests per latency measure")
+    parser.add_argument("--conversation-requests", type=int, default=400, help="creates and lists measured")
+    parser.add_argument("--smg-log-level", default="warn", choices=["debug", "info", "warn", "error"])
+    parser.add_argument("--json", type=Path, dest="json_path", help="also write each round's numbers here")
+    options = parser.parse_args()
+    import uvloop
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwinds, so that the servers are stopped
+    runs = uvloop.run(run(options))
+    print(f"SMG {SMG_VERSION} against the project, one core each (core {STACK_CORE}), "
+          f"{options.rounds} rounds, {time.strftime('%Y-%m-%d')}\n")
+    print(report(runs))
+    if options.json_path:
+        import json
+
+        options.json_path.write_text(json.dumps({"options": vars(options) | {"json_path": str(options.json_path)},
+                                                 "runs": runs}, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
