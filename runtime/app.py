@@ -45,6 +45,10 @@ def create_app(stack: Stack) -> FastAPI:
         docs_url="/docs",
         redoc_url=None,
         openapi_url="/openapi.json",
+        # The stack traces and counts requests itself (server.tracing, server.metrics). FastAPI's
+        # own OpenTelemetry would add a second set of spans wherever a global provider is set, and
+        # checks the global providers on every request to know whether one is.
+        telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     routers: list[tuple[APIRouter, str, list[str]]] = [(system_router(stack, app), "", [])]
     for api in stack.plan.served_apis:

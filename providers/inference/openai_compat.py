@@ -97,7 +97,7 @@ class OpenAICompatAdapter:
         upstream = self._request("POST", path, request.payload())
         response = await self._send(upstream)
         try:
-            return await response.aread()
+            return await _body(response)
         except httpx2.HTTPError as error:
             raise UpstreamError(
                 f"inference provider '{self.provider_id}': the answer from {upstream.url} broke off: {_reason(error)}",
@@ -130,6 +130,16 @@ class OpenAICompatAdapter:
                 await response.aclose()
             raise _upstream_error(self.provider_id, response)
         return response
+
+
+async def _body(response: httpx2.Response) -> bytes:
+    """The whole body of an answer. Read from the transport's stream directly when nothing needs
+    decoding: `aread` goes through three nested generators (raw, decoded, chunked), each closed
+    with its own context manager, which cost about 5 % of a proxied request's CPU."""
+    if "content-encoding" in response.headers:
+        return await response.aread()
+    parts = [part async for part in response.stream]  # type: ignore[union-attr]  # an async stream, from an async transport
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def _upstream_error(provider_id: str, response: httpx2.Response) -> UpstreamError:
