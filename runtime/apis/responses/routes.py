@@ -13,6 +13,7 @@ from runtime.apis.common import JSONBytes, include_query, unless_disconnected, v
 from runtime.apis.responses.protocol import ResponsesProvider
 from runtime.apis.responses.websocket import serve_connection
 from runtime import fastjson
+from runtime.direct_routes import direct_with_body
 from runtime.errors import APIError
 from runtime.sse import EventStreamResponse, sse_frame
 
@@ -23,6 +24,7 @@ def router(impl: ResponsesProvider) -> APIRouter:
     routes = APIRouter()
 
     @routes.post("/responses", summary="Create a response (streamed as events with `stream: true`)")
+    @direct_with_body(CreateResponse)
     async def create_response(request: CreateResponse, http: Request) -> Response:
         include = frozenset(request.include or ())
         if request.stream:

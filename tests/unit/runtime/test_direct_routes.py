@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -9,15 +10,28 @@ import httpx2
 import pytest
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import Response
+from pydantic import BaseModel, field_validator
 
 from runtime.app import install_error_handlers
 from runtime.asgi_transport import BackgroundLoop, ThreadedASGITransport
-from runtime.direct_routes import DirectRoutes, direct, direct_routes
-from runtime.errors import UpstreamError
+from runtime.direct_routes import DirectRoutes, direct, direct_routes, direct_with_body
+from runtime.errors import InvalidRequestError, UpstreamError
 from runtime.metrics import route_template
 from runtime.middleware import RequestGuard
 
 SEEN: list[dict[str, Any]] = []
+
+
+class Thing(BaseModel):
+    model: str
+    temperature: float = 1.0
+
+    @field_validator("model")
+    @classmethod
+    def known(cls, value: str) -> str:
+        if value == "refused":  # an APIError from validation, as some of the stack's models raise
+            raise InvalidRequestError("That model is refused.", param="model", code="refused")
+        return value
 
 
 def build_app(direct_on: bool) -> FastAPI:
@@ -36,6 +50,14 @@ def build_app(direct_on: bool) -> FastAPI:
     routes.post("/things")(direct(endpoint("direct")))
     routes.get("/things")(endpoint("list"))
     routes.post("/things/{thing_id}")(direct(endpoint("with-parameter")))
+
+    async def create_model(body: Thing, request: Request) -> Response:
+        SEEN.append({"name": "model", "route": route_template(request.scope), "routed": "fastapi_middleware_astack" in request.scope})
+        if body.model == "fail":
+            raise UpstreamError("rate limited upstream", status_code=429, error_type="rate_limit_error")
+        return Response(json.dumps({"model": body.model, "temperature": body.temperature}), media_type="application/json")
+
+    routes.post("/models")(direct_with_body(Thing)(create_model))
     app = FastAPI()
     app.include_router(routes, prefix="/v1")
     install_error_handlers(app)
@@ -74,12 +96,50 @@ def test_a_direct_route_answers_as_the_router_does(clients: tuple[httpx2.Client,
     assert answers(fast, method, path, content) == answers(routed, method, path, content)
 
 
+JSON = {"content-type": "application/json"}
+
+
+@pytest.mark.parametrize(("content", "headers"), [
+    (b'{"model": "m", "temperature": 0.5}', JSON),
+    (b'{"model": "m", "extra": 1}', {"content-type": "application/json; charset=utf-8"}),
+    (b'{"model": "fail"}', JSON),  # the endpoint's APIError
+    (b'{"model": "refused"}', JSON),  # a validator's APIError
+    (b'{"model": 3}', JSON),
+    (b'{"temperature": 1}', JSON),
+    (b'{"model": "m", "temperature": "hot"}', JSON),
+    (b'{"model": ', JSON),
+    (b'[1, 2]', JSON),
+    (b'"m"', JSON),
+    (b"", JSON),
+    (b'{"model": "m"}', {}),
+    (b'{"model": "m"}', {"content-type": "text/plain"}),
+    (b'{"model": "m"}', {"content-type": "application/vnd.thing+json"}),
+    (b'{"model": "\xff"}', JSON),
+    (b'{"model": "m", "temperature": NaN}', JSON),
+])
+def test_a_direct_route_with_a_body_answers_as_the_router_does(clients: tuple[httpx2.Client, httpx2.Client], content: bytes,
+                                                               headers: dict[str, str]) -> None:
+    fast, routed = clients
+    replies = [client.post("/v1/models", content=content, headers=headers) for client in (fast, routed)]
+    assert (replies[0].status_code, replies[0].content) == (replies[1].status_code, replies[1].content)
+
+
 def test_a_direct_route_names_its_route_template_as_the_router_would(clients: tuple[httpx2.Client, httpx2.Client]) -> None:
     fast, routed = clients
     SEEN.clear()
     fast.post("/v1/things", content=b"1")
     routed.post("/v1/things", content=b"1")
     assert SEEN == [{"name": "direct", "route": "/v1/things"}] * 2
+
+
+def test_a_body_goes_direct_only_in_the_common_case(clients: tuple[httpx2.Client, httpx2.Client]) -> None:
+    fast, routed = clients
+    SEEN.clear()
+    fast.post("/v1/models", content=b'{"model": "m"}', headers=JSON)
+    fast.post("/v1/models", content=b'{"model": "m"}', headers={"content-type": "application/vnd.thing+json"})
+    routed.post("/v1/models", content=b'{"model": "m"}', headers=JSON)
+    assert [entry["routed"] for entry in SEEN] == [False, True, True]
+    assert {entry["route"] for entry in SEEN} == {"/v1/models"}
 
 
 def test_only_marked_endpoints_at_paths_without_parameters_are_direct() -> None:
