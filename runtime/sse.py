@@ -25,21 +25,24 @@ def sse_frame(data: bytes, event: str | None = None) -> bytes:
 
 async def iter_sse_data(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
     """The `data` payload of each event of an SSE byte stream, up to (not including) `[DONE]`."""
-    buffer = b""
+    # Lines are found by position in each chunk; only an incomplete last line is carried over.
+    # (Slicing the rest of the buffer off after each line copied a burst's bytes once per event.)
+    rest = b""
     data: list[bytes] = []
     async for chunk in chunks:
-        buffer += chunk
-        while True:
-            end = buffer.find(b"\n")
-            if end < 0:
-                break
-            line, buffer = buffer[:end].rstrip(b"\r"), buffer[end + 1:]
+        buffer = rest + chunk if rest else chunk
+        start = 0
+        while (end := buffer.find(b"\n", start)) >= 0:
+            line = buffer[start:end]
+            start = end + 1
+            if line[-1:] == b"\r":
+                line = line[:-1]
             if line:
                 if line.startswith(b"data:"):
                     data.append(line[6:] if line[5:6] == b" " else line[5:])
                 continue
             if data:
-                payload = b"\n".join(data)
+                payload = data[0] if len(data) == 1 else b"\n".join(data)
                 data = []
                 if payload == DONE:
                     # Read the stream to its end, so its connection can go back to the pool.
@@ -47,6 +50,7 @@ async def iter_sse_data(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
                         pass
                     return
                 yield payload
+        rest = buffer[start:]
     if data:
         payload = b"\n".join(data)
         if payload != DONE:
@@ -62,13 +66,20 @@ class EventStreamResponse(Response):
     send chain and one system call, not one per event; a lone frame still goes out as soon
     as its producer waits for more.
 
+    The start of a stream is the exception: once its first `flush_after` frames are produced they
+    go out, before the next is made, so the first token does not wait for the rest of a burst
+    read with it (a chat stream passes 2: the role chunk and the first token's). Sending each of
+    them alone cost more (a write each: +16 % of CPU for a 66-chunk burst at c=32, against +3 %)
+    for no earlier first token.
+
     A client that goes away cancels the iterator's task, as Starlette's StreamingResponse
     does: the code producing the frames sees `CancelledError` at the point it was waiting."""
 
     media_type = "text/event-stream"
 
-    def __init__(self, frames: AsyncIterable[bytes], headers: Mapping[str, str] | None = None) -> None:
+    def __init__(self, frames: AsyncIterable[bytes], headers: Mapping[str, str] | None = None, flush_after: int = 0) -> None:
         self.frames = frames
+        self.flush_after = flush_after
         self.status_code = 200
         self.background = None
         self.init_headers({"cache-control": "no-cache", **(headers or {})})
@@ -77,7 +88,7 @@ class EventStreamResponse(Response):
         await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
         outbox = _Outbox()
         loop = asyncio.get_running_loop()
-        producer = loop.create_task(outbox.fill(self.frames))
+        producer = loop.create_task(outbox.fill(self.frames, self.flush_after))
         watcher = loop.create_task(_watch_disconnect(receive, producer, outbox))
         try:
             while True:
@@ -111,12 +122,17 @@ class _Outbox:
         self.finished = False
         self.gone = False
 
-    async def fill(self, frames: AsyncIterable[bytes]) -> None:
+    async def fill(self, frames: AsyncIterable[bytes], flush_after: int = 0) -> None:
         try:
             async for frame in frames:
                 self.frames.append(frame)
                 self.size += len(frame)
                 self.ready.set()
+                if flush_after:
+                    flush_after -= 1
+                    if not flush_after:
+                        # One turn of the loop: the sender, woken by `ready`, runs first and sends them.
+                        await asyncio.sleep(0)
                 if self.size > HIGH_WATER_BYTES:
                     self.room.clear()
                     await self.room.wait()
