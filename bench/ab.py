@@ -4,12 +4,12 @@ This VM's speed moves by ±25 % between runs and even between minutes, more than
 changes are worth, so numbers from runs made one after the other rarely settle a question. This
 script starts the stack of each checkout (`A` and `B`, e.g. a `git worktree` of the base and the
 working tree) at the same time, both on core 0, in front of one fake upstream on core 1, and
-measures them in the same minutes: c=1 chat requests interleaved between the upstream, A and B
+measures them in the same minutes: c=1 chat requests (or stored responses) interleaved between the upstream, A and B
 (`--rounds` rounds), then c=32 windows that alternate between A and B, with each stack's CPU per
 request. Each checkout runs its own code (PYTHONPATH) with this virtual environment's packages.
 
     git worktree add /tmp/base HEAD
-    .venv/bin/python bench/ab.py /tmp/base . [--stream] [--run-yaml bench/chat-run.yaml] [--windows 6]
+    .venv/bin/python bench/ab.py /tmp/base . [--stream] [--responses] [--run-yaml PATH] [--windows 6]
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -33,6 +34,9 @@ from common import (  # noqa: E402
 )
 
 
+FIRST_DELTA = re.compile(rb"event: response\.output_text\.delta")
+
+
 def chat(port: int, stream: bool) -> Request:
     body: dict[str, Any] = {"model": "fake-model", "messages": [{"role": "user", "content": "[tokens:64] benchmark"}]}
     if stream:
@@ -40,7 +44,16 @@ def chat(port: int, stream: bool) -> Request:
     return post(port, "/v1/chat/completions", body, b"tok64")
 
 
+def response(port: int, stream: bool) -> Request:
+    """A stored response (streamed: its first text delta is the first content)."""
+    body: dict[str, Any] = {"model": "fake-model", "input": "[tokens:64] benchmark"}
+    if stream:
+        body["stream"] = True
+    return post(port, "/v1/responses", body, b"tok64", first=FIRST_DELTA, done=b"event: response.completed")
+
+
 async def run(options: argparse.Namespace) -> None:
+    make = response if options.responses else chat
     with tempfile.TemporaryDirectory(prefix="stack-bench-ab-") as temp:
         logs = Path(temp)
         env = dict(os.environ, PYTHONPATH=str(ROOT / "tests"))
@@ -53,19 +66,20 @@ async def run(options: argparse.Namespace) -> None:
             for name, checkout in (("A", options.a), ("B", options.b)):
                 port = free_port()
                 stack = stack_env(url, logs / f"state-{name}") | {"PYTHONPATH": str(checkout.resolve())}
-                run_yaml = checkout / options.run_yaml
+                run_yaml = checkout / (options.run_yaml or Path("bench") / ("stack-run.yaml" if options.responses else "chat-run.yaml"))
                 stacks[name] = (spawn([STACK, "run", str(run_yaml), "--port", str(port)], STACK_CORE, stack,
                                       logs / f"{name}.log"), port)
             os.sched_setaffinity(0, {CLIENT_CORE})
             for process, port in stacks.values():
                 await wait_healthy(port, "/v1/health", process)
             progress("c=1, interleaved")
-            ports = {"upstream": upstream_port, **{name: port for name, (_, port) in stacks.items()}}
-            samples = await sample_interleaved({name: (port, chat(port, options.stream)) for name, port in ports.items()},
+            # The upstream alone is the floor of a chat request; it has no Responses API.
+            ports = {**({} if options.responses else {"upstream": upstream_port}), **{name: port for name, (_, port) in stacks.items()}}
+            samples = await sample_interleaved({name: (port, make(port, options.stream)) for name, port in ports.items()},
                                                options.requests, 200, rounds=10)
             what = "first content" if options.stream else "total"
-            floor = percentile(samples["upstream"].firsts if options.stream else samples["upstream"].totals, 0.5)
-            print(f"c=1 p50 {what}: upstream {floor:.3f} ms")
+            floor = 0.0 if options.responses else percentile(samples["upstream"].firsts if options.stream else samples["upstream"].totals, 0.5)
+            print(f"c=1 p50 {what}: upstream {floor:.3f} ms" if floor else f"c=1 p50 {what}:")
             for name in stacks:
                 values = samples[name].firsts if options.stream else samples[name].totals
                 print(f"  {name}: {percentile(values, 0.5):.3f} ms (+{percentile(values, 0.5) - floor:.3f}), "
@@ -75,7 +89,7 @@ async def run(options: argparse.Namespace) -> None:
                 progress(f"c=32 window {index + 1} of {options.windows}")
                 for name in ("A", "B") if index % 2 == 0 else ("B", "A"):
                     process, port = stacks[name]
-                    measured = await measure_throughput(port, chat(port, options.stream), 32, options.duration, 1.0,
+                    measured = await measure_throughput(port, make(port, options.stream), 32, options.duration, 1.0,
                                                         {"stack": process.pid})
                     windows[name].append((cpu_per_request_us(measured), measured.rps))
             print(f"c=32, {options.windows} alternating windows of {options.duration:g} s (median; each window):")
@@ -94,7 +108,8 @@ def main() -> None:
     parser.add_argument("a", type=Path, help="checkout A (the base)")
     parser.add_argument("b", type=Path, help="checkout B (the change)")
     parser.add_argument("--stream", action="store_true", help="streamed chat (c=1 measures the first content)")
-    parser.add_argument("--run-yaml", type=Path, default=Path("bench/chat-run.yaml"), help="relative to each checkout")
+    parser.add_argument("--responses", action="store_true", help="stored responses instead of chat completions")
+    parser.add_argument("--run-yaml", type=Path, help="relative to each checkout (bench/chat-run.yaml, or stack-run.yaml with --responses)")
     parser.add_argument("--requests", type=int, default=2_000, help="c=1 requests to each server")
     parser.add_argument("--windows", type=int, default=6, help="c=32 windows, alternating A and B")
     parser.add_argument("--duration", type=float, default=3.0, help="seconds of each c=32 window")
