@@ -82,8 +82,8 @@ async def run(options: argparse.Namespace) -> None:
             print(f"c=1 p50 {what}: upstream {floor:.3f} ms" if floor else f"c=1 p50 {what}:")
             for name in stacks:
                 values = samples[name].firsts if options.stream else samples[name].totals
-                print(f"  {name}: {percentile(values, 0.5):.3f} ms (+{percentile(values, 0.5) - floor:.3f}), "
-                      f"errors {samples[name].errors}")
+                added = f" (+{percentile(values, 0.5) - floor:.3f})" if floor else ""
+                print(f"  {name}: {percentile(values, 0.5):.3f} ms{added}, errors {samples[name].errors}")
             windows: dict[str, list[tuple[float, float]]] = {name: [] for name in stacks}
             for index in range(options.windows):
                 progress(f"c=32 window {index + 1} of {options.windows}")
