@@ -65,7 +65,7 @@ from runtime.tracing import store_tracing
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-__all__ = ["Database", "InsertRows", "Storage", "caller_may", "for_caller", "json_type", "open_database", "schema_lock"]
+__all__ = ["Database", "InsertRows", "Storage", "caller_may", "for_caller", "insert_into", "json_type", "open_database", "schema_lock"]
 
 # Execution option read by the SQLite "begin" hook: which BEGIN to emit for this connection.
 _BEGIN_OPTION = "stack_sqlite_begin"
@@ -421,12 +421,14 @@ class InsertRows:
 
     def __call__(self, connection: sa.Connection) -> None:
         for table, rows in self.inserts:
-            connection.execute(_insert_into(table), list(rows))
+            connection.execute(insert_into(table), list(rows))
 
 
 @functools.lru_cache(maxsize=256)
-def _insert_into(table: sa.Table) -> sa.Insert:
-    return table.insert()  # built once: a statement's cache key is made again for each new one
+def insert_into(table: sa.Table) -> sa.Insert:
+    """`table.insert()`, built once per table. SQLAlchemy makes a new statement's cache key again
+    each time it runs one, to find the compiled form: a statement kept and reused skips that."""
+    return table.insert()
 
 
 def _run_group(conn: sa.Connection, works: list[Callable[[sa.Connection], Any]]) -> list[Outcome]:
@@ -445,7 +447,7 @@ def _run_group(conn: sa.Connection, works: list[Callable[[sa.Connection], Any]])
             outcomes.append((True, None))
             at += 1
         for table, rows in merged.items():
-            conn.execute(_insert_into(table), rows)
+            conn.execute(insert_into(table), rows)
     return outcomes
 
 

@@ -23,7 +23,7 @@ import sqlalchemy as sa
 
 from runtime.auth import principal_id
 from runtime.errors import NotFoundError
-from runtime.storage import Database, caller_may, for_caller, json_type
+from runtime.storage import Database, caller_may, for_caller, insert_into, json_type
 
 __all__ = ["ConversationStore"]
 
@@ -111,9 +111,9 @@ class ConversationStore:
         item_rows = _rows(conversation_id, 0, items)
 
         def work(connection: sa.Connection) -> None:
-            connection.execute(conversations.insert(), [row])
+            connection.execute(insert_into(conversations), [row])
             if item_rows:
-                connection.execute(conversation_items.insert(), item_rows)
+                connection.execute(insert_into(conversation_items), item_rows)
 
         await self.db.write(work)
         return _public({"id": conversation_id, "created_at": created_at, "metadata": metadata or {}})
@@ -156,7 +156,7 @@ class ConversationStore:
             end = connection.execute(reserve, params).scalar_one_or_none()
             if end is None:
                 return None
-            connection.execute(conversation_items.insert(), _rows(conversation_id, int(end) - len(items), items))
+            connection.execute(insert_into(conversation_items), _rows(conversation_id, int(end) - len(items), items))
             return int(end)
 
         end = await self.db.write(work)

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from runtime.auth import principal_id
 from runtime.errors import NotFoundError
 from runtime.owners import owner_is_gone, process_owner
-from runtime.storage import Database, InsertRows, caller_may, for_caller, json_type
+from runtime.storage import Database, InsertRows, caller_may, for_caller, insert_into, json_type
 
 __all__ = ["ResponseStore", "StoredResponse"]
 
@@ -144,7 +144,7 @@ class ResponseStore:
                 return False
             connection.execute(_DROP_OUTPUT, {"rid": response["id"]})
             if rows:
-                connection.execute(items.insert(), rows)
+                connection.execute(insert_into(items), rows)
             return True
 
         return await self.db.write(work)
