@@ -16,8 +16,11 @@ as the app's handler answers it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
+from urllib.parse import parse_qsl
 
 from fastapi import APIRouter
 from fastapi.routing import APIRoute
@@ -33,22 +36,25 @@ __all__ = ["DirectRoutes", "direct", "direct_routes", "direct_with_body"]
 
 Endpoint = Callable[..., Awaitable[Response]]
 E = TypeVar("E", bound=Endpoint)
-Target = tuple[Endpoint, APIRoute, "type[BaseModel] | None"]
 
 _MARK = "__stack_direct__"
 _NO_BODY = object()
+# Query parameter types read here; a value in any other form goes to FastAPI (which words the error).
+_QUERY_KINDS: dict[Any, str] = {str: "str", int: "int", bool: "bool", str | None: "str", int | None: "int", bool | None: "bool"}
+_INTEGER = re.compile(r"-?(?:0|[1-9][0-9]{0,17})")
 
 
 def direct(endpoint: E) -> E:
-    """Mark a route's endpoint to be called without FastAPI's routing layers. It must take the
-    `Request` alone (no parameters for FastAPI to parse, no dependencies) and return a Response."""
+    """Mark a route's endpoint to be called without FastAPI's routing layers. It may take the
+    `Request`, path parameters (`str`) and query parameters (`str`, `int` or `bool`, optional or
+    with defaults): nothing else for FastAPI to parse, no dependencies. It returns a Response."""
     setattr(endpoint, _MARK, _NO_BODY)
     return endpoint
 
 
 def direct_with_body(model: type[BaseModel]) -> Callable[[E], E]:
-    """Mark a route's endpoint that takes a JSON body of `model` and then the `Request` (in that
-    order, nothing else) to be called without FastAPI's routing layers."""
+    """Mark a route's endpoint that takes a JSON body of `model` and the `Request` (nothing else)
+    to be called without FastAPI's routing layers."""
 
     def mark(endpoint: E) -> E:
         setattr(endpoint, _MARK, model)
@@ -57,47 +63,161 @@ def direct_with_body(model: type[BaseModel]) -> Callable[[E], E]:
     return mark
 
 
-def direct_routes(routers: Iterable[tuple[APIRouter, str]]) -> dict[tuple[str, str], Target]:
-    """(method, path) -> (endpoint, route, body model) for every marked endpoint, at a path without
-    parameters, of the (router, prefix it is included under) given."""
-    table: dict[tuple[str, str], Target] = {}
+@dataclass(frozen=True)
+class Call:
+    """How to call one direct endpoint: what its path must be, and where each argument comes from."""
+
+    endpoint: Endpoint
+    route: APIRoute
+    body: type[BaseModel] | None
+    body_param: str | None
+    request_param: str | None
+    literals: tuple[tuple[int, str], ...]  # (segment index, text) the path must have
+    path_params: tuple[tuple[int, str], ...]  # (segment index, name)
+    query: tuple[tuple[str, str], ...]  # (name, kind); absent ones keep the endpoint's defaults
+
+
+@dataclass
+class Table:
+    exact: dict[tuple[str, str], Call] = field(default_factory=dict)
+    """By (method, path), for paths without parameters."""
+    templated: dict[tuple[str, int], list[Call]] = field(default_factory=dict)
+    """By (method, number of path segments), in the order FastAPI would try them."""
+
+
+def direct_routes(routers: Iterable[tuple[APIRouter, str]]) -> Table:
+    """The direct endpoints of the (router, prefix it is included under) given, in include order.
+    A templated path is left to FastAPI when a route registered before it could take the same path
+    (FastAPI would call that one)."""
+    table = Table()
+    seen: list[tuple[str, str]] = []  # (method, full path) of every route so far, direct or not
     for router, prefix in routers:
         for route in router.routes:
-            mark = getattr(route.endpoint, _MARK, None) if isinstance(route, APIRoute) else None
-            if mark is not None and isinstance(route, APIRoute) and "{" not in route.path:
-                for method in route.methods or ():
-                    table[(method, prefix + route.path)] = (route.endpoint, route, None if mark is _NO_BODY else mark)
+            if not isinstance(route, APIRoute):
+                continue
+            path = prefix + route.path
+            mark = getattr(route.endpoint, _MARK, None)
+            for method in sorted(route.methods or ()):
+                if mark is not None and not any(m == method and _may_overlap(earlier, path) for m, earlier in seen):
+                    call = _call(route, path, None if mark is _NO_BODY else mark)
+                    if call.path_params:
+                        table.templated.setdefault((method, path.count("/") + 1), []).append(call)
+                    else:
+                        table.exact[(method, path)] = call
+                seen.append((method, path))
     return table
+
+
+def _call(route: APIRoute, path: str, body: type[BaseModel] | None) -> Call:
+    dependant = route.dependant
+    if dependant.dependencies or dependant.header_params or dependant.cookie_params or (len(dependant.body_params) != (body is not None)):
+        raise ValueError(f"{path}: a direct endpoint takes no dependencies, headers, cookies or (unless marked with a body) body")
+    segments = path.split("/")
+    names = {param.name for param in dependant.path_params}
+    path_params = tuple((index, segment[1:-1]) for index, segment in enumerate(segments) if segment[1:-1] in names)
+    if len(path_params) != len(names) or any(":" in segment for segment in segments) or \
+            any(param.field_info.annotation is not str for param in dependant.path_params):
+        raise ValueError(f"{path}: a direct endpoint's path parameters are whole segments of type str")
+    query = []
+    for param in dependant.query_params:
+        kind = _QUERY_KINDS.get(param.field_info.annotation)
+        if kind is None or param.alias != param.name or param.field_info.is_required():
+            raise ValueError(f"{path}: query parameter {param.name!r} cannot be read directly (str, int or bool, with a default)")
+        query.append((param.name, kind))
+    literals = tuple((index, segment) for index, segment in enumerate(segments) if index not in dict(path_params))
+    return Call(route.endpoint, route, body, dependant.body_params[0].name if body is not None else None, dependant.request_param_name,
+                literals, path_params, tuple(query))
+
+
+def _may_overlap(earlier: str, later: str) -> bool:
+    """Whether some request path could match both templates (`later` has no converters; a converter
+    in `earlier`, such as `{x:path}`, may match any rest)."""
+    a, b = earlier.split("/"), later.split("/")
+    converter = next((index for index, segment in enumerate(a) if ":" in segment), None)
+    if converter is not None:
+        a, b = a[:converter], b[:converter] if len(b) > converter else []
+        if not b:
+            return False
+    elif len(a) != len(b):
+        return False
+    return all(x == y or x.startswith("{") or y.startswith("{") for x, y in zip(a, b))
 
 
 class DirectRoutes:
     """ASGI middleware: a request for a direct route goes to its endpoint; any other to `app`."""
 
-    def __init__(self, app: ASGIApp, routes: dict[tuple[str, str], Target]) -> None:
+    def __init__(self, app: ASGIApp, routes: Table) -> None:
         self.app = app
-        self.routes = routes
+        self.exact = routes.exact
+        self.templated = routes.templated
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        target = self.routes.get((scope["method"], scope["path"])) if scope["type"] == "http" else None
-        if target is None:
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        endpoint, route, model = target
-        scope["route"] = route  # what the router would have set: metrics, logs and traces name it
+        path = scope["path"]
+        call = self.exact.get((scope["method"], path))
+        arguments: dict[str, Any] = {}
+        if call is None:
+            if self.templated:
+                call = _match(self.templated.get((scope["method"], path.count("/") + 1)), path, arguments)
+            if call is None:
+                await self.app(scope, receive, send)
+                return
+        if call.query and scope["query_string"] and not _read_query(call.query, scope["query_string"], arguments):
+            await self.app(scope, receive, send)  # not the common case: FastAPI reads it, and words any mistake
+            return
+        scope["route"] = call.route  # what the router would have set: metrics, logs and traces name it
         request = Request(scope, receive, send)
+        if call.request_param is not None:
+            arguments[call.request_param] = request
         try:
-            if model is None:
-                response = await endpoint(request)
-            else:
+            if call.body is not None:
                 raw = await request.body()
-                body = _parsed(model, scope, raw)
+                body = _parsed(call.body, scope, raw)
                 if body is None:  # not the common case: FastAPI parses it, and words any mistake
                     await self.app(scope, _replay(raw, receive), send)
                     return
-                response = await endpoint(body, request)
+                arguments[call.body_param or ""] = body
+            response = await call.endpoint(**arguments)
         except APIError as error:
             response = api_error_response(error)
         await response(scope, receive, send)
+
+
+def _match(calls: list[Call] | None, path: str, arguments: dict[str, Any]) -> Call | None:
+    if not calls:
+        return None
+    segments = path.split("/")
+    for call in calls:
+        if all(segments[index] == text for index, text in call.literals) and all(segments[index] for index, _ in call.path_params):
+            for index, name in call.path_params:
+                arguments[name] = segments[index]
+            return call
+    return None
+
+
+def _read_query(query: tuple[tuple[str, str], ...], raw: bytes, arguments: dict[str, Any]) -> bool:
+    """The endpoint's query parameters into `arguments`; False when one is not in its plain form
+    (repeated, empty, or not a plain integer or `true`/`false`)."""
+    kinds = dict(query)
+    for name, value in parse_qsl(raw.decode("latin-1"), keep_blank_values=True):
+        kind = kinds.get(name)
+        if kind is None:
+            continue  # FastAPI ignores a parameter the endpoint does not take
+        if name in arguments or not value:
+            return False
+        if kind == "int":
+            if not _INTEGER.fullmatch(value):
+                return False
+            arguments[name] = int(value)
+        elif kind == "bool":
+            if value not in ("true", "false"):
+                return False
+            arguments[name] = value == "true"
+        else:
+            arguments[name] = value
+    return True
 
 
 def _parsed(model: type[BaseModel], scope: Scope, raw: bytes) -> BaseModel | None:

@@ -13,7 +13,7 @@ from runtime.apis.common import JSONBytes, include_query, unless_disconnected, v
 from runtime.apis.responses.protocol import ResponsesProvider
 from runtime.apis.responses.websocket import serve_connection
 from runtime import fastjson
-from runtime.direct_routes import direct_with_body
+from runtime.direct_routes import direct, direct_with_body
 from runtime.errors import APIError
 from runtime.sse import EventStreamResponse, sse_frame
 
@@ -52,6 +52,7 @@ def router(impl: ResponsesProvider) -> APIRouter:
         return JSONBytes(await impl.list_responses(after, validate_limit(limit), validate_order(order)))
 
     @routes.get("/responses/{response_id}", summary="Get a response, or replay its events with `stream=true`")
+    @direct
     async def get_response(response_id: str, http: Request, stream: bool = False, starting_after: int | None = None) -> Response:
         validate_id(response_id, "response_id", "resp")
         include = include_query(http)
@@ -70,6 +71,7 @@ def router(impl: ResponsesProvider) -> APIRouter:
         return JSONBytes(await impl.cancel_response(response_id))
 
     @routes.get("/responses/{response_id}/input_items", summary="List a response's input items")
+    @direct
     async def list_input_items(response_id: str, after: str | None = None, limit: int = 20, order: str = "desc") -> Response:
         validate_id(response_id, "response_id", "resp")
         return JSONBytes(await impl.list_input_items(response_id, after, validate_limit(limit), validate_order(order)))

@@ -58,6 +58,16 @@ def build_app(direct_on: bool) -> FastAPI:
         return Response(json.dumps({"model": body.model, "temperature": body.temperature}), media_type="application/json")
 
     routes.post("/models")(direct_with_body(Thing)(create_model))
+
+    async def parts(thing_id: str, request: Request, after: str | None = None, limit: int = 20, flag: bool = False) -> Response:
+        SEEN.append({"name": "parts", "route": route_template(request.scope), "routed": "fastapi_middleware_astack" in request.scope})
+        return Response(json.dumps({"thing": thing_id, "after": after, "limit": limit, "flag": flag}), media_type="application/json")
+
+    async def special(request: Request) -> Response:
+        return Response(b'{"special":true}', media_type="application/json")
+
+    routes.get("/things/{thing_id}/parts")(direct(parts))
+    routes.get("/things/special/parts")(special)  # registered after: the template takes its path too, in both apps
     app = FastAPI()
     app.include_router(routes, prefix="/v1")
     install_error_handlers(app)
@@ -124,6 +134,28 @@ def test_a_direct_route_with_a_body_answers_as_the_router_does(clients: tuple[ht
     assert (replies[0].status_code, replies[0].content) == (replies[1].status_code, replies[1].content)
 
 
+@pytest.mark.parametrize("target", [
+    "/v1/things/t1/parts", "/v1/things/t1/parts?limit=5&after=a1&flag=true", "/v1/things/t1/parts?limit=abc",
+    "/v1/things/t1/parts?limit=", "/v1/things/t1/parts?limit=1&limit=2", "/v1/things/t1/parts?limit=-3",
+    "/v1/things/t1/parts?limit=007", "/v1/things/t1/parts?limit=%2B5", "/v1/things/t1/parts?flag=1",
+    "/v1/things/t1/parts?flag=yes", "/v1/things/t1/parts?flag=False", "/v1/things/t1/parts?after=&unknown=1",
+    "/v1/things/t%201/parts", "/v1/things/special/parts", "/v1/things//parts", "/v1/things/t1/parts/",
+])
+def test_a_templated_direct_route_answers_as_the_router_does(clients: tuple[httpx2.Client, httpx2.Client], target: str) -> None:
+    fast, routed = clients
+    replies = [client.get(target) for client in (fast, routed)]
+    assert (replies[0].status_code, replies[0].content) == (replies[1].status_code, replies[1].content)
+
+
+def test_a_templated_route_goes_direct_in_the_common_case(clients: tuple[httpx2.Client, httpx2.Client]) -> None:
+    fast, _ = clients
+    SEEN.clear()
+    fast.get("/v1/things/t1/parts?limit=5&flag=true&include[]=x")
+    fast.get("/v1/things/t1/parts?limit=5&limit=6")
+    assert [(entry["route"], entry["routed"]) for entry in SEEN] == [("/v1/things/{thing_id}/parts", False),
+                                                                     ("/v1/things/{thing_id}/parts", True)]
+
+
 def test_a_direct_route_names_its_route_template_as_the_router_would(clients: tuple[httpx2.Client, httpx2.Client]) -> None:
     fast, routed = clients
     SEEN.clear()
@@ -142,9 +174,35 @@ def test_a_body_goes_direct_only_in_the_common_case(clients: tuple[httpx2.Client
     assert {entry["route"] for entry in SEEN} == {"/v1/models"}
 
 
-def test_only_marked_endpoints_at_paths_without_parameters_are_direct() -> None:
+def test_templated_routes_are_direct_unless_an_earlier_route_could_take_the_path() -> None:
+    def endpoint() -> Any:
+        async def handle(request: Request) -> Response:
+            return Response()
+        return handle
+
+    def with_id() -> Any:
+        async def handle(b_id: str) -> Response:
+            return Response()
+        return handle
+
     routes = APIRouter()
-    routes.post("/a")(direct(lambda request: None))  # type: ignore[arg-type]
-    routes.get("/a")(lambda: None)
-    routes.post("/b/{b_id}")(direct(lambda request: None))  # type: ignore[arg-type]
-    assert set(direct_routes([(routes, "/v1")])) == {("POST", "/v1/a")}
+    routes.post("/a")(direct(endpoint()))
+    routes.get("/a")(endpoint())
+    routes.get("/b/{b_id}")(direct(with_id()))
+    routes.get("/c/fixed")(endpoint())
+    routes.get("/c/{b_id}")(direct(with_id()))  # /c/fixed, registered first, is FastAPI's to answer
+    routes.get("/d/{rest:path}")(endpoint())
+    routes.get("/d/{b_id}")(direct(with_id()))  # the converter before it may take any /d/... path
+    table = direct_routes([(routes, "/v1")])
+    assert set(table.exact) == {("POST", "/v1/a")}
+    assert {(key, call.route.path) for key, calls in table.templated.items() for call in calls} == {(("GET", 4), "/b/{b_id}")}
+
+
+def test_an_endpoint_that_cannot_be_called_directly_is_refused_when_the_table_is_built() -> None:
+    async def listed(after: float = 0.0) -> Response:
+        return Response()
+
+    routes = APIRouter()
+    routes.get("/a")(direct(listed))
+    with pytest.raises(ValueError, match="query parameter 'after'"):
+        direct_routes([(routes, "/v1")])
