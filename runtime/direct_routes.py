@@ -2,16 +2,20 @@
 
 Between the stack's own middleware and an endpoint, FastAPI runs an exception middleware, an exit
 stack, the router's matching over every route, the route's request/response wrappers and its
-dependency solver: about a fifth of a proxied chat request's CPU (py-spy, c=32; bench/README).
-An endpoint marked `direct` that takes only the `Request` (or, marked `direct_with_body(Model)`, its
-parsed body and the `Request`) is called straight from `DirectRoutes`, the innermost of the stack's
-middleware, when the method and path are exactly its own. A body is parsed here only in the common
-case: declared JSON, that parses and validates; any other goes on to FastAPI as it came, so every
-mistake is answered exactly as FastAPI answers it. Everything
-else about the route stays as it was: it is still registered with FastAPI (the OpenAPI document,
-405s, trailing slashes and every other path go through the router), the stack's middleware (request
-ids, limits, auth, metrics, logs, traces) runs as before, and an `APIError` it raises is answered
-as the app's handler answers it.
+dependency solver: about a fifth of a proxied chat request's CPU, and twice a conversation's items
+list's own work (py-spy; bench/README). An endpoint marked `direct` (taking the `Request`, path
+parameters and plain query parameters) or `direct_with_body(Model)` (its parsed body and the
+`Request`) is called straight from `DirectRoutes`, the innermost of the stack's middleware, when
+the method and path are its own.
+
+What FastAPI would parse is read here only in the common case: a body declared JSON that parses
+and validates, a query value given once in its plain form. Any other request goes on to FastAPI as
+it came (a body already read is replayed), so every mistake is answered exactly as FastAPI answers
+it. A templated path is left to FastAPI when a route registered before it could take the same
+path. Everything else about the route stays as it was: it is still registered with FastAPI (the
+OpenAPI document, 405s, trailing slashes and every other path go through the router), the stack's
+middleware (request ids, limits, auth, metrics, logs, traces) runs as before, and an `APIError` it
+raises is answered as the app's handler answers it.
 """
 
 from __future__ import annotations
