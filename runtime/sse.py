@@ -66,13 +66,21 @@ class EventStreamResponse(Response):
     send chain and one system call, not one per event; a lone frame still goes out as soon
     as its producer waits for more.
 
+    The start of a stream is the exception: once its first `flush_after` frames are produced they
+    go out, before the next is made, so the first token does not wait for the rest of a burst
+    read with it (a chat stream passes 2: the role chunk and the first token's). The first token of
+    a 64-token burst came 0.07 to 0.42 ms earlier in three alternating runs (the added time to it grows
+    with the burst without this), for 3 to 10 % more CPU at c=32 on such bursts; a model's tokens
+    spaced out in time each went out at once anyway. Sending each of the two alone cost +16 %.
+
     A client that goes away cancels the iterator's task, as Starlette's StreamingResponse
     does: the code producing the frames sees `CancelledError` at the point it was waiting."""
 
     media_type = "text/event-stream"
 
-    def __init__(self, frames: AsyncIterable[bytes], headers: Mapping[str, str] | None = None) -> None:
+    def __init__(self, frames: AsyncIterable[bytes], headers: Mapping[str, str] | None = None, flush_after: int = 0) -> None:
         self.frames = frames
+        self.flush_after = flush_after
         self.status_code = 200
         self.background = None
         self.init_headers({"cache-control": "no-cache", **(headers or {})})
@@ -81,7 +89,7 @@ class EventStreamResponse(Response):
         await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
         outbox = _Outbox()
         loop = asyncio.get_running_loop()
-        producer = loop.create_task(outbox.fill(self.frames))
+        producer = loop.create_task(outbox.fill(self.frames, self.flush_after))
         watcher = loop.create_task(_watch_disconnect(receive, producer, outbox))
         try:
             while True:
@@ -115,12 +123,17 @@ class _Outbox:
         self.finished = False
         self.gone = False
 
-    async def fill(self, frames: AsyncIterable[bytes]) -> None:
+    async def fill(self, frames: AsyncIterable[bytes], flush_after: int = 0) -> None:
         try:
             async for frame in frames:
                 self.frames.append(frame)
                 self.size += len(frame)
                 self.ready.set()
+                if flush_after:
+                    flush_after -= 1
+                    if not flush_after:
+                        # One turn of the loop: the sender, woken by `ready`, runs first and sends them.
+                        await asyncio.sleep(0)
                 if self.size > HIGH_WATER_BYTES:
                     self.room.clear()
                     await self.room.wait()

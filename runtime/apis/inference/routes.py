@@ -260,7 +260,9 @@ async def _sse_response(request: Request, chunks: AsyncIterator[bytes]) -> Respo
         if first is None:
             await _close(iterator)
             return Response(status_code=499)
-    return EventStreamResponse(_frames(first, iterator, getattr(request.app.state, "draining", None)))
+    # The role chunk and the first token's go out at once: the time to the first token does not
+    # wait for the rest of a burst read with it.
+    return EventStreamResponse(_frames(first, iterator, getattr(request.app.state, "draining", None)), flush_after=2)
 
 
 async def _close(iterator: AsyncIterator[bytes]) -> None:

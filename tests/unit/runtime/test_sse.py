@@ -84,6 +84,20 @@ async def test_frames_ready_together_go_out_in_one_write_and_the_stream_ends() -
     assert client.sent[-1] == {"type": "http.response.body", "body": b"", "more_body": False}
 
 
+async def test_the_first_frames_go_out_before_the_rest_of_their_burst_is_made() -> None:
+    client = Client()
+    made: list[int] = []
+
+    async def frames() -> AsyncIterator[bytes]:
+        for index in range(5):  # one burst: nothing in it waits
+            made.append(len(client.bodies))  # what had been sent when this frame was made
+            yield sse_frame(str(index).encode())
+
+    await client.run(EventStreamResponse(frames(), flush_after=2))
+    assert made == [0, 0, 1, 1, 1]
+    assert client.bodies == [sse_frame(b"0") + sse_frame(b"1"), b"".join(sse_frame(str(i).encode()) for i in range(2, 5))]
+
+
 async def test_lines_are_found_wherever_the_network_splits_them() -> None:
     stream = b": c\r\n\r\ndata: {\"a\":1}\r\n\r\nevent: e\ndata: x\ndata: y\n\ndata:z\n\ndata: [DONE]\n\n"
     expected = [b'{"a":1}', b"x\ny", b"z"]
