@@ -71,7 +71,9 @@ def test_a_stream_stops_producing_when_its_consumer_leaves() -> None:
         await stream.aclose()
         assert got == [0, 1, 2]
         assert await asyncio.to_thread(closed.wait, 2)
-        assert len(produced) < 10  # stopped within an item or two of the consumer leaving
+        # Stopped soon after the consumer left: 1,000 items would take 2 s. (Within an item or two on
+        # an idle machine; a loaded one was seen to take 9 more, so the bound leaves room.)
+        assert len(produced) < 100
         assert await worker.call(lambda model: "free") == "free"
         worker.close()
 
