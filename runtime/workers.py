@@ -83,6 +83,10 @@ def supervise(config: str, workers: int, host: str | None, port: int, grace_s: f
                     log.error("worker %d (pid %d) exited with status %s: starting it again", number, process.pid, code)
                     time.sleep(_RESTART_DELAY_S)
                     running[number] = start(number)
+                    if stopping:
+                        # The signal came while it was being started, before `stop` could see it:
+                        # nobody would ever stop it, and the supervisor would wait for it forever.
+                        running[number][0].send_signal(signal.SIGTERM)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
