@@ -17,43 +17,25 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import re
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import (  # noqa: E402
-    CLIENT_CORE, ROOT, STACK, STACK_CORE, UPSTREAM_CORE, Request, cpu_per_request_us, free_port,
-    measure_throughput, percentile, post, progress, read_listening_url, sample_interleaved, spawn, stack_env,
+    CLIENT_CORE, ROOT, STACK, STACK_CORE, UPSTREAM_CORE, cpu_per_request_us, free_port,
+    measure_throughput, percentile, progress, read_listening_url, sample_interleaved, spawn, stack_env,
     stop, wait_healthy,
 )
-
-
-FIRST_DELTA = re.compile(rb"event: response\.output_text\.delta")
-
-
-def chat(port: int, stream: bool) -> Request:
-    body: dict[str, Any] = {"model": "fake-model", "messages": [{"role": "user", "content": "[tokens:64] benchmark"}]}
-    if stream:
-        body["stream"] = True
-    return post(port, "/v1/chat/completions", body, b"tok64")
-
-
-def response(port: int, stream: bool) -> Request:
-    """A stored response (streamed: its first text delta is the first content)."""
-    body: dict[str, Any] = {"model": "fake-model", "input": "[tokens:64] benchmark"}
-    if stream:
-        body["stream"] = True
-    return post(port, "/v1/responses", body, b"tok64", first=FIRST_DELTA, done=b"event: response.completed")
+from chat import chat_request  # noqa: E402
+from responses import create_response  # noqa: E402
 
 
 async def run(options: argparse.Namespace) -> None:
-    make = response if options.responses else chat
+    make = create_response if options.responses else chat_request
     with tempfile.TemporaryDirectory(prefix="stack-bench-ab-") as temp:
         logs = Path(temp)
         env = dict(os.environ, PYTHONPATH=str(ROOT / "tests"))

@@ -128,7 +128,8 @@ def _call(route: APIRoute, path: str, body: type[BaseModel] | None) -> Call:
         if kind is None or param.alias != param.name or param.field_info.is_required():
             raise ValueError(f"{path}: query parameter {param.name!r} cannot be read directly (str, int or bool, with a default)")
         query.append((param.name, kind))
-    literals = tuple((index, segment) for index, segment in enumerate(segments) if index not in dict(path_params))
+    at_params = {index for index, _ in path_params}
+    literals = tuple((index, segment) for index, segment in enumerate(segments) if index not in at_params)
     return Call(route.endpoint, route, body, dependant.body_params[0].name if body is not None else None, dependant.request_param_name,
                 literals, path_params, tuple(query))
 
@@ -139,11 +140,12 @@ def _may_overlap(earlier: str, later: str) -> bool:
     a, b = earlier.split("/"), later.split("/")
     converter = next((index for index, segment in enumerate(a) if ":" in segment), None)
     if converter is not None:
-        a, b = a[:converter], b[:converter] if len(b) > converter else []
-        if not b:
-            return False
-    elif len(a) != len(b):
-        return False
+        return len(b) > converter and _compatible(a[:converter], b[:converter])
+    return len(a) == len(b) and _compatible(a, b)
+
+
+def _compatible(a: list[str], b: list[str]) -> bool:
+    """Segment by segment, equal or a parameter on either side."""
     return all(x == y or x.startswith("{") or y.startswith("{") for x, y in zip(a, b))
 
 
