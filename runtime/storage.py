@@ -65,7 +65,7 @@ from runtime.tracing import store_tracing
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-__all__ = ["Database", "InsertRows", "Storage", "caller_may", "for_caller", "insert_into", "json_type", "open_database", "schema_lock"]
+__all__ = ["SMALL_WRITE_ROWS", "Database", "InsertRows", "Storage", "caller_may", "for_caller", "insert_into", "json_type", "open_database", "schema_lock"]
 
 # Execution option read by the SQLite "begin" hook: which BEGIN to emit for this connection.
 _BEGIN_OPTION = "stack_sqlite_begin"
@@ -79,6 +79,7 @@ log = logging.getLogger("stack")
 
 _SCHEMA_LOCK = 0x57AC4  # the advisory lock key under which tables are made or extended
 CHECKPOINT_EVERY_S = 0.5
+SMALL_WRITE_ROWS = 32  # rows up to which a write of a hot path is `small` (Database.write)
 AUTOCHECKPOINT_PAGES = 16_384  # 64 MiB of WAL: reached only if the checkpoint thread falls behind
 
 
@@ -134,7 +135,7 @@ class Database:
         # write lock, and writers queued in-process are fair and cannot time out on it.
         self._write_lock = asyncio.Lock() if self.dialect == "sqlite" else None
         self._writer: asyncio.Task[Any] | None = None
-        self._queued: list[tuple[Callable[[sa.Connection], Any], asyncio.Future[Any]]] = []
+        self._queued: list[tuple[Callable[[sa.Connection], Any], asyncio.Future[Any], bool]] = []  # (work, its outcome, small)
         self._committer: asyncio.Task[None] | None = None
         # On SQLite, `write` and the fetches run whole on a thread of their own with the
         # synchronous driver: one hop per transaction, where the async driver makes one per
@@ -161,11 +162,15 @@ class Database:
         columns (nullable ones only) and indexes declared since they were made."""
         await self.write(lambda conn: _create_or_extend(conn, metadata))
 
-    async def write(self, work: Callable[[sa.Connection], T]) -> T:
+    async def write(self, work: Callable[[sa.Connection], T], *, small: bool = False) -> T:
         """Run `work(connection)` in a write transaction, committed if it returns, rolled back
-        if it raises. `work` is synchronous: it only executes statements."""
+        if it raises. `work` is synchronous: it only executes statements.
+
+        `small`: the write is a few rows, quick to make. On SQLite, small writes are made on the
+        event loop itself when no other process is writing, rather than on the writer thread:
+        the hop there and back costs more than they do."""
         if (tracing := store_tracing()) is not None:
-            return await tracing.store("write", self._system, self.write(work))
+            return await tracing.store("write", self._system, self.write(work, small=small))
         if self._sync is None or self._write_lock is None or self._write_thread is None:
             async with self.engine.begin() as conn:
                 return await conn.run_sync(work)
@@ -173,29 +178,41 @@ class Database:
             raise RuntimeError("nested write transaction on the same SQLite database")
         self._start_checkpoints()
         loop = asyncio.get_running_loop()
-        if self._committer is None and not self._write_lock.locked():
+        if not small and self._committer is None and not self._write_lock.locked():
             # Nobody else is writing: no group to form, so no task to form it in.
             async with self._write_lock:
                 return await loop.run_in_executor(self._write_thread, _write_sync, self._sync, work, self._file_lock)
         done: asyncio.Future[T] = loop.create_future()
-        self._queued.append((work, done))
+        self._queued.append((work, done, small))
         if self._committer is None:
             self._committer = loop.create_task(self._commit_queued())
         return await done
 
     async def _commit_queued(self) -> None:
-        """Run the queued writes, a group per transaction, until none is left."""
+        """Run the queued writes, a group per transaction, until none is left.
+
+        A group of small writes only is made right here on the event loop if no other process
+        holds the write lock: 0.53 -> 0.41 ms for a conversation append at c=1, and at c=32 the
+        same groups as on the writer thread (the writes queued while the loop ran everything
+        else that was ready). Not a large write: the loop would stand still while SQLite works,
+        where the thread lets it run."""
         assert self._write_lock is not None and self._sync is not None
         loop = asyncio.get_running_loop()
-        group: list[tuple[Callable[[sa.Connection], Any], asyncio.Future[Any]]] = []
+        group: list[tuple[Callable[[sa.Connection], Any], asyncio.Future[Any], bool]] = []
         try:
             while self._queued:
                 async with self._write_lock:
                     group, self._queued = self._queued, []
-                    group = [(work, done) for work, done in group if not done.cancelled()]
-                    outcomes = await loop.run_in_executor(self._write_thread, _write_group_sync, self._sync, [work for work, _ in group],
-                                                          self._file_lock)
-                for (_, done), (ok, value) in zip(group, outcomes):
+                    group = [queued for queued in group if not queued[1].cancelled()]
+                    works = [work for work, _, _ in group]
+                    if self._file_lock is not None and all(small for _, _, small in group) and self._file_lock.acquire_now():
+                        try:
+                            outcomes = _write_group_sync(self._sync, works)
+                        finally:
+                            self._file_lock.release()
+                    else:
+                        outcomes = await loop.run_in_executor(self._write_thread, _write_group_sync, self._sync, works, self._file_lock)
+                for (_, done, _), (ok, value) in zip(group, outcomes):
                     if done.cancelled():
                         continue
                     if ok:
@@ -207,7 +224,7 @@ class Database:
             # The committer itself failed (cancelled at shutdown, most likely): so do the writes it
             # held, the group under way included (whether it committed is not known here).
             failure = error if isinstance(error, Exception) else RuntimeError("the SQLite writer stopped before confirming this write")
-            for _, done in [*group, *self._queued]:
+            for _, done, _ in [*group, *self._queued]:
                 if not done.done():
                     done.set_exception(failure)
             self._queued = []
@@ -379,19 +396,34 @@ def _rowcount(result: sa.CursorResult[Any]) -> int:
 
 
 class _FileLock:
-    """An exclusive advisory lock (flock) on a file, across processes; used by one thread per
-    process (the database's writer), so it needs no lock of its own in the process."""
+    """An exclusive advisory lock (flock) on a file, across processes. In a process, it is taken
+    by the database's writer thread, or by the event loop while the writer has nothing to do (the
+    in-process write lock decides which), so it needs no lock of its own in the process."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._fd: int | None = None
 
-    def __enter__(self) -> None:
+    def _file(self) -> int:
         if self._fd is None:
             self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        return self._fd
+
+    def __enter__(self) -> None:
+        fcntl.flock(self._file(), fcntl.LOCK_EX)
 
     def __exit__(self, *_exc: object) -> None:
+        self.release()
+
+    def acquire_now(self) -> bool:
+        """Take the lock if no other process holds it; False, without waiting, if one does."""
+        try:
+            fcntl.flock(self._file(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        return True
+
+    def release(self) -> None:
         assert self._fd is not None
         fcntl.flock(self._fd, fcntl.LOCK_UN)
 

@@ -23,7 +23,7 @@ import sqlalchemy as sa
 
 from runtime.auth import principal_id
 from runtime.errors import NotFoundError
-from runtime.storage import Database, caller_may, for_caller, insert_into, json_type
+from runtime.storage import SMALL_WRITE_ROWS, Database, caller_may, for_caller, insert_into, json_type
 
 __all__ = ["ConversationStore"]
 
@@ -115,7 +115,7 @@ class ConversationStore:
             if item_rows:
                 connection.execute(insert_into(conversation_items), item_rows)
 
-        await self.db.write(work)
+        await self.db.write(work, small=len(items) <= SMALL_WRITE_ROWS)
         return _public({"id": conversation_id, "created_at": created_at, "metadata": metadata or {}})
 
     async def get(self, conversation_id: str) -> dict[str, Any]:
@@ -159,7 +159,7 @@ class ConversationStore:
             connection.execute(insert_into(conversation_items), _rows(conversation_id, int(end) - len(items), items))
             return int(end)
 
-        end = await self.db.write(work)
+        end = await self.db.write(work, small=len(items) <= SMALL_WRITE_ROWS)
         if end is None:
             self._forget(conversation_id)
             raise _not_found(conversation_id)

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from runtime.auth import principal_id
 from runtime.errors import NotFoundError
 from runtime.owners import owner_is_gone, process_owner
-from runtime.storage import Database, InsertRows, caller_may, for_caller, insert_into, json_type
+from runtime.storage import SMALL_WRITE_ROWS, Database, InsertRows, caller_may, for_caller, insert_into, json_type
 
 __all__ = ["ResponseStore", "StoredResponse"]
 
@@ -128,7 +128,7 @@ class ResponseStore:
             "heartbeat_at": time.time(), "owner": process_owner(), "principal": principal_id(),
         }
         item_rows = _item_rows(response["id"], "input", input_items) + _item_rows(response["id"], "output", output_items)
-        await self.db.write(InsertRows((responses, [row]), (items, item_rows)))
+        await self.db.write(InsertRows((responses, [row]), (items, item_rows)), small=len(item_rows) <= SMALL_WRITE_ROWS)
 
     async def finish(self, response: dict[str, Any], output_items: Sequence[dict[str, Any]], *, only_if_status: Sequence[str] = ()) -> bool:
         """Record the final state and output of a response; with `only_if_status`, only if the
@@ -147,7 +147,7 @@ class ResponseStore:
                 connection.execute(insert_into(items), rows)
             return True
 
-        return await self.db.write(work)
+        return await self.db.write(work, small=len(rows) <= SMALL_WRITE_ROWS)
 
     async def get(self, response_id: str, action: str = "read") -> StoredResponse:
         """The response, if the caller may `action` it (any, with auth off): else a 404, as if absent."""

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import fcntl
+import os
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -470,3 +473,69 @@ async def test_inserts_queued_together_go_in_as_one_statement_a_table_and_a_fail
         sa.event.remove(engine, "before_cursor_execute", seen)
     assert failing[0] is None and failing[2] is None and isinstance(failing[1], sa.exc.IntegrityError)
     assert await _ids(database, ready) == sorted([f"{key}-{n}" for key in "abcd" for n in (1, 2)] + ["e", "f", "taken"])
+
+
+def _insert_noting_thread(table: sa.Table, k: int, threads: list[str]) -> Any:
+    def work(conn: sa.Connection) -> int:
+        threads.append(threading.current_thread().name)
+        return conn.execute(table.insert().values(k=k)).rowcount
+    return work
+
+
+async def test_sqlite_small_writes_are_made_on_the_event_loop_in_groups_and_large_ones_on_the_writer_thread(tmp_path: Path) -> None:
+    db = open_database(SqliteBackend(type="sqlite", path=tmp_path / "s.db"))
+    table = sa.Table("t", sa.MetaData(), sa.Column("k", sa.Integer, primary_key=True))
+    commits = 0
+
+    def count(_conn: Any) -> None:
+        nonlocal commits
+        commits += 1
+
+    threads: list[str] = []
+    try:
+        await db.create_tables(table.metadata)
+        assert db._sync is not None
+        sa.event.listen(db._sync, "commit", count)
+        assert await db.write(_insert_noting_thread(table, 0, threads), small=True) == 1
+        assert threads == [threading.current_thread().name]
+        # Small writes queued in the same turn of the loop go in together, in one commit.
+        assert await asyncio.gather(*(db.write(_insert_noting_thread(table, k, threads), small=True) for k in range(1, 33))) == [1] * 32
+        assert set(threads) == {threading.current_thread().name}
+        assert commits == 2
+        threads.clear()
+        assert await db.write(_insert_noting_thread(table, 33, threads)) == 1
+        assert threads[0].startswith("stack-sqlite-write")
+        # A small write queued with a large one goes with it to the writer thread.
+        threads.clear()
+        await asyncio.gather(db.write(_insert_noting_thread(table, 34, threads), small=True), db.write(_insert_noting_thread(table, 35, threads)))
+        assert all(name.startswith("stack-sqlite-write") for name in threads), threads
+        rows = await db.fetch_all(sa.select(table.c.k).order_by(table.c.k))
+        assert [row["k"] for row in rows] == list(range(36))
+    finally:
+        await db.close()
+
+
+async def test_sqlite_a_small_write_waits_on_the_writer_thread_while_another_process_writes(tmp_path: Path) -> None:
+    db = open_database(SqliteBackend(type="sqlite", path=tmp_path / "s.db"))
+    table = sa.Table("t", sa.MetaData(), sa.Column("k", sa.Integer, primary_key=True))
+    threads: list[str] = []
+    try:
+        await db.create_tables(table.metadata)
+        # Another open file description of the lock file stands for another process: flock
+        # locks belong to the open file, so this one excludes the database's own as a process would.
+        other = os.open(tmp_path / "s.db.write-lock", os.O_RDWR)
+        try:
+            fcntl.flock(other, fcntl.LOCK_EX)
+            write = asyncio.create_task(db.write(_insert_noting_thread(table, 1, threads), small=True))
+            await asyncio.sleep(0.2)
+            # The loop went on (this test runs on it) and the write waits, on the writer thread.
+            assert not write.done()
+            fcntl.flock(other, fcntl.LOCK_UN)
+            assert await asyncio.wait_for(write, 5) == 1
+        finally:
+            os.close(other)
+        assert threads[0].startswith("stack-sqlite-write")
+        assert await db.write(_insert_noting_thread(table, 2, threads), small=True) == 1
+        assert threads[1] == threading.current_thread().name
+    finally:
+        await db.close()
