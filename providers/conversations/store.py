@@ -21,6 +21,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from runtime.apis.items import ItemText
 from runtime.auth import principal_id
 from runtime.errors import NotFoundError
 from runtime.storage import SMALL_WRITE_ROWS, Database, caller_may, for_caller, insert_into, json_type
@@ -71,11 +72,13 @@ _ALL_ITEMS = (
 )
 _SEQ_OF = sa.select(conversation_items.c.seq).where(
     conversation_items.c.conversation_id == sa.bindparam("cid"), conversation_items.c.item_id == sa.bindparam("item_id"))
+# A page's items as their stored JSON text (ItemText): sent on as they are, never parsed here.
+_ITEM_TEXT = (conversation_items.c.item_id, sa.cast(conversation_items.c.item, sa.Text).label("text"))
 _PAGE = {
-    "asc": sa.select(conversation_items.c.item)
+    "asc": sa.select(*_ITEM_TEXT)
     .where(conversation_items.c.conversation_id == sa.bindparam("cid"), conversation_items.c.seq > sa.bindparam("anchor"))
     .order_by(conversation_items.c.seq.asc()).limit(sa.bindparam("rows")),
-    "desc": sa.select(conversation_items.c.item)
+    "desc": sa.select(*_ITEM_TEXT)
     .where(conversation_items.c.conversation_id == sa.bindparam("cid"), conversation_items.c.seq < sa.bindparam("anchor"))
     .order_by(conversation_items.c.seq.desc()).limit(sa.bindparam("rows")),
 }
@@ -216,12 +219,12 @@ class ConversationStore:
         if dropped is not None:
             self._cached -= len(dropped[1])
 
-    async def page(self, conversation_id: str, *, after: str | None, limit: int, order: str) -> tuple[list[dict[str, Any]], bool]:
-        """One page of items, read in one go (one connection, one thread hop on SQLite)."""
+    async def page(self, conversation_id: str, *, after: str | None, limit: int, order: str) -> tuple[list[ItemText], bool]:
+        """One page of items as their stored text, read in one go (one connection, one thread hop on SQLite)."""
 
         version_of = _scoped(_VERSION, _VERSION_OWNED, {"cid": conversation_id})
 
-        def work(connection: sa.Connection) -> list[dict[str, Any]] | str:
+        def work(connection: sa.Connection) -> list[ItemText] | str:
             if connection.execute(*version_of).first() is None:
                 return "conversation"
             anchor = _BEFORE_ALL if order == "asc" else _AFTER_ALL
@@ -230,7 +233,7 @@ class ConversationStore:
                 if seq is None:
                     return "after"
                 anchor = int(seq)
-            return [row.item for row in connection.execute(_PAGE[order], {"cid": conversation_id, "anchor": anchor, "rows": limit + 1})]
+            return [ItemText(item_id, text) for item_id, text in connection.execute(_PAGE[order], {"cid": conversation_id, "anchor": anchor, "rows": limit + 1})]
 
         found = await self.db.read_with(work)
         if found == "conversation":

@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from runtime import fastjson
-from runtime.apis.items import check_include
+from runtime.apis.items import ItemText, check_include
 from runtime.errors import InvalidRequestError
 
 __all__ = ["MAX_STRING", "JSONBytes", "include_query", "cursor_page", "parse_json_object", "unless_disconnected", "validate_id", "validate_limit", "validate_metadata",
@@ -86,25 +86,41 @@ def validate_order(order: str) -> str:
     return order
 
 
-def cursor_page(data: Sequence[Mapping[str, Any]], has_more: bool) -> dict[str, Any]:
+def cursor_page(data: Sequence[Mapping[str, Any] | ItemText], has_more: bool) -> dict[str, Any]:
     """The list shape the SDK's cursor paginators read: they continue `after` the last id."""
     return {
         "object": "list",
         "data": list(data),
-        "first_id": data[0]["id"] if data else None,
-        "last_id": data[-1]["id"] if data else None,
+        "first_id": _id_of(data[0]) if data else None,
+        "last_id": _id_of(data[-1]) if data else None,
         "has_more": has_more,
     }
 
 
+def _id_of(item: Any) -> Any:
+    return item.id if item.__class__ is ItemText else item["id"]
+
+
 class JSONBytes(Response):
     """A JSON response serialised once with the stdlib encoder. Routes return it instead of a
-    dict, which FastAPI would first walk with `jsonable_encoder` (slow on long item lists)."""
+    dict, which FastAPI would first walk with `jsonable_encoder` (slow on long item lists).
+
+    A list page's `data` may hold `ItemText`s: their texts go in as they are."""
 
     media_type = "application/json"
 
     def render(self, content: Any) -> bytes:
+        data = content.get("data") if content.__class__ is dict else None
+        if data.__class__ is list and any(item.__class__ is ItemText for item in data):
+            return _page_json(content, data)
         return fastjson.dumps(content)
+
+
+def _page_json(page: dict[str, Any], data: list[Any]) -> bytes:
+    items = ",".join(item.text if item.__class__ is ItemText else fastjson.dumps(item).decode() for item in data)
+    fields = [fastjson.dumps(key) + b":" + (b"[" + items.encode() + b"]" if key == "data" else fastjson.dumps(value))
+              for key, value in page.items()]
+    return b"{" + b",".join(fields) + b"}"
 
 
 async def unless_disconnected(request: Request, work: Awaitable[T]) -> T | None:

@@ -10,10 +10,11 @@ import binascii
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from runtime import fastjson
 from runtime.errors import InvalidRequestError
 from runtime.ids import random_hex
 
-__all__ = ["INCLUDABLE", "INCLUDED_ONLY", "check_include", "new_id", "normalize_input", "normalize_item", "shown_item", "shown_items"]
+__all__ = ["INCLUDABLE", "INCLUDED_ONLY", "ItemText", "check_include", "new_id", "normalize_input", "normalize_item", "shown_item", "shown_items"]
 
 _INPUT_ROLES = ("user", "system", "developer", "assistant")
 _PART_TYPES = {
@@ -98,11 +99,41 @@ def _without(item: dict[str, Any], path: list[str], remove: bool) -> dict[str, A
     return {**item, head: None}
 
 
+class ItemText:
+    """An item as the JSON text its store keeps, with its id. A page of items read as text is
+    written out by joining the texts (`runtime.apis.common.JSONBytes`): parsing 100 items and
+    writing them again cost 140 µs, more than the rest of listing them."""
+
+    __slots__ = ("id", "text")
+
+    def __init__(self, item_id: str, text: str) -> None:
+        self.id = item_id
+        self.text = text
+
+    def parsed(self) -> dict[str, Any]:
+        item = fastjson.loads(self.text)
+        if not isinstance(item, dict):
+            raise ValueError(f"item {self.id!r} is not stored as a JSON object")
+        return item
+
+
+# Every item of a type with fields to leave out has the type's name, as a JSON string, in its text.
+_GATED_TEXTS = tuple(f'"{item_type}"' for item_type in INCLUDED_ONLY)
+
+
+def _has_gated_fields(item: Any) -> bool:
+    if item.__class__ is ItemText:
+        return any(text in item.text for text in _GATED_TEXTS)
+    return item.__class__ is dict and item.get("type") in INCLUDED_ONLY
+
+
 def shown_items(items: list[Any], include: frozenset[str]) -> list[Any]:
-    """`shown_item` of each; the list itself when no item has a field to leave out (the usual case)."""
-    if not any(item.__class__ is dict and item.get("type") in INCLUDED_ONLY for item in items):
+    """`shown_item` of each; the list itself when no item has a field to leave out (the usual
+    case). Items may be `ItemText`: those that may have such fields are parsed to be shown."""
+    if not any(_has_gated_fields(item) for item in items):
         return items
-    return [shown_item(item, include) for item in items]
+    return [shown_item(item.parsed() if item.__class__ is ItemText else item, include) if _has_gated_fields(item) else item
+            for item in items]
 
 
 def new_id(prefix: str) -> str:

@@ -11,7 +11,8 @@ __all__ = ["ConversationsProvider"]
 @runtime_checkable
 class ConversationsProvider(Protocol):
     """Conversations and items in the OpenAI shapes. Item lists are cursor pages
-    (`first_id`, `last_id`, `has_more`). Unknown ids raise NotFoundError."""
+    (`first_id`, `last_id`, `has_more`); a page's items may be dicts or, as a store read them,
+    `runtime.apis.items.ItemText` (sent on without being parsed). Unknown ids raise NotFoundError."""
 
     async def create_conversation(self, items: Any, metadata: Any) -> dict[str, Any]: ...
 

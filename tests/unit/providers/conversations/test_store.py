@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -47,12 +48,22 @@ async def test_pages_never_skip_or_repeat_items_added_in_the_same_instant(store:
     after = None
     while True:
         page, has_more = await store.page("conv_2", after=after, limit=17, order="asc")
-        seen += [item["id"] for item in page]
+        seen += [item.id for item in page]
         if not has_more:
             break
-        after = page[-1]["id"]
+        after = page[-1].id
     assert seen == [item["id"] for item in await store.items("conv_2")]
     assert len(seen) == len(set(seen)) == 203
+
+
+async def test_a_page_holds_each_item_as_the_json_text_it_was_stored_as(store: ConversationStore) -> None:
+    stored = [{"id": "m-1", "type": "message", "role": "user", "content": [{"type": "input_text", "text": "naïve \"quoted\" 🙂"}]},
+              {"id": "ws-1", "type": "web_search_call", "status": "completed", "action": {"type": "search", "query": "q"}}]
+    await store.create("conv_t", None, stored)
+    page, has_more = await store.page("conv_t", after=None, limit=20, order="desc")
+    assert not has_more
+    assert [(item.id, item.parsed()) for item in page] == [("ws-1", stored[1]), ("m-1", stored[0])]
+    assert all(isinstance(item.text, str) and json.loads(item.text) == item.parsed() for item in page)
 
 
 async def test_deleting_a_conversation_removes_its_items(store: ConversationStore) -> None:

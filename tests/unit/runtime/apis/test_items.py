@@ -58,3 +58,20 @@ def test_web_search_sources_are_shown_only_when_included() -> None:
     assert hidden["action"] == {"type": "search", "query": "q", "sources": None}
     assert item["action"]["sources"] == [{"type": "url", "url": "https://a.example"}]  # the stored item is untouched
     assert shown_item(item, frozenset({"web_search_call.action.sources"})) is item
+
+
+def test_items_kept_as_text_are_parsed_only_when_they_may_have_fields_to_leave_out() -> None:
+    from runtime.apis.items import ItemText, shown_items
+    from runtime import fastjson
+
+    message = ItemText("msg_1", fastjson.dumps({"id": "msg_1", "type": "message", "role": "user",
+                                                "content": [{"type": "input_text", "text": "web_search_call is a type"}]}).decode())
+    search = ItemText("ws_1", fastjson.dumps({"id": "ws_1", "type": "web_search_call", "status": "completed",
+                                              "action": {"type": "search", "query": "q", "sources": [{"type": "url", "url": "https://a.example"}]}}).decode())
+    plain = [message, message]
+    assert shown_items(plain, frozenset()) is plain  # nothing to leave out: not even parsed
+    shown = shown_items([message, search], frozenset())
+    assert shown[0] is message
+    assert shown[1] == {"id": "ws_1", "type": "web_search_call", "status": "completed",
+                        "action": {"type": "search", "query": "q", "sources": None}}
+    assert shown_items([search], frozenset({"web_search_call.action.sources"})) == [search.parsed()]
