@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from runtime.auth import principal_id
 from runtime.errors import NotFoundError
 from runtime.owners import owner_is_gone, process_owner
-from runtime.storage import SMALL_WRITE_ROWS, Database, InsertRows, caller_may, for_caller, insert_into, json_type
+from runtime.storage import PARTIAL_INDEX_WHERE, SMALL_WRITE_ROWS, Database, InsertRows, caller_may, for_caller, insert_into, json_type
 
 __all__ = ["ResponseStore", "StoredResponse"]
 
@@ -42,7 +42,7 @@ responses = sa.Table(
     sa.Column("principal", sa.String(160), nullable=True),
     sa.Index("ix_responses_principal", "principal", "seq"),
     # Only the responses still being produced: the sweep for orphans reads this, never the table.
-    sa.Index("ix_responses_open", "heartbeat_at", sqlite_where=sa.text(_OPEN_SQL), postgresql_where=sa.text(_OPEN_SQL)),
+    sa.Index("ix_responses_open", "heartbeat_at", info={PARTIAL_INDEX_WHERE: _OPEN_SQL}),
 )
 items = sa.Table(
     "response_items",

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import os
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -17,7 +19,7 @@ import pytest
 import sqlalchemy as sa
 
 from builder.config import PostgresBackend, SqliteBackend, StorageConfig, StoresConfig
-from runtime.storage import Database, InsertRows, Storage, json_type, open_database
+from runtime.storage import PARTIAL_INDEX_WHERE, Database, InsertRows, Storage, json_type, open_database
 
 PG_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 
@@ -539,3 +541,26 @@ async def test_sqlite_a_small_write_waits_on_the_writer_thread_while_another_pro
         assert threads[1] == threading.current_thread().name
     finally:
         await db.close()
+
+
+async def test_a_partial_index_is_partial_on_either_database(database: Database, backend: Backend) -> None:
+    table = sa.Table("jobs", sa.MetaData(schema=backend.schema), sa.Column("id", sa.Integer, primary_key=True),
+                     sa.Column("status", sa.String(16)), sa.Index("ix_jobs_open", "id", info={PARTIAL_INDEX_WHERE: "status = 'open'"}))
+    await database.create_tables(table.metadata)
+    await database.create_tables(table.metadata)  # and again over the existing table: nothing to add
+    if database.dialect == "sqlite":
+        row = await database.fetch_one(sa.text("SELECT sql FROM sqlite_master WHERE name = 'ix_jobs_open'"))
+        definition = row["sql"] if row is not None else ""
+    else:
+        row = await database.fetch_one(sa.text("SELECT indexdef FROM pg_indexes WHERE indexname = 'ix_jobs_open' AND schemaname = :schema"),
+                                       {"schema": backend.schema})
+        definition = row["indexdef"] if row is not None else ""
+    assert "WHERE" in definition and "open" in definition, definition
+
+
+def test_stores_on_sqlite_do_not_import_the_postgresql_dialect() -> None:
+    # It costs 22 ms at start-up and several MiB; a stack on SQLite has no use for it.
+    code = ("import sys; import providers.responses.store, providers.conversations.store, runtime.apis.inference.store; "
+            "loaded = [name for name in sys.modules if name.startswith('sqlalchemy.dialects.postgresql')]; "
+            "assert not loaded, loaded")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[3])
