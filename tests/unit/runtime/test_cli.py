@@ -1,3 +1,4 @@
+import gc
 from pathlib import Path
 
 import pytest
@@ -51,3 +52,14 @@ def test_run_with_a_bad_config_is_a_one_line_error(tmp_path: Path, capsys: pytes
 def test_run_of_an_unknown_distribution_says_which_exist(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", "startr"]) == 1
     assert "no distribution of that name (distributions: " in capsys.readouterr().err
+
+
+def test_the_collector_is_on_again_after_a_command_even_a_failed_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Commands run with it off (start-up speed); a caller of main() in its own process gets it back.
+    assert main(["list-apis"]) == 0
+    assert gc.isenabled()
+    bad = tmp_path / "run.yaml"
+    bad.write_text("version: 1\nproviders: {inference: 7}\n")
+    assert main(["run", str(bad)]) == 1
+    assert gc.isenabled()
+    capsys.readouterr()
