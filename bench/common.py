@@ -40,6 +40,15 @@ FIRST_CONTENT = re.compile(rb'"content":\s*"[^"]')  # a chat delta with non-empt
 DONE = b"data: [DONE]"
 
 
+def compile_project() -> None:
+    """Compile the project's modules to bytecode, as an installed program has them: pip compiles a
+    wheel's modules when it installs them. This checkout is installed in editable mode, and this
+    machine sets PYTHONDONTWRITEBYTECODE=1, so Python would compile every module from source at
+    each start (about 100 ms of it). What is compiled lands in __pycache__ (ignored by git)."""
+    packages = [str(ROOT / name) for name in ("builder", "runtime", "providers", "distributions")]
+    subprocess.run([sys.executable, "-m", "compileall", "-q", *packages], check=True, stdout=subprocess.DEVNULL)
+
+
 # ---------------------------------------------------------------------------------------------
 # The load generator: a minimal HTTP/1.1 keep-alive client on an asyncio Protocol
 

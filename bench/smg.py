@@ -46,7 +46,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import (  # noqa: E402
-    CLIENT_CORE, HOST, ROOT, STACK, STACK_CORE, UPSTREAM_CORE, Request, connect, cpu_per_request_us, fetch,
+    CLIENT_CORE, HOST, ROOT, STACK, STACK_CORE, UPSTREAM_CORE, Request, compile_project, connect, cpu_per_request_us, fetch,
     fetch_all, free_port, get, measure_throughput, percentile, post, progress, read_listening_url,
     sample_interleaved, spawn, stack_env, stop, table,
 )
@@ -284,6 +284,7 @@ def main() -> None:
     import uvloop
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwinds, so that the servers are stopped
+    compile_project()
     runs = uvloop.run(run(options))
     print(f"SMG {SMG_VERSION} against the project, one core each (core {STACK_CORE}), "
           f"{options.rounds} rounds, {time.strftime('%Y-%m-%d')}\n")

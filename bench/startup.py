@@ -19,6 +19,10 @@ from pathlib import Path
 
 import httpx2
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import compile_project  # noqa: E402
+
 STACK = str(Path(sys.executable).with_name("stack"))
 
 
@@ -70,6 +74,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
+    compile_project()
     env = dict(os.environ, STACK_STATE_DIR=tempfile.mkdtemp(prefix="stack-bench-"), STACK_LOG_LEVEL="WARNING")
     helps = [time_help() for _ in range(args.runs)]
     starts = [time_to_health(env) for _ in range(args.runs)]
