@@ -46,10 +46,10 @@ import logging
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, cast
 
 import sqlalchemy as sa
 import sqlean as sqlite3  # type: ignore[import-untyped]
@@ -63,7 +63,7 @@ from runtime.tracing import store_tracing
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-__all__ = ["PARTIAL_INDEX_WHERE", "SMALL_WRITE_ROWS", "Database", "InsertRows", "Storage", "caller_may", "for_caller", "insert_into", "json_type", "open_database", "schema_lock"]
+__all__ = ["PARTIAL_INDEX_WHERE", "SMALL_WRITE_ROWS", "Database", "InsertRows", "Prepared", "Ran", "Storage", "caller_may", "for_caller", "insert_into", "json_type", "open_database", "schema_lock"]
 
 # Execution option read by the SQLite "begin" hook: which BEGIN to emit for this connection.
 _BEGIN_OPTION = "stack_sqlite_begin"
@@ -93,7 +93,7 @@ def caller_may(action: str, column: sa.ColumnElement[Any]) -> sa.ColumnElement[b
 
 def for_caller(plain: Any, owned: Any, column: sa.ColumnElement[Any], params: dict[str, Any], action: str = "read",
                bind: str = "caller") -> tuple[Any, dict[str, Any]]:
-    """A prebuilt statement and its parameters for the caller to `action` rows whose owner is in
+    """A prebuilt statement (or `Prepared` one) and its parameters for the caller to `action` rows whose owner is in
     `column` (`caller_may` for statements built once, on hot paths): `plain` with auth off, `owned`
     (filtered by owner = `:bind`) for the caller's own, else `plain` filtered by the owners the
     access policy grants."""
@@ -102,6 +102,8 @@ def for_caller(plain: Any, owned: Any, column: sa.ColumnElement[Any], params: di
         return plain, params
     if len(owners) == 1:
         return owned, {**params, bind: next(iter(owners))}
+    if isinstance(plain, Prepared):
+        return Prepared(cast(Any, plain.statement).where(column.in_(sorted(owners)))), params
     return plain.where(column.in_(sorted(owners))), params
 
 
@@ -479,14 +481,94 @@ class InsertRows:
 
     def __call__(self, connection: sa.Connection) -> None:
         for table, rows in self.inserts:
-            connection.execute(insert_into(table), list(rows))
+            insert_into(table).run(connection, list(rows))
 
 
 @functools.lru_cache(maxsize=256)
-def insert_into(table: sa.Table) -> sa.Insert:
-    """`table.insert()`, built once per table. SQLAlchemy makes a new statement's cache key again
-    each time it runs one, to find the compiled form: a statement kept and reused skips that."""
-    return table.insert()
+def insert_into(table: sa.Table) -> Prepared:
+    """`table.insert()`, built once per table, as a `Prepared` statement: run it with the rows
+    to insert (each with the same columns)."""
+    return Prepared(table.insert())
+
+
+class Ran(NamedTuple):
+    """What a `Prepared` statement did: the rows it returned (RETURNING) and the rows it matched."""
+
+    rows: list[tuple[Any, ...]]
+    rowcount: int
+
+    def scalar(self) -> Any:
+        """The first column of the first row returned, or None."""
+        return self.rows[0][0] if self.rows else None
+
+
+class _Compiled(NamedTuple):
+    sql: str
+    names: tuple[str, ...]  # of the positional parameters, in order
+    constants: dict[str, Any]  # values the statement holds itself (`column == "output"`)
+    processors: tuple[Callable[[Any], Any] | None, ...]
+
+    def values(self, params: Mapping[str, Any]) -> tuple[Any, ...]:
+        values = []
+        for name, processor in zip(self.names, self.processors):
+            value = params[name] if name in params else self.constants[name]
+            values.append(value if processor is None or value is None else processor(value))
+        return tuple(values)
+
+
+class Prepared:
+    """A statement of a hot path, built once. On SQLite it is compiled once per set of parameter
+    names and run on the driver's connection beneath `connection`, in its transaction, with
+    SQLAlchemy's bind processing (JSON is written by the same serializer): SQLAlchemy's execution
+    layer cost twice what SQLite's own work did per statement (54 of the 142 µs of a conversation
+    append). On PostgreSQL, and for a statement SQLAlchemy must finish at run time (expanding IN
+    parameters, column defaults computed in Python), SQLAlchemy runs it as usual."""
+
+    __slots__ = ("statement", "_compiled")
+
+    def __init__(self, statement: sa.Executable) -> None:
+        self.statement = statement
+        self._compiled: dict[tuple[str, ...], _Compiled | None] = {}
+
+    def run(self, connection: sa.Connection, params: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> Ran:
+        """Execute with `params`: one set, or a list of sets (run as one executemany)."""
+        many = not isinstance(params, Mapping)
+        batch: Sequence[Mapping[str, Any]] = params if not isinstance(params, Mapping) else [params]
+        compiled = self._compiled_for(connection.dialect, batch[0]) if batch and connection.dialect.name == "sqlite" else None
+        if compiled is None:
+            result = connection.execute(self.statement, list(batch) if many else batch[0])
+            return Ran([tuple(row) for row in result] if result.returns_rows else [], result.rowcount)
+        driver = connection.connection.driver_connection
+        if not isinstance(driver, sqlite3.Connection):  # the async engine's (aiosqlite): SQLAlchemy's way
+            result = connection.execute(self.statement, list(batch) if many else batch[0])
+            return Ran([tuple(row) for row in result] if result.returns_rows else [], result.rowcount)
+        try:
+            if many and len(batch) > 1:
+                cursor = driver.executemany(compiled.sql, [compiled.values(one) for one in batch])
+                return Ran([], cursor.rowcount)
+            cursor = driver.execute(compiled.sql, compiled.values(batch[0]))
+            rows = cursor.fetchall()
+        except sqlite3.DatabaseError as error:
+            # As SQLAlchemy would raise it: callers tell an IntegrityError (a duplicate id) apart.
+            raise sa.exc.DBAPIError.instance(compiled.sql, None, error, sqlite3.Error) from error
+        return Ran(rows, len(rows) if rows else cursor.rowcount)
+
+    def _compiled_for(self, dialect: sa.Dialect, params: Mapping[str, Any]) -> _Compiled | None:
+        key = tuple(params)
+        if key not in self._compiled:
+            self._compiled[key] = _compile(self.statement, dialect, key)
+        return self._compiled[key]
+
+
+def _compile(statement: sa.Executable, dialect: sa.Dialect, names: tuple[str, ...]) -> _Compiled | None:
+    compiled = cast(Any, statement).compile(dialect=dialect, column_keys=list(names) if isinstance(statement, sa.Insert) else None)
+    order = compiled.positiontup
+    if order is None or compiled.insert_prefetch or compiled.update_prefetch or any(bind.expanding for bind in compiled.binds.values()):
+        return None  # SQLAlchemy fills these in at run time (its postfetch, for the ORM, is not needed)
+    constants = {name: bind.effective_value for name, bind in compiled.binds.items() if name not in names and bind.callable is None
+                 and not bind.required}
+    processors = tuple(compiled.binds[name].type.dialect_impl(dialect).bind_processor(dialect) for name in order)
+    return _Compiled(compiled.string, tuple(order), constants, processors)
 
 
 def _run_group(conn: sa.Connection, works: list[Callable[[sa.Connection], Any]]) -> list[Outcome]:
@@ -505,7 +587,7 @@ def _run_group(conn: sa.Connection, works: list[Callable[[sa.Connection], Any]])
             outcomes.append((True, None))
             at += 1
         for table, rows in merged.items():
-            conn.execute(insert_into(table), rows)
+            insert_into(table).run(conn, rows)
     return outcomes
 
 

@@ -24,7 +24,7 @@ import sqlalchemy as sa
 from runtime.apis.items import ItemText
 from runtime.auth import principal_id
 from runtime.errors import NotFoundError
-from runtime.storage import SMALL_WRITE_ROWS, Database, caller_may, for_caller, insert_into, json_type
+from runtime.storage import SMALL_WRITE_ROWS, Database, Prepared, caller_may, for_caller, insert_into, json_type
 
 __all__ = ["ConversationStore"]
 
@@ -58,13 +58,13 @@ _OWNED = conversations.c.principal == sa.bindparam("caller")  # not "principal":
 _GET_OWNED = _GET.where(_OWNED)
 _VERSION_OWNED = _VERSION.where(_OWNED)
 _BURN_ONE = conversations.update().where(conversations.c.id == sa.bindparam("cid")).values(next_seq=conversations.c.next_seq + 1)
-_RESERVE = (
+_RESERVE_ANY = (
     conversations.update()
     .where(conversations.c.id == sa.bindparam("cid"))
     .values(next_seq=conversations.c.next_seq + sa.bindparam("count", type_=sa.BigInteger))
     .returning(conversations.c.next_seq)
 )
-_RESERVE_OWNED = _RESERVE.where(_OWNED)
+_RESERVE, _RESERVE_OWNED = Prepared(_RESERVE_ANY), Prepared(_RESERVE_ANY.where(_OWNED))
 _ALL_ITEMS = (
     sa.select(conversation_items.c.item)
     .where(conversation_items.c.conversation_id == sa.bindparam("cid"))
@@ -114,9 +114,9 @@ class ConversationStore:
         item_rows = _rows(conversation_id, 0, items)
 
         def work(connection: sa.Connection) -> None:
-            connection.execute(insert_into(conversations), [row])
+            insert_into(conversations).run(connection, [row])
             if item_rows:
-                connection.execute(insert_into(conversation_items), item_rows)
+                insert_into(conversation_items).run(connection, item_rows)
 
         await self.db.write(work, small=len(items) <= SMALL_WRITE_ROWS)
         return _public({"id": conversation_id, "created_at": created_at, "metadata": metadata or {}})
@@ -156,10 +156,10 @@ class ConversationStore:
         reserve, params = _scoped(_RESERVE, _RESERVE_OWNED, {"cid": conversation_id, "count": len(items)}, "update")
 
         def work(connection: sa.Connection) -> int | None:
-            end = connection.execute(reserve, params).scalar_one_or_none()
+            end = reserve.run(connection, params).scalar()
             if end is None:
                 return None
-            connection.execute(insert_into(conversation_items), _rows(conversation_id, int(end) - len(items), items))
+            insert_into(conversation_items).run(connection, _rows(conversation_id, int(end) - len(items), items))
             return int(end)
 
         end = await self.db.write(work, small=len(items) <= SMALL_WRITE_ROWS)

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from runtime.auth import principal_id
 from runtime.errors import NotFoundError
 from runtime.owners import owner_is_gone, process_owner
-from runtime.storage import PARTIAL_INDEX_WHERE, SMALL_WRITE_ROWS, Database, InsertRows, caller_may, for_caller, insert_into, json_type
+from runtime.storage import PARTIAL_INDEX_WHERE, SMALL_WRITE_ROWS, Database, InsertRows, Prepared, caller_may, for_caller, insert_into, json_type
 
 __all__ = ["ResponseStore", "StoredResponse"]
 
@@ -76,10 +76,12 @@ _GET = sa.select(responses).where(responses.c.id == sa.bindparam("rid"))
 _GET_OWNED = _GET.where(responses.c.principal == sa.bindparam("principal"))
 _EXISTS = sa.select(responses.c.id).where(responses.c.id == sa.bindparam("rid"))
 _EXISTS_OWNED = _EXISTS.where(responses.c.principal == sa.bindparam("principal"))
-_FINISH = responses.update().where(responses.c.id == sa.bindparam("rid")).values(
+_FINISH_ANY = responses.update().where(responses.c.id == sa.bindparam("rid")).values(
     status=sa.bindparam("new_status"), response=sa.bindparam("new_response"))
-_FINISH_IF = _FINISH.where(responses.c.status.in_(sa.bindparam("statuses", expanding=True)))
-_DROP_OUTPUT = items.delete().where(items.c.response_id == sa.bindparam("rid"), items.c.kind == "output")
+_FINISH = Prepared(_FINISH_ANY)
+_FINISH_IF = Prepared(_FINISH_ANY.where(responses.c.status.in_(sa.bindparam("statuses", expanding=True))))
+_FINISH_IF_WAS = Prepared(_FINISH_ANY.where(responses.c.status == sa.bindparam("status_was")))
+_DROP_OUTPUT = Prepared(items.delete().where(items.c.response_id == sa.bindparam("rid"), items.c.kind == "output"))
 _RENEW = responses.update().where(responses.c.id.in_(sa.bindparam("ids", expanding=True)), sa.text(_OPEN_SQL)).values(
     heartbeat_at=sa.bindparam("now"), owner=sa.bindparam("owner"))
 _CHAIN_ITEMS = sa.select(items.c.response_id, items.c.kind, items.c.position, items.c.item).where(
@@ -135,16 +137,18 @@ class ResponseStore:
         stored status is one of those (so a cancel that won the race is not overwritten)."""
         params = {"rid": response["id"], "new_status": response["status"], "new_response": response}
         update = _FINISH
-        if only_if_status:
+        if len(only_if_status) == 1:  # the usual case, without an IN list to expand at each run
+            update, params["status_was"] = _FINISH_IF_WAS, only_if_status[0]
+        elif only_if_status:
             update, params["statuses"] = _FINISH_IF, list(only_if_status)
         rows = _item_rows(response["id"], "output", output_items)
 
         def work(connection: sa.Connection) -> bool:
-            if not connection.execute(update, params).rowcount:
+            if not update.run(connection, params).rowcount:
                 return False
-            connection.execute(_DROP_OUTPUT, {"rid": response["id"]})
+            _DROP_OUTPUT.run(connection, {"rid": response["id"]})
             if rows:
-                connection.execute(insert_into(items), rows)
+                insert_into(items).run(connection, rows)
             return True
 
         return await self.db.write(work, small=len(rows) <= SMALL_WRITE_ROWS)

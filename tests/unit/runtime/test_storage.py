@@ -19,7 +19,7 @@ import pytest
 import sqlalchemy as sa
 
 from builder.config import PostgresBackend, SqliteBackend, StorageConfig, StoresConfig
-from runtime.storage import PARTIAL_INDEX_WHERE, Database, InsertRows, Storage, json_type, open_database
+from runtime.storage import PARTIAL_INDEX_WHERE, Database, InsertRows, Prepared, Storage, insert_into, json_type, open_database
 
 PG_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 
@@ -452,27 +452,24 @@ async def test_sqlite_writes_held_by_a_stopped_committer_fail_rather_than_hang(t
 
 
 async def test_inserts_queued_together_go_in_as_one_statement_a_table_and_a_failing_one_fails_alone(
-    database: Database, ready: sa.Table
+    database: Database, ready: sa.Table, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     await database.execute(ready.insert().values(id="taken"))
-    statements: list[str] = []
-    engine = database._sync if database._sync is not None else database.engine.sync_engine
+    inserts: list[int] = []  # rows per statement run
+    run = Prepared.run
 
-    def seen(_conn: Any, _cursor: Any, statement: str, *_rest: Any) -> None:
-        statements.append(statement)
+    def seen(self: Prepared, connection: sa.Connection, params: Any) -> Any:
+        inserts.append(len(params) if isinstance(params, list) else 1)
+        return run(self, connection, params)
 
-    sa.event.listen(engine, "before_cursor_execute", seen)
-    try:
-        writes = [database.write(InsertRows((ready, [{"id": f"{key}-1"}, {"id": f"{key}-2"}]))) for key in "abcd"]
-        results = await asyncio.gather(*writes)
-        assert results == [None] * 4
-        inserts = [statement for statement in statements if statement.startswith("INSERT")]
-        if database.dialect == "sqlite":  # the first write runs alone, the three queued behind it together
-            assert len(inserts) == 2, inserts
-        failing = await asyncio.gather(
-            *(database.write(InsertRows((ready, [{"id": key}]))) for key in ["e", "taken", "f"]), return_exceptions=True)
-    finally:
-        sa.event.remove(engine, "before_cursor_execute", seen)
+    monkeypatch.setattr(Prepared, "run", seen)
+    writes = [database.write(InsertRows((ready, [{"id": f"{key}-1"}, {"id": f"{key}-2"}]))) for key in "abcd"]
+    results = await asyncio.gather(*writes)
+    assert results == [None] * 4
+    if database.dialect == "sqlite":  # the first write runs alone, the three queued behind it together
+        assert inserts == [2, 6], inserts
+    failing = await asyncio.gather(
+        *(database.write(InsertRows((ready, [{"id": key}]))) for key in ["e", "taken", "f"]), return_exceptions=True)
     assert failing[0] is None and failing[2] is None and isinstance(failing[1], sa.exc.IntegrityError)
     assert await _ids(database, ready) == sorted([f"{key}-{n}" for key in "abcd" for n in (1, 2)] + ["e", "f", "taken"])
 
@@ -564,3 +561,34 @@ def test_stores_on_sqlite_do_not_import_the_postgresql_dialect() -> None:
             "loaded = [name for name in sys.modules if name.startswith('sqlalchemy.dialects.postgresql')]; "
             "assert not loaded, loaded")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[3])
+
+
+async def test_prepared_statements_write_what_sqlalchemy_would(database: Database, backend: Backend) -> None:
+    table = sa.Table("docs", sa.MetaData(schema=backend.schema), sa.Column("id", sa.String(16), primary_key=True),
+                     sa.Column("kind", sa.String(8), nullable=False), sa.Column("n", sa.Integer, nullable=False, default=7),
+                     sa.Column("doc", json_type(), nullable=True))
+    await database.create_tables(table.metadata)
+    doc = {"text": "é \"q\" 🙂", "list": [1, 2.5, None, True], "nested": {"a": {}}}
+    bump = Prepared(table.update().where(table.c.id == sa.bindparam("key"), table.c.kind == "live")
+                    .values(n=table.c.n + sa.bindparam("by", type_=sa.Integer)).returning(table.c.n))
+    drop = Prepared(table.delete().where(table.c.id.in_(sa.bindparam("keys", expanding=True))))  # SQLAlchemy's own way
+
+    def work(connection: sa.Connection) -> list[Any]:
+        insert = insert_into(table)
+        insert.run(connection, [{"id": "p1", "kind": "live", "n": 1, "doc": doc}, {"id": "p2", "kind": "dead", "n": 1, "doc": None}])
+        insert.run(connection, {"id": "p3", "kind": "live", "doc": doc})  # n from its column default
+        connection.execute(table.insert(), {"id": "s1", "kind": "live", "n": 1, "doc": doc})  # the same through SQLAlchemy
+        return [bump.run(connection, {"key": "p1", "by": 5}), bump.run(connection, {"key": "p2", "by": 5}),
+                drop.run(connection, {"keys": ["p3", "nobody"]})]
+
+    raised, dead, dropped = await database.write(work)
+    assert (raised.rows, raised.scalar(), raised.rowcount) == ([(6,)], 6, 1)
+    assert (dead.rows, dead.scalar(), dead.rowcount) == ([], None, 0)  # its kind is not "live"
+    assert dropped.rowcount == 1
+    rows = {row["id"]: dict(row) for row in await database.fetch_all(sa.select(table))}
+    assert rows == {"p1": {"id": "p1", "kind": "live", "n": 6, "doc": doc}, "p2": {"id": "p2", "kind": "dead", "n": 1, "doc": None},
+                    "s1": {"id": "s1", "kind": "live", "n": 1, "doc": doc}}
+    texts = {row["id"]: row["text"] for row in await database.fetch_all(sa.select(table.c.id, sa.cast(table.c.doc, sa.Text).label("text")))}
+    assert texts["p1"] == texts["s1"]  # the same serializer
+    with pytest.raises(sa.exc.IntegrityError):
+        await database.write(lambda connection: insert_into(table).run(connection, {"id": "p1", "kind": "live", "n": 1, "doc": None}))
