@@ -272,24 +272,35 @@ async def _close(iterator: AsyncIterator[bytes]) -> None:
 
 
 async def _frames(first: bytes | None, rest: AsyncIterator[bytes], draining: Draining | None) -> AsyncIterator[bytes]:
-    with draining.streaming() if draining is not None else contextlib.nullcontext() as task:
-        try:
-            if first is not None:
-                yield sse_frame(first)
-                async for chunk in rest:
-                    yield sse_frame(chunk)
-        except APIError as error:
-            # The status line is gone; the SDK raises on a data event that carries an error.
-            yield sse_frame(json.dumps(error.body()).encode())
-            return
-        except asyncio.CancelledError:
-            if draining is None or not draining.ending or task is None:
-                raise
-            # The server's shutdown grace period is over: the client is told, not cut off.
-            task.uncancel()
-            await _close(rest)
-            yield sse_frame(json.dumps(SHUTDOWN_ERROR).encode())
-            return
+    if first is None:
+        yield sse_frame(DONE)
+        return
+    yield sse_frame(first)
+    while True:
+        # Registered for the shutdown's interruption chunk by chunk: the task waiting here is the
+        # response's own for the head of the stream, then its producer's (runtime.sse).
+        with draining.streaming() if draining is not None else contextlib.nullcontext() as task:
+            if draining is not None and draining.ending:  # the interruption came while no chunk was awaited
+                await _close(rest)
+                yield sse_frame(json.dumps(SHUTDOWN_ERROR).encode())
+                return
+            try:
+                chunk = await anext(rest)
+            except StopAsyncIteration:
+                break
+            except APIError as error:
+                # The status line may be gone; the SDK raises on a data event that carries an error.
+                yield sse_frame(json.dumps(error.body()).encode())
+                return
+            except asyncio.CancelledError:
+                if draining is None or not draining.ending or task is None:
+                    raise
+                # The server's shutdown grace period is over: the client is told, not cut off.
+                task.uncancel()
+                await _close(rest)
+                yield sse_frame(json.dumps(SHUTDOWN_ERROR).encode())
+                return
+        yield sse_frame(chunk)
     yield sse_frame(DONE)
 
 

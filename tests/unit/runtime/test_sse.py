@@ -84,18 +84,65 @@ async def test_frames_ready_together_go_out_in_one_write_and_the_stream_ends() -
     assert client.sent[-1] == {"type": "http.response.body", "body": b"", "more_body": False}
 
 
-async def test_the_first_frames_go_out_before_the_rest_of_their_burst_is_made() -> None:
+async def test_the_first_frames_go_out_with_the_status_line_before_the_rest_of_their_burst_is_made() -> None:
     client = Client()
     made: list[int] = []
 
     async def frames() -> AsyncIterator[bytes]:
         for index in range(5):  # one burst: nothing in it waits
-            made.append(len(client.bodies))  # what had been sent when this frame was made
+            made.append(len(client.sent))  # what had been sent when this frame was made
             yield sse_frame(str(index).encode())
 
     await client.run(EventStreamResponse(frames(), flush_after=2))
-    assert made == [0, 0, 1, 1, 1]
+    assert made == [0, 0, 2, 2, 2]  # the head before anything went out; the rest after it had
+    assert [m["type"] for m in client.sent[:2]] == ["http.response.start", "http.response.body"]
     assert client.bodies == [sse_frame(b"0") + sse_frame(b"1"), b"".join(sse_frame(str(i).encode()) for i in range(2, 5))]
+
+
+async def test_a_stream_shorter_than_its_head_is_sent_whole_and_ended() -> None:
+    client = Client()
+    await client.run(EventStreamResponse(chunks(sse_frame(b"only")), flush_after=2))
+    assert client.bodies == [sse_frame(b"only")]
+    assert client.sent[-1]["more_body"] is False and client.sent[0]["type"] == "http.response.start"
+    empty = Client()
+    await empty.run(EventStreamResponse(chunks(), flush_after=2))
+    assert [m["type"] for m in empty.sent] == ["http.response.start", "http.response.body"] and empty.sent[-1]["more_body"] is False
+
+
+async def test_an_error_while_the_head_is_made_comes_before_the_status_line() -> None:
+    async def frames() -> AsyncIterator[bytes]:
+        yield sse_frame(b"role")
+        raise RuntimeError("upstream broke")
+
+    client = Client()
+    with pytest.raises(RuntimeError, match="upstream broke"):
+        await client.run(EventStreamResponse(frames(), flush_after=2))
+    assert client.sent == []  # the app's error handling still answers with a status of its own
+
+
+async def test_a_client_that_goes_away_while_the_head_is_made_cancels_it_and_nothing_is_sent() -> None:
+    cancelled = asyncio.Event()
+    closed = asyncio.Event()
+
+    async def frames() -> AsyncIterator[bytes]:
+        try:
+            yield sse_frame(b"role")
+            try:
+                await asyncio.sleep(60)  # an upstream that has not sent its first token
+            except asyncio.CancelledError:
+                cancelled.set()
+                raise
+            yield sse_frame(b"never")
+        finally:
+            closed.set()
+
+    client = Client()
+    running = asyncio.create_task(client.run(EventStreamResponse(frames(), flush_after=2)))
+    await asyncio.sleep(0.02)
+    client.gone.set()
+    await asyncio.wait_for(running, 2)  # returns: a client that left is no error
+    assert cancelled.is_set() and closed.is_set()
+    assert client.sent == []
 
 
 async def test_lines_are_found_wherever_the_network_splits_them() -> None:

@@ -101,3 +101,28 @@ def test_a_message_longer_than_openais_limit_is_a_400_naming_it() -> None:
         routes._check_chat_body(body)
     assert (refused.value.param, refused.value.code) == ("messages[1].content", "string_above_max_length")
     routes._check_chat_body({"model": "m", "messages": [{"role": "user", "content": "x" * MAX_STRING}]})  # at the limit: fine
+
+
+async def test_a_shutdown_that_comes_between_chunks_ends_the_stream_with_its_error_event() -> None:
+    from runtime.middleware import Draining
+
+    closed = asyncio.Event()
+
+    async def upstream() -> AsyncIterator[bytes]:
+        try:
+            for index in range(100):
+                yield b'{"n": %d}' % index
+        finally:
+            closed.set()
+
+    draining = Draining()
+    rest = upstream()
+    frames = routes._frames(b'{"role": "assistant"}', rest, draining)
+    seen = [await anext(frames), await anext(frames)]
+    # end_streams interrupts the tasks waiting on their upstream; this stream's was between chunks.
+    draining.begin()
+    draining.end_streams()
+    seen += [frame async for frame in frames]
+    assert seen[:2] == [b'data: {"role": "assistant"}\n\n', b'data: {"n": 0}\n\n']
+    assert b"server_shutting_down" in seen[2] and len(seen) == 3  # no [DONE]: the answer was cut short
+    assert closed.is_set()
