@@ -103,10 +103,6 @@ def create_app(stack: Stack) -> FastAPI:
 def _document_as_served(app: FastAPI, stack: Stack) -> None:
     """`app.openapi()` (and /openapi.json) amended to the server's behaviour (runtime.openapi),
     built once, on first use."""
-    from runtime.apis.files.routes import FILE_LIST_MAX
-    from runtime.apis.inference.routes import CHAT_LIST_MAX
-    from runtime.openapi import amend
-
     auth = stack.plan.config.server.auth
     metrics = stack.plan.config.server.metrics
     open_paths = OPEN_PATHS | ({metrics.path} if metrics is not None and metrics.open else set())
@@ -116,6 +112,10 @@ def _document_as_served(app: FastAPI, stack: Stack) -> None:
     def openapi() -> dict[str, Any]:
         nonlocal document
         if document is None:
+            from runtime.apis.files.routes import FILE_LIST_MAX
+            from runtime.apis.inference.routes import CHAT_LIST_MAX
+            from runtime.openapi import amend
+
             document = amend(built(), auth=auth is not None, quotas=auth is not None and auth.quotas is not None,
                              open_paths=frozenset(open_paths),
                              list_limits={"/v1/chat/completions": CHAT_LIST_MAX, "/v1/chat/completions/{completion_id}/messages": CHAT_LIST_MAX,

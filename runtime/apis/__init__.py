@@ -2,12 +2,13 @@
 
 Each API package is split the same way: `protocol.py` (the typing.Protocol its providers
 implement), `models.py` (wire models) and `routes.py` (thin routes: one call into the
-implementation per route). `SURFACES` below is the only registry of routers.
+implementation per route). `SURFACES` below is the only registry of routers; an API's modules are
+imported when a stack first asks for its surface.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -15,23 +16,6 @@ from typing import TYPE_CHECKING, Any
 from fastapi import APIRouter
 
 from providers.spec import Api
-from runtime.apis.conversations import routes as conversations_routes
-from runtime.apis.conversations.protocol import ConversationsProvider
-from runtime.apis.files import routes as files_routes
-from runtime.apis.files.protocol import FilesProvider
-from runtime.apis.inference import routes as inference_routes
-from runtime.apis.inference.protocol import InferenceProvider
-from runtime.apis.inference.router import open_inference_router
-from runtime.apis.responses import routes as responses_routes
-from runtime.apis.responses.protocol import ResponsesProvider
-from runtime.apis.tool_runtime.protocol import ToolRuntime
-from runtime.apis.tool_runtime.router import open_tool_router
-from runtime.apis.vector_stores import routes as vector_stores_routes
-from runtime.apis.vector_stores.protocol import VectorStoresProvider
-from runtime.apis.prompts import routes as prompts_routes
-from runtime.apis.safety import routes as safety_routes
-from runtime.apis.safety.protocol import SafetyProvider
-from runtime.apis.prompts.protocol import PromptsProvider
 
 if TYPE_CHECKING:
     from builder.resolve import StackPlan
@@ -68,14 +52,85 @@ class ApiSurface:
     arguments named after them (None when not served): chat reads files named by id."""
 
 
-SURFACES: dict[Api, ApiSurface] = {
-    Api.inference: ApiSurface(Api.inference, inference_routes.router, open_inference_router, InferenceProvider,
-                              uses=(Api.files, Api.safety)),
-    Api.responses: ApiSurface(Api.responses, responses_routes.router, protocol=ResponsesProvider),
-    Api.conversations: ApiSurface(Api.conversations, conversations_routes.router, protocol=ConversationsProvider),
-    Api.tool_runtime: ApiSurface(Api.tool_runtime, None, open_tool_router, ToolRuntime),
-    Api.files: ApiSurface(Api.files, files_routes.router, protocol=FilesProvider, body_limits=files_routes.upload_limits),
-    Api.vector_stores: ApiSurface(Api.vector_stores, vector_stores_routes.router, protocol=VectorStoresProvider),
-    Api.prompts: ApiSurface(Api.prompts, prompts_routes.router, protocol=PromptsProvider),
-    Api.safety: ApiSurface(Api.safety, safety_routes.router, protocol=SafetyProvider),
-}
+def _inference() -> ApiSurface:
+    from runtime.apis.inference import routes
+    from runtime.apis.inference.protocol import InferenceProvider
+    from runtime.apis.inference.router import open_inference_router
+
+    return ApiSurface(Api.inference, routes.router, open_inference_router, InferenceProvider, uses=(Api.files, Api.safety))
+
+
+def _responses() -> ApiSurface:
+    from runtime.apis.responses import routes
+    from runtime.apis.responses.protocol import ResponsesProvider
+
+    return ApiSurface(Api.responses, routes.router, protocol=ResponsesProvider)
+
+
+def _conversations() -> ApiSurface:
+    from runtime.apis.conversations import routes
+    from runtime.apis.conversations.protocol import ConversationsProvider
+
+    return ApiSurface(Api.conversations, routes.router, protocol=ConversationsProvider)
+
+
+def _tool_runtime() -> ApiSurface:
+    from runtime.apis.tool_runtime.protocol import ToolRuntime
+    from runtime.apis.tool_runtime.router import open_tool_router
+
+    return ApiSurface(Api.tool_runtime, None, open_tool_router, ToolRuntime)
+
+
+def _files() -> ApiSurface:
+    from runtime.apis.files import routes
+    from runtime.apis.files.protocol import FilesProvider
+
+    return ApiSurface(Api.files, routes.router, protocol=FilesProvider, body_limits=routes.upload_limits)
+
+
+def _vector_stores() -> ApiSurface:
+    from runtime.apis.vector_stores import routes
+    from runtime.apis.vector_stores.protocol import VectorStoresProvider
+
+    return ApiSurface(Api.vector_stores, routes.router, protocol=VectorStoresProvider)
+
+
+def _prompts() -> ApiSurface:
+    from runtime.apis.prompts import routes
+    from runtime.apis.prompts.protocol import PromptsProvider
+
+    return ApiSurface(Api.prompts, routes.router, protocol=PromptsProvider)
+
+
+def _safety() -> ApiSurface:
+    from runtime.apis.safety import routes
+    from runtime.apis.safety.protocol import SafetyProvider
+
+    return ApiSurface(Api.safety, routes.router, protocol=SafetyProvider)
+
+
+class _Surfaces(Mapping[Api, ApiSurface]):
+    """Each API's surface, its modules imported the first time it is asked for: a stack imports
+    the routes of the APIs its run.yaml lists, not the others' (which have none to serve)."""
+
+    def __init__(self, loaders: dict[Api, Callable[[], ApiSurface]]) -> None:
+        self._loaders = loaders
+        self._loaded: dict[Api, ApiSurface] = {}
+
+    def __getitem__(self, api: Api) -> ApiSurface:
+        surface = self._loaded.get(api)
+        if surface is None:
+            surface = self._loaded[api] = self._loaders[api]()
+        return surface
+
+    def __iter__(self) -> Iterator[Api]:
+        return iter(self._loaders)
+
+    def __len__(self) -> int:
+        return len(self._loaders)
+
+
+SURFACES: Mapping[Api, ApiSurface] = _Surfaces({
+    Api.inference: _inference, Api.responses: _responses, Api.conversations: _conversations, Api.tool_runtime: _tool_runtime,
+    Api.files: _files, Api.vector_stores: _vector_stores, Api.prompts: _prompts, Api.safety: _safety,
+})

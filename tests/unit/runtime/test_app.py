@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx2
 import pytest
@@ -122,3 +125,26 @@ def test_requests_that_arrive_during_a_shutdown_are_a_503_in_openais_shape() -> 
     assert refused.json() == {"error": {"message": refused.json()["error"]["message"], "type": "server_error", "param": None,
                                         "code": "server_shutting_down"}}
     assert "shutting down" in refused.json()["error"]["message"]
+
+
+def test_a_stack_imports_the_routes_of_the_apis_it_serves_and_not_the_others(tmp_path: Path) -> None:
+    # What a config does not use is not imported: start-up time and memory (issue 19).
+    run_yaml = tmp_path / "run.yaml"
+    run_yaml.write_text("version: 1\nname: chat-only\nproviders:\n  inference:\n    - provider_id: up\n      provider_type: openai\n"
+                        "      config: {base_url: 'http://127.0.0.1:9/v1', api_key: k}\n"
+                        f"state_dir: {tmp_path / 'state'}\n")
+    code = f"""
+import asyncio, os, sys
+from builder.resolve import load_plan
+from runtime.app import create_app
+from runtime.stack import open_stack
+
+async def main():
+    async with open_stack(load_plan({str(run_yaml)!r}, os.environ)) as stack:
+        create_app(stack)
+asyncio.run(main())
+loaded = sorted(name for name in sys.modules if name.startswith("runtime.apis.") and name.endswith(".routes"))
+assert loaded == ["runtime.apis.inference.routes"], loaded
+"""
+    result = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[3], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr[-2000:]
