@@ -9,7 +9,7 @@ measures them in the same minutes: c=1 chat requests (or stored responses) inter
 request. Each checkout runs its own code (PYTHONPATH) with this virtual environment's packages.
 
     git worktree add /tmp/base HEAD
-    .venv/bin/python bench/ab.py /tmp/base . [--stream] [--responses] [--run-yaml PATH] [--windows 6]
+    .venv/bin/python bench/ab.py /tmp/base . [--stream] [--responses] [--conversations] [--run-yaml PATH] [--windows 6]
 """
 
 from __future__ import annotations
@@ -26,12 +26,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import (  # noqa: E402
-    CLIENT_CORE, ROOT, STACK, STACK_CORE, UPSTREAM_CORE, cpu_per_request_us, free_port,
+    CLIENT_CORE, ROOT, STACK, STACK_CORE, UPSTREAM_CORE, Request, cpu_per_request_us, free_port, get, post,
     measure_throughput, percentile, progress, read_listening_url, sample_interleaved, spawn, stack_env,
     stop, wait_healthy,
 )
 from chat import chat_request  # noqa: E402
 from responses import create_response  # noqa: E402
+from smg import CONVERSATION_SIZE, conversation_of, items  # noqa: E402
 
 
 async def run(options: argparse.Namespace) -> None:
@@ -48,12 +49,16 @@ async def run(options: argparse.Namespace) -> None:
             for name, checkout in (("A", options.a), ("B", options.b)):
                 port = free_port()
                 stack = stack_env(url, logs / f"state-{name}") | {"PYTHONPATH": str(checkout.resolve())}
-                run_yaml = checkout / (options.run_yaml or Path("bench") / ("stack-run.yaml" if options.responses else "chat-run.yaml"))
+                stored = options.responses or options.conversations
+                run_yaml = checkout / (options.run_yaml or Path("bench") / ("stack-run.yaml" if stored else "chat-run.yaml"))
                 stacks[name] = (spawn([STACK, "run", str(run_yaml), "--port", str(port)], STACK_CORE, stack,
                                       logs / f"{name}.log"), port)
             os.sched_setaffinity(0, {CLIENT_CORE})
             for process, port in stacks.values():
                 await wait_healthy(port, "/v1/health", process)
+            if options.conversations:
+                await compare_conversations({name: port for name, (_, port) in stacks.items()}, options.requests)
+                return
             progress("c=1, interleaved")
             # The upstream alone is the floor of a chat request; it has no Responses API.
             ports = {**({} if options.responses else {"upstream": upstream_port}), **{name: port for name, (_, port) in stacks.items()}}
@@ -85,12 +90,29 @@ async def run(options: argparse.Namespace) -> None:
             stop(upstream)
 
 
+async def compare_conversations(ports: dict[str, int], requests: int) -> None:
+    """c=1: a one-item append and a list(100), in a conversation of 1,000 items on each stack, interleaved."""
+    progress(f"conversations of {CONVERSATION_SIZE:,} items")
+    measured: dict[str, tuple[int, Request]] = {}
+    for name, port in ports.items():
+        conversation_id = await conversation_of(port, CONVERSATION_SIZE)
+        measured[f"{name} create"] = (port, post(port, f"/v1/conversations/{conversation_id}/items", {"items": items(0, 1)}, b'"list"'))
+        measured[f"{name} list"] = (port, get(port, f"/v1/conversations/{conversation_id}/items?limit=100", b'"list"'))
+    progress("c=1, interleaved")
+    samples = await sample_interleaved(measured, requests, 200, rounds=10)
+    print(f"c=1 p50, conversation of {CONVERSATION_SIZE:,} items:")
+    for what in ("create", "list"):
+        print(f"  {what}: " + ", ".join(f"{name} {percentile(samples[f'{name} {what}'].totals, 0.5):.3f} ms" for name in ports)
+              + f"; errors {sum(samples[f'{name} {what}'].errors for name in ports)}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("a", type=Path, help="checkout A (the base)")
     parser.add_argument("b", type=Path, help="checkout B (the change)")
     parser.add_argument("--stream", action="store_true", help="streamed chat (c=1 measures the first content)")
     parser.add_argument("--responses", action="store_true", help="stored responses instead of chat completions")
+    parser.add_argument("--conversations", action="store_true", help="conversation items create and list(100), c=1 only")
     parser.add_argument("--run-yaml", type=Path, help="relative to each checkout (bench/chat-run.yaml, or stack-run.yaml with --responses)")
     parser.add_argument("--requests", type=int, default=2_000, help="c=1 requests to each server")
     parser.add_argument("--windows", type=int, default=6, help="c=32 windows, alternating A and B")

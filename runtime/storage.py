@@ -250,13 +250,19 @@ class Database:
         if self._checkpointer is None and self._sqlite_path is not None:
             self._checkpointer = _Checkpointer(self._sqlite_path)
 
-    async def read_with(self, work: Callable[[sa.Connection], T]) -> T:
-        """Run `work(connection)` on a connection for reads."""
+    async def read_with(self, work: Callable[[sa.Connection], T], *, small: bool = False) -> T:
+        """Run `work(connection)` on a connection for reads.
+
+        `small`: the read is a few indexed rows. On SQLite it is then made on the event loop itself
+        rather than on a reading thread, whose hop there and back cost more than such a read (a
+        reader in WAL mode never waits for a writer)."""
         if (tracing := store_tracing()) is not None:
-            return await tracing.store("read", self._system, self.read_with(work))
+            return await tracing.store("read", self._system, self.read_with(work, small=small))
         if self._sync is None or self._read_threads is None:
             async with self.engine.connect() as conn:
                 return await conn.run_sync(work)
+        if small:
+            return _read_sync(self._sync, work)
         return await asyncio.get_running_loop().run_in_executor(self._read_threads, _read_sync, self._sync, work)
 
     def read(self) -> AbstractAsyncContextManager[AsyncConnection]:

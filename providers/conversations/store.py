@@ -235,7 +235,7 @@ class ConversationStore:
                 anchor = int(seq)
             return [ItemText(item_id, text) for item_id, text in connection.execute(_PAGE[order], {"cid": conversation_id, "anchor": anchor, "rows": limit + 1})]
 
-        found = await self.db.read_with(work)
+        found = await self.db.read_with(work, small=True)  # a page: at most 101 rows, by the primary key
         if found == "conversation":
             raise _not_found(conversation_id)
         if isinstance(found, str):

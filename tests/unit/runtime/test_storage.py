@@ -592,3 +592,23 @@ async def test_prepared_statements_write_what_sqlalchemy_would(database: Databas
     assert texts["p1"] == texts["s1"]  # the same serializer
     with pytest.raises(sa.exc.IntegrityError):
         await database.write(lambda connection: insert_into(table).run(connection, {"id": "p1", "kind": "live", "n": 1, "doc": None}))
+
+
+async def test_sqlite_small_reads_are_made_on_the_event_loop_and_others_on_a_reading_thread(tmp_path: Path) -> None:
+    db = open_database(SqliteBackend(type="sqlite", path=tmp_path / "s.db"))
+    table = sa.Table("t", sa.MetaData(), sa.Column("k", sa.Integer, primary_key=True))
+    threads: list[str] = []
+
+    def read(connection: sa.Connection) -> list[int]:
+        threads.append(threading.current_thread().name)
+        return [row.k for row in connection.execute(sa.select(table.c.k).order_by(table.c.k))]
+
+    try:
+        await db.create_tables(table.metadata)
+        await db.write(lambda connection: insert_into(table).run(connection, [{"k": 1}, {"k": 2}]), small=True)
+        async with db.transaction():  # a write under way: a reader in WAL mode does not wait for it
+            assert await db.read_with(read, small=True) == [1, 2]
+        assert await db.read_with(read) == [1, 2]
+        assert threads[0] == threading.current_thread().name and threads[1].startswith("stack-sqlite-read")
+    finally:
+        await db.close()
