@@ -612,3 +612,104 @@ async def test_sqlite_small_reads_are_made_on_the_event_loop_and_others_on_a_rea
         assert threads[0] == threading.current_thread().name and threads[1].startswith("stack-sqlite-read")
     finally:
         await db.close()
+
+
+async def test_sqlite_writes_and_small_reads_keep_one_connection_each_and_a_failure_gives_its_connection_back(tmp_path: Path) -> None:
+    db = open_database(SqliteBackend(type="sqlite", path=tmp_path / "s.db"))
+    table = sa.Table("t", sa.MetaData(), sa.Column("k", sa.Integer, primary_key=True))
+    checkouts = 0
+
+    def count(*_args: Any) -> None:
+        nonlocal checkouts
+        checkouts += 1
+
+    def read(connection: sa.Connection) -> list[int]:
+        return [row.k for row in connection.execute(sa.select(table.c.k).order_by(table.c.k))]
+
+    try:
+        await db.create_tables(table.metadata)
+        assert db._sync is not None
+        sa.event.listen(db._sync.pool, "checkout", count)
+        for k in range(5):
+            await db.write(_insert_noting_thread(table, k, []), small=True)
+            await db.write(_insert_noting_thread(table, 100 + k, []))  # on the writer thread, the same connection
+            # Each small read ends its transaction: the next one sees the write made since.
+            assert (await db.read_with(read, small=True))[-1] == 100 + k
+        assert checkouts == 1  # the reading one; the writing one was taken by create_tables
+        with pytest.raises(sa.exc.IntegrityError):
+            await db.write(_insert_noting_thread(table, 0, []), small=True)
+        # The failed write's connection went back to the pool; the next write takes another, and works.
+        assert await db.write(_insert_noting_thread(table, 5, []), small=True) == 1
+        assert checkouts == 2
+        with pytest.raises(sa.exc.OperationalError):
+            await db.read_with(lambda connection: connection.execute(sa.text("SELECT nothing FROM nowhere")), small=True)
+        assert await db.read_with(read, small=True) == [*range(6), *range(100, 105)]
+        assert checkouts == 3
+        # Closed, the database gives its connections back, and takes them again when used.
+        await db.close()
+        assert db._sync.pool.checkedout() == 0
+        assert await db.write(_insert_noting_thread(table, 6, []), small=True) == 1
+        assert (await db.read_with(read, small=True))[:7] == list(range(7))
+    finally:
+        await db.close()
+
+
+async def test_sqlite_a_write_cancelled_on_the_writer_thread_holds_the_write_lock_until_the_thread_is_done(tmp_path: Path) -> None:
+    db = open_database(SqliteBackend(type="sqlite", path=tmp_path / "s.db"))
+    table = sa.Table("t", sa.MetaData(), sa.Column("k", sa.Integer, primary_key=True))
+    order: list[str] = []
+    started = threading.Event()
+
+    def slow(connection: sa.Connection) -> None:
+        started.set()
+        time.sleep(0.3)
+        insert_into(table).run(connection, {"k": 1})
+        order.append("slow write done")
+
+    def small(connection: sa.Connection) -> None:
+        order.append("small write")
+        insert_into(table).run(connection, {"k": 2})
+
+    try:
+        await db.create_tables(table.metadata)
+        write = asyncio.create_task(db.write(slow))
+        await asyncio.get_running_loop().run_in_executor(None, started.wait, 5)
+        write.cancel()
+        # The writing connection is the thread's until it is done: the small write, which would
+        # be made on the event loop on the same connection, comes after.
+        await db.write(small, small=True)
+        assert order == ["slow write done", "small write"]
+        with pytest.raises(asyncio.CancelledError):
+            await write
+        rows = await db.fetch_all(sa.select(table.c.k).order_by(table.c.k))
+        assert [row["k"] for row in rows] == [1, 2]  # a write cancelled once under way may still be made
+    finally:
+        await db.close()
+
+
+async def test_sqlite_reading_threads_reuse_their_connections(tmp_path: Path) -> None:
+    db = open_database(SqliteBackend(type="sqlite", path=tmp_path / "s.db"))
+    table = sa.Table("t", sa.MetaData(), sa.Column("k", sa.Integer, primary_key=True))
+    checkouts = 0
+
+    def count(*_args: Any) -> None:
+        nonlocal checkouts
+        checkouts += 1
+
+    def read(connection: sa.Connection) -> list[int]:
+        time.sleep(0.01)  # long enough for the reads gathered below to overlap
+        return [row.k for row in connection.execute(sa.select(table.c.k))]
+
+    try:
+        await db.create_tables(table.metadata)
+        assert db._sync is not None
+        sa.event.listen(db._sync.pool, "checkout", count)
+        for k in range(3):
+            await db.write(_insert_noting_thread(table, k, []))
+            # Four reads at once, on the four reading threads: a connection each at most, taken once.
+            assert await asyncio.gather(*(db.read_with(read) for _ in range(4))) == [list(range(k + 1))] * 4
+        assert 1 <= checkouts <= 4, checkouts  # 12 reads
+        await db.close()
+        assert db._sync.pool.checkedout() == 0
+    finally:
+        await db.close()
