@@ -75,13 +75,16 @@ _SEQ_OF = sa.select(conversation_items.c.seq).where(
 # A page's items as their stored JSON text (ItemText): sent on as they are, never parsed here.
 _ITEM_TEXT = (conversation_items.c.item_id, sa.cast(conversation_items.c.item, sa.Text).label("text"))
 _PAGE = {
-    "asc": sa.select(*_ITEM_TEXT)
-    .where(conversation_items.c.conversation_id == sa.bindparam("cid"), conversation_items.c.seq > sa.bindparam("anchor"))
-    .order_by(conversation_items.c.seq.asc()).limit(sa.bindparam("rows")),
-    "desc": sa.select(*_ITEM_TEXT)
-    .where(conversation_items.c.conversation_id == sa.bindparam("cid"), conversation_items.c.seq < sa.bindparam("anchor"))
-    .order_by(conversation_items.c.seq.desc()).limit(sa.bindparam("rows")),
+    "asc": Prepared(sa.select(*_ITEM_TEXT)
+                    .where(conversation_items.c.conversation_id == sa.bindparam("cid"), conversation_items.c.seq > sa.bindparam("anchor"))
+                    .order_by(conversation_items.c.seq.asc()).limit(sa.bindparam("rows"))),
+    "desc": Prepared(sa.select(*_ITEM_TEXT)
+                     .where(conversation_items.c.conversation_id == sa.bindparam("cid"), conversation_items.c.seq < sa.bindparam("anchor"))
+                     .order_by(conversation_items.c.seq.desc()).limit(sa.bindparam("rows"))),
 }
+# The page's reads, as Prepared statements (SQLAlchemy's work per row returned cost as much as the
+# rest of a page's read).
+_PAGE_VERSION, _PAGE_VERSION_OWNED, _PAGE_SEQ_OF = Prepared(_VERSION), Prepared(_VERSION_OWNED), Prepared(_SEQ_OF)
 _BEFORE_ALL, _AFTER_ALL = -1, 2**62
 
 
@@ -222,18 +225,19 @@ class ConversationStore:
     async def page(self, conversation_id: str, *, after: str | None, limit: int, order: str) -> tuple[list[ItemText], bool]:
         """One page of items as their stored text, read in one go (one connection, one thread hop on SQLite)."""
 
-        version_of = _scoped(_VERSION, _VERSION_OWNED, {"cid": conversation_id})
+        version, params = _scoped(_PAGE_VERSION, _PAGE_VERSION_OWNED, {"cid": conversation_id})
 
         def work(connection: sa.Connection) -> list[ItemText] | str:
-            if connection.execute(*version_of).first() is None:
+            if not version.run(connection, params).rows:
                 return "conversation"
             anchor = _BEFORE_ALL if order == "asc" else _AFTER_ALL
             if after is not None:
-                seq = connection.execute(_SEQ_OF, {"cid": conversation_id, "item_id": after}).scalar()
+                seq = _PAGE_SEQ_OF.run(connection, {"cid": conversation_id, "item_id": after}).scalar()
                 if seq is None:
                     return "after"
                 anchor = int(seq)
-            return [ItemText(item_id, text) for item_id, text in connection.execute(_PAGE[order], {"cid": conversation_id, "anchor": anchor, "rows": limit + 1})]
+            rows = _PAGE[order].run(connection, {"cid": conversation_id, "anchor": anchor, "rows": limit + 1}).rows
+            return [ItemText(item_id, text) for item_id, text in rows]
 
         found = await self.db.read_with(work, small=True)  # a page: at most 101 rows, by the primary key
         if found == "conversation":

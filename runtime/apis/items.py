@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -118,12 +119,12 @@ class ItemText:
 
 
 # Every item of a type with fields to leave out has the type's name, as a JSON string, in its text.
-_GATED_TEXTS = tuple(f'"{item_type}"' for item_type in INCLUDED_ONLY)
+_GATED_TEXT = re.compile("|".join(re.escape(f'"{item_type}"') for item_type in sorted(INCLUDED_ONLY)))
 
 
 def _has_gated_fields(item: Any) -> bool:
     if item.__class__ is ItemText:
-        return any(text in item.text for text in _GATED_TEXTS)
+        return _GATED_TEXT.search(item.text) is not None
     return item.__class__ is dict and item.get("type") in INCLUDED_ONLY
 
 
