@@ -12,7 +12,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import asyncpg
 import pytest
@@ -80,6 +80,17 @@ async def ready(database: Database, items: sa.Table) -> sa.Table:
 def _checked_out(database: Database) -> int:
     pool: Any = database.engine.pool
     return int(pool.checkedout())
+
+
+class _Fired:
+    """How many times an SQLAlchemy event of `target` (an engine, a pool) fired since this was made."""
+
+    def __init__(self, target: Any, event: str) -> None:
+        self.count = 0
+        sa.event.listen(target, event, self._fired)
+
+    def _fired(self, *_args: Any) -> None:
+        self.count += 1
 
 
 async def _ids(database: Database, items: sa.Table) -> list[str]:
@@ -389,21 +400,15 @@ async def test_a_failing_write_among_concurrent_ones_fails_alone(database: Datab
 async def test_sqlite_concurrent_writes_share_commits(tmp_path: Path) -> None:
     db = open_database(SqliteBackend(type="sqlite", path=tmp_path / "s.db"))
     table = sa.Table("t", sa.MetaData(), sa.Column("k", sa.Integer, primary_key=True))
-    commits = 0
-
-    def count(_conn: Any) -> None:
-        nonlocal commits
-        commits += 1
-
     try:
         await db.create_tables(table.metadata)
         assert db._sync is not None
-        sa.event.listen(db._sync, "commit", count)
+        commits = _Fired(db._sync, "commit")
         await asyncio.gather(*(db.execute(table.insert().values(k=k)) for k in range(64)))
         rows = await db.fetch_all(sa.select(table.c.k).order_by(table.c.k))
         assert [row["k"] for row in rows] == list(range(64))
         # The first write runs alone; the rest queue behind it and go in as few groups.
-        assert commits <= 4, commits
+        assert commits.count <= 4, commits.count
     finally:
         await db.close()
 
@@ -484,23 +489,17 @@ def _insert_noting_thread(table: sa.Table, k: int, threads: list[str]) -> Any:
 async def test_sqlite_small_writes_are_made_on_the_event_loop_in_groups_and_large_ones_on_the_writer_thread(tmp_path: Path) -> None:
     db = open_database(SqliteBackend(type="sqlite", path=tmp_path / "s.db"))
     table = sa.Table("t", sa.MetaData(), sa.Column("k", sa.Integer, primary_key=True))
-    commits = 0
-
-    def count(_conn: Any) -> None:
-        nonlocal commits
-        commits += 1
-
     threads: list[str] = []
     try:
         await db.create_tables(table.metadata)
         assert db._sync is not None
-        sa.event.listen(db._sync, "commit", count)
+        commits = _Fired(db._sync, "commit")
         assert await db.write(_insert_noting_thread(table, 0, threads), small=True) == 1
         assert threads == [threading.current_thread().name]
         # Small writes queued in the same turn of the loop go in together, in one commit.
         assert await asyncio.gather(*(db.write(_insert_noting_thread(table, k, threads), small=True) for k in range(1, 33))) == [1] * 32
         assert set(threads) == {threading.current_thread().name}
-        assert commits == 2
+        assert commits.count == 2
         threads.clear()
         assert await db.write(_insert_noting_thread(table, 33, threads)) == 1
         assert threads[0].startswith("stack-sqlite-write")
@@ -617,11 +616,6 @@ async def test_sqlite_small_reads_are_made_on_the_event_loop_and_others_on_a_rea
 async def test_sqlite_writes_and_small_reads_keep_one_connection_each_and_a_failure_gives_its_connection_back(tmp_path: Path) -> None:
     db = open_database(SqliteBackend(type="sqlite", path=tmp_path / "s.db"))
     table = sa.Table("t", sa.MetaData(), sa.Column("k", sa.Integer, primary_key=True))
-    checkouts = 0
-
-    def count(*_args: Any) -> None:
-        nonlocal checkouts
-        checkouts += 1
 
     def read(connection: sa.Connection) -> list[int]:
         return [row.k for row in connection.execute(sa.select(table.c.k).order_by(table.c.k))]
@@ -629,25 +623,25 @@ async def test_sqlite_writes_and_small_reads_keep_one_connection_each_and_a_fail
     try:
         await db.create_tables(table.metadata)
         assert db._sync is not None
-        sa.event.listen(db._sync.pool, "checkout", count)
+        checkouts = _Fired(db._sync.pool, "checkout")
         for k in range(5):
             await db.write(_insert_noting_thread(table, k, []), small=True)
             await db.write(_insert_noting_thread(table, 100 + k, []))  # on the writer thread, the same connection
             # Each small read ends its transaction: the next one sees the write made since.
             assert (await db.read_with(read, small=True))[-1] == 100 + k
-        assert checkouts == 1  # the reading one; the writing one was taken by create_tables
+        assert checkouts.count == 1  # the reading one; the writing one was taken by create_tables
         with pytest.raises(sa.exc.IntegrityError):
             await db.write(_insert_noting_thread(table, 0, []), small=True)
         # The failed write's connection went back to the pool; the next write takes another, and works.
         assert await db.write(_insert_noting_thread(table, 5, []), small=True) == 1
-        assert checkouts == 2
+        assert checkouts.count == 2
         with pytest.raises(sa.exc.OperationalError):
             await db.read_with(lambda connection: connection.execute(sa.text("SELECT nothing FROM nowhere")), small=True)
         assert await db.read_with(read, small=True) == [*range(6), *range(100, 105)]
-        assert checkouts == 3
+        assert checkouts.count == 3
         # Closed, the database gives its connections back, and takes them again when used.
         await db.close()
-        assert db._sync.pool.checkedout() == 0
+        assert cast(Any, db._sync.pool).checkedout() == 0
         assert await db.write(_insert_noting_thread(table, 6, []), small=True) == 1
         assert (await db.read_with(read, small=True))[:7] == list(range(7))
     finally:
@@ -690,11 +684,6 @@ async def test_sqlite_a_write_cancelled_on_the_writer_thread_holds_the_write_loc
 async def test_sqlite_reading_threads_reuse_their_connections(tmp_path: Path) -> None:
     db = open_database(SqliteBackend(type="sqlite", path=tmp_path / "s.db"))
     table = sa.Table("t", sa.MetaData(), sa.Column("k", sa.Integer, primary_key=True))
-    checkouts = 0
-
-    def count(*_args: Any) -> None:
-        nonlocal checkouts
-        checkouts += 1
 
     def read(connection: sa.Connection) -> list[int]:
         time.sleep(0.01)  # long enough for the reads gathered below to overlap
@@ -703,13 +692,13 @@ async def test_sqlite_reading_threads_reuse_their_connections(tmp_path: Path) ->
     try:
         await db.create_tables(table.metadata)
         assert db._sync is not None
-        sa.event.listen(db._sync.pool, "checkout", count)
+        checkouts = _Fired(db._sync.pool, "checkout")
         for k in range(3):
             await db.write(_insert_noting_thread(table, k, []))
             # Four reads at once, on the four reading threads: a connection each at most, taken once.
             assert await asyncio.gather(*(db.read_with(read) for _ in range(4))) == [list(range(k + 1))] * 4
-        assert 1 <= checkouts <= 4, checkouts  # 12 reads
+        assert 1 <= checkouts.count <= 4, checkouts.count  # 12 reads
         await db.close()
-        assert db._sync.pool.checkedout() == 0
+        assert cast(Any, db._sync.pool).checkedout() == 0
     finally:
         await db.close()
