@@ -795,7 +795,16 @@ def _hook_sqlite(engine: sa.Engine) -> None:
 
 
 def _sqlite_on_begin(conn: sa.Connection) -> None:
-    conn.exec_driver_sql(conn.get_execution_options().get(_BEGIN_OPTION, "BEGIN"))
+    begin = conn.get_execution_options().get(_BEGIN_OPTION, "BEGIN")
+    driver = conn.connection.driver_connection
+    if not isinstance(driver, sqlite3.Connection):  # the async engine's (aiosqlite)
+        conn.exec_driver_sql(begin)
+        return
+    # On the driver itself: through SQLAlchemy's execution layer it was 6 of a small write's 30 µs.
+    try:
+        driver.execute(begin)
+    except sqlite3.DatabaseError as error:  # as SQLAlchemy would raise it ("database is locked")
+        raise sa.exc.DBAPIError.instance(begin, None, error, sqlite3.Error) from error
 
 
 def _json_text(value: Any) -> str:

@@ -17,6 +17,7 @@ from typing import Any, NamedTuple, cast
 import asyncpg
 import pytest
 import sqlalchemy as sa
+import sqlean  # type: ignore[import-untyped]
 
 from builder.config import PostgresBackend, SqliteBackend, StorageConfig, StoresConfig
 from runtime.storage import PARTIAL_INDEX_WHERE, Database, InsertRows, Prepared, Storage, insert_into, json_type, open_database
@@ -700,5 +701,27 @@ async def test_sqlite_reading_threads_reuse_their_connections(tmp_path: Path) ->
         assert 1 <= checkouts.count <= 4, checkouts.count  # 12 reads
         await db.close()
         assert cast(Any, db._sync.pool).checkedout() == 0
+    finally:
+        await db.close()
+
+
+async def test_sqlite_a_write_that_cannot_begin_fails_as_sqlalchemys_error_and_the_next_one_is_made(tmp_path: Path) -> None:
+    db = open_database(SqliteBackend(type="sqlite", path=tmp_path / "s.db"))
+    table = sa.Table("t", sa.MetaData(), sa.Column("k", sa.Integer, primary_key=True))
+    try:
+        await db.create_tables(table.metadata)
+        # On the writing connection: wait 0.1 s, not 5, for a lock held elsewhere.
+        await db.write(lambda connection: connection.exec_driver_sql("PRAGMA busy_timeout=100"), small=True)
+        other = sqlean.connect(tmp_path / "s.db", isolation_level=None)  # the stack's SQLite: one process's locks are its library's
+        try:
+            other.execute("BEGIN IMMEDIATE")  # SQLite's write lock, taken outside the stack's own
+            with pytest.raises(sa.exc.OperationalError, match="database is locked"):
+                await db.write(_insert_noting_thread(table, 1, []), small=True)
+            other.execute("ROLLBACK")
+        finally:
+            other.close()
+        assert await db.write(_insert_noting_thread(table, 2, []), small=True) == 1
+        rows = await db.fetch_all(sa.select(table.c.k))
+        assert [row["k"] for row in rows] == [2]
     finally:
         await db.close()
