@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import pytest
 
 from builder.load import parse_config
@@ -140,3 +141,15 @@ async def test_a_compressed_answer_is_decoded(tmp_path: Path) -> None:
             assert await stack.impls[Api.inference].providers["up"].chat_completion(chat("hi")) == answer
     finally:
         server.close()
+
+
+def test_upstream_requests_carry_the_headers_and_body_httpx2_would_give(adapter: OpenAICompatAdapter) -> None:
+    payload = b'{"model":"fake-model","messages":[]}'
+    ours = adapter._request("POST", "chat/completions", payload)
+    theirs = httpx2.Request("POST", adapter._urls["chat/completions"], content=payload,
+                            headers={"authorization": "Bearer secret", "content-type": "application/json"})
+    assert sorted((k.lower(), v) for k, v in ours.headers.raw) == sorted((k.lower(), v) for k, v in theirs.headers.raw)
+    assert ours.content == theirs.content == payload
+    listing = adapter._request("GET", "models", None)
+    assert "content-length" not in listing.headers and listing.headers["host"] == theirs.headers["host"]
+    assert listing.content == b""
