@@ -9,7 +9,7 @@ from typing import Any
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-__all__ = ["DONE", "EventStreamResponse", "iter_sse_data", "sse_frame"]
+__all__ = ["DONE", "EventStreamResponse", "close_frames", "iter_sse_data", "sse_frame"]
 
 DONE = b"[DONE]"
 
@@ -109,7 +109,7 @@ class EventStreamResponse(Response):
                 if not outbox.gone or target.task is None:
                     raise
                 target.task.uncancel()  # the watcher's: the client has gone
-                await _close(frames)
+                await close_frames(frames)
                 return
             await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
             if head:
@@ -183,7 +183,8 @@ class _Target:
         self.task = task
 
 
-async def _close(frames: AsyncIterator[bytes]) -> None:
+async def close_frames(frames: AsyncIterator[bytes]) -> None:
+    """Close an iterator of frames (an async generator's `aclose`) if it can be closed."""
     close = getattr(frames, "aclose", None)
     if close is not None:
         await close()

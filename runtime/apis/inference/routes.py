@@ -30,7 +30,7 @@ from runtime.direct_routes import direct
 from runtime import fastjson
 from runtime.errors import APIError, InvalidRequestError, error_body
 from runtime.middleware import Draining
-from runtime.sse import DONE, EventStreamResponse, sse_frame
+from runtime.sse import DONE, EventStreamResponse, close_frames, sse_frame
 
 if TYPE_CHECKING:
     from runtime.apis.inference.router import InferenceRouter
@@ -258,17 +258,11 @@ async def _sse_response(request: Request, chunks: AsyncIterator[bytes]) -> Respo
         first = None
     else:
         if first is None:
-            await _close(iterator)
+            await close_frames(iterator)
             return Response(status_code=499)
     # The role chunk and the first token's go out at once: the time to the first token does not
     # wait for the rest of a burst read with it.
     return EventStreamResponse(_frames(first, iterator, getattr(request.app.state, "draining", None)), flush_after=2)
-
-
-async def _close(iterator: AsyncIterator[bytes]) -> None:
-    close = getattr(iterator, "aclose", None)
-    if close is not None:
-        await close()
 
 
 async def _frames(first: bytes | None, rest: AsyncIterator[bytes], draining: Draining | None) -> AsyncIterator[bytes]:
@@ -280,24 +274,25 @@ async def _frames(first: bytes | None, rest: AsyncIterator[bytes], draining: Dra
         # Registered for the shutdown's interruption chunk by chunk: the task waiting here is the
         # response's own for the head of the stream, then its producer's (runtime.sse).
         with draining.streaming() if draining is not None else contextlib.nullcontext() as task:
-            if draining is not None and draining.ending:  # the interruption came while no chunk was awaited
-                await _close(rest)
-                yield sse_frame(json.dumps(SHUTDOWN_ERROR).encode())
-                return
-            try:
-                chunk = await anext(rest)
-            except StopAsyncIteration:
-                break
-            except APIError as error:
-                # The status line may be gone; the SDK raises on a data event that carries an error.
-                yield sse_frame(json.dumps(error.body()).encode())
-                return
-            except asyncio.CancelledError:
-                if draining is None or not draining.ending or task is None:
-                    raise
-                # The server's shutdown grace period is over: the client is told, not cut off.
-                task.uncancel()
-                await _close(rest)
+            # The shutdown's grace period is over (while no chunk was awaited, or during the wait):
+            # the client is told, not cut off.
+            interrupted = draining is not None and draining.ending
+            if not interrupted:
+                try:
+                    chunk = await anext(rest)
+                except StopAsyncIteration:
+                    break
+                except APIError as error:
+                    # The status line may be gone; the SDK raises on a data event that carries an error.
+                    yield sse_frame(json.dumps(error.body()).encode())
+                    return
+                except asyncio.CancelledError:
+                    if draining is None or not draining.ending or task is None:
+                        raise
+                    task.uncancel()
+                    interrupted = True
+            if interrupted:
+                await close_frames(rest)
                 yield sse_frame(json.dumps(SHUTDOWN_ERROR).encode())
                 return
         yield sse_frame(chunk)
