@@ -8,7 +8,6 @@ request whose model needs no renaming is forwarded as the very bytes the client 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import time
 from collections.abc import AsyncIterator
@@ -273,7 +272,8 @@ async def _frames(first: bytes | None, rest: AsyncIterator[bytes], draining: Dra
     while True:
         # Registered for the shutdown's interruption chunk by chunk: the task waiting here is the
         # response's own for the head of the stream, then its producer's (runtime.sse).
-        with draining.streaming() if draining is not None else contextlib.nullcontext() as task:
+        task = draining.streaming() if draining is not None else None
+        try:
             # The shutdown's grace period is over (while no chunk was awaited, or during the wait):
             # the client is told, not cut off.
             interrupted = draining is not None and draining.ending
@@ -291,10 +291,13 @@ async def _frames(first: bytes | None, rest: AsyncIterator[bytes], draining: Dra
                         raise
                     task.uncancel()
                     interrupted = True
-            if interrupted:
-                await close_frames(rest)
-                yield sse_frame(json.dumps(SHUTDOWN_ERROR).encode())
-                return
+        finally:
+            if draining is not None:
+                draining.streamed(task)
+        if interrupted:
+            await close_frames(rest)
+            yield sse_frame(json.dumps(SHUTDOWN_ERROR).encode())
+            return
         yield sse_frame(chunk)
     yield sse_frame(DONE)
 

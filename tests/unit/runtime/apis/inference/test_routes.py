@@ -103,6 +103,52 @@ def test_a_message_longer_than_openais_limit_is_a_400_naming_it() -> None:
     routes._check_chat_body({"model": "m", "messages": [{"role": "user", "content": "x" * MAX_STRING}]})  # at the limit: fine
 
 
+async def test_a_stream_is_registered_for_the_shutdown_only_while_it_waits_for_its_next_chunk() -> None:
+    from runtime.middleware import Draining
+
+    draining = Draining()
+    registered: list[bool] = []
+
+    async def upstream() -> AsyncIterator[bytes]:
+        for index in range(3):
+            registered.append(asyncio.current_task() in draining._streams)
+            yield b'{"n": %d}' % index
+
+    frames = routes._frames(b'{"role": "assistant"}', upstream(), draining)
+    seen = []
+    async for frame in frames:
+        seen.append(frame)
+        assert not draining._streams  # between chunks, held by the consumer: nothing to interrupt here
+    assert registered == [True, True, True]
+    assert seen[-1] == b"data: [DONE]\n\n" and len(seen) == 5
+    assert not draining._streams
+
+
+async def test_a_shutdown_during_the_wait_for_a_chunk_ends_the_stream_with_its_error_event() -> None:
+    from runtime.middleware import Draining
+
+    draining = Draining()
+    waiting = asyncio.Event()
+
+    async def upstream() -> AsyncIterator[bytes]:
+        yield b'{"n": 0}'
+        waiting.set()
+        await asyncio.Event().wait()  # a slow upstream
+        yield b'{"n": 1}'
+
+    async def consume() -> list[bytes]:
+        return [frame async for frame in routes._frames(b'{"role": "assistant"}', upstream(), draining)]
+
+    consumer = asyncio.create_task(consume())
+    await waiting.wait()
+    draining.begin()
+    draining.end_streams()
+    seen = await consumer  # the consumer's task is not cancelled: the stream ends with its error event
+    assert seen[:2] == [b'data: {"role": "assistant"}\n\n', b'data: {"n": 0}\n\n']
+    assert b"server_shutting_down" in seen[2] and len(seen) == 3
+    assert not draining._streams
+
+
 async def test_a_shutdown_that_comes_between_chunks_ends_the_stream_with_its_error_event() -> None:
     from runtime.middleware import Draining
 
