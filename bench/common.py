@@ -421,6 +421,34 @@ async def measure_latency(port: int, requests: Requests, count: int, warmup: int
     return (await sample_latency(port, requests, count, warmup)).latency(stream)
 
 
+@contextlib.contextmanager
+def prompt_client(enabled: bool = True) -> Iterator[bool]:
+    """This process, the client, at real-time priority (SCHED_FIFO) while the block runs; whether it is.
+
+    The client shares its core with the fake upstream, which writes a stream's 66 events in one
+    turn of its loop. A client woken by a server's first event in the middle of that burst waited
+    on the core's run queue until the burst ended (the scheduler does not preempt a task that
+    has just started its slice), so a stream's first content was timed at the end of the
+    upstream's burst, not when it arrived: 0.4 ms late for a third of the requests, by where in
+    the burst the server's write fell (`perf sched timehist`: the client's scheduling delay;
+    bench/README). At real-time priority the client runs as soon as it is woken, and times what
+    it is measuring. Both servers are measured alike either way; it needs root (or
+    CAP_SYS_NICE), and without it the block runs at normal priority."""
+    if not enabled:
+        yield False
+        return
+    try:
+        before = os.sched_getscheduler(0), os.sched_getparam(0)
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))
+    except (AttributeError, PermissionError, OSError):
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        os.sched_setscheduler(0, before[0], before[1])
+
+
 async def sample_interleaved(requests: dict[str, tuple[int, Request]], count: int, warmup: int,
                              rounds: int) -> dict[str, Samples]:
     """`sample_latency` for each (port, request), `count` each in all, taken in `rounds` rounds that

@@ -18,11 +18,15 @@ same round):
 - start-up: from exec to the first `/v1/models` that lists the upstream's model;
 - idle RSS, one second after that.
 
+The c=1 chat rows are timed with the client at real-time priority (`common.prompt_client`; off
+with `--no-prompt-client`): the client shares core 1 with the fake upstream, and at normal
+priority a stream's first content was timed when the upstream's burst of events ended.
+
 SMG runs `--backend openai --history-backend memory` with its log at `warn` (no per-request
 log line; the project's access log is off too) unless `--smg-log-level info`. The project keeps
 its conversations in SQLite (a file in a temporary directory); SMG keeps them in memory.
 
-    .venv/bin/python bench/smg.py [--rounds 2] [--duration 8] [--requests 1000] [--json PATH]
+    .venv/bin/python bench/smg.py [--rounds 2] [--duration 8] [--requests 1000] [--no-prompt-client] [--json PATH]
 
 Each row prints SMG, the project and the ratio (above 1: the project is better).
 """
@@ -47,7 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import (  # noqa: E402
     CLIENT_CORE, HOST, ROOT, STACK, STACK_CORE, UPSTREAM_CORE, Request, compile_project, connect, cpu_per_request_us, fetch,
-    fetch_all, free_port, get, measure_throughput, percentile, post, progress, read_listening_url,
+    fetch_all, free_port, get, measure_throughput, percentile, post, progress, prompt_client, read_listening_url,
     sample_interleaved, spawn, stack_env, stop, table,
 )
 
@@ -178,10 +182,12 @@ async def measure(server: Server, upstream_port: int, upstream_pid: int, options
         measured: dict[str, float] = {"startup_s": started_s, "rss_mib": rss_mib(process.pid)}
         warmup = max(50, options.requests // 10)
         for stream in (False, True):
-            samples = await sample_interleaved(
-                {"upstream": (upstream_port, chat(upstream_port, stream)), "server": (port, chat(port, stream))},
-                options.requests, warmup, rounds=4,
-            )
+            with prompt_client(options.prompt_client) as prompt:
+                measured["prompt_client"] = float(prompt)
+                samples = await sample_interleaved(
+                    {"upstream": (upstream_port, chat(upstream_port, stream)), "server": (port, chat(port, stream))},
+                    options.requests, warmup, rounds=4,
+                )
             if samples["server"].errors or samples["upstream"].errors:
                 raise RuntimeError(f"{server.name}: errors in c=1 chat (stream={stream})")
             if stream:
@@ -279,6 +285,8 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=1_000, help="c=1 requests per latency measure")
     parser.add_argument("--conversation-requests", type=int, default=400, help="creates and lists measured")
     parser.add_argument("--smg-log-level", default="warn", choices=["debug", "info", "warn", "error"])
+    parser.add_argument("--no-prompt-client", dest="prompt_client", action="store_false",
+                        help="time the c=1 chat rows at the client's normal priority (as before 2026-11-24)")
     parser.add_argument("--json", type=Path, dest="json_path", help="also write each round's numbers here")
     options = parser.parse_args()
     import uvloop
@@ -287,7 +295,8 @@ def main() -> None:
     compile_project()
     runs = uvloop.run(run(options))
     print(f"SMG {SMG_VERSION} against the project, one core each (core {STACK_CORE}), "
-          f"{options.rounds} rounds, {time.strftime('%Y-%m-%d')}\n")
+          f"{options.rounds} rounds, {time.strftime('%Y-%m-%d')}; the c=1 chat rows timed with the client at "
+          f"{'real-time' if all(run['prompt_client'] for run in runs['project'] + runs['SMG']) else 'normal'} priority\n")
     print(report(runs))
     if options.json_path:
         import json
