@@ -12,6 +12,7 @@ Rows (p50s are medians over the rounds, added latency is over the upstream measu
 same round):
 
 - chat, non-streamed, requests/s at c=32, with the server's CPU per request;
+- chat, streamed (64 tokens), streams/s at c=32, with the server's CPU per stream;
 - chat, non-streamed, added p50 at c=1;
 - chat, streamed, time to the first content added at c=1;
 - conversation items: create one, and list `limit=100`, p50 in a conversation of 1,000 items;
@@ -202,6 +203,12 @@ async def measure(server: Server, upstream_port: int, upstream_pid: int, options
             raise RuntimeError(f"{server.name}: {throughput.errors} errors at c=32")
         measured["plain_rps"] = throughput.rps
         measured["plain_cpu_us"] = cpu_per_request_us(throughput)
+        streams = await measure_throughput(port, chat(port, True), 32, options.duration, 2.0,
+                                           {"stack": process.pid, "upstream": upstream_pid})
+        if streams.errors:
+            raise RuntimeError(f"{server.name}: {streams.errors} errors in streams at c=32")
+        measured["stream_rps"] = streams.rps
+        measured["stream_cpu_us"] = cpu_per_request_us(streams)
         conversation_id = await conversation_of(port, CONVERSATION_SIZE)
         page = get(port, f"/v1/conversations/{conversation_id}/items?limit=100", b'"list"', headers=HEADERS)
         one = post(port, f"/v1/conversations/{conversation_id}/items", {"items": items(0, 1)}, b'"list"',
@@ -222,6 +229,8 @@ async def measure(server: Server, upstream_port: int, upstream_pid: int, options
 ROWS = [
     ("plain_rps", "chat non-streamed req/s at c=32", "{:,.0f}", True),
     ("plain_cpu_us", "  server CPU per request (µs)", "{:.0f}", False),
+    ("stream_rps", "chat streamed (64 tokens) streams/s at c=32", "{:,.0f}", True),
+    ("stream_cpu_us", "  server CPU per stream (µs)", "{:.0f}", False),
     ("plain_added_ms", "chat non-streamed added p50 at c=1 (ms)", "{:+.3f}", False),
     ("stream_first_added_ms", "chat stream first content added p50, c=1 (ms)", "{:+.3f}", False),
     ("items_create_ms", f"conversation items create at {CONVERSATION_SIZE:,} items (ms)", "{:.2f}", False),
