@@ -5,7 +5,8 @@ changes are worth, so numbers from runs made one after the other rarely settle a
 script starts the stack of each checkout (`A` and `B`, e.g. a `git worktree` of the base and the
 working tree) at the same time, both on core 0, in front of one fake upstream on core 1, and
 measures them in the same minutes: c=1 chat requests (or stored responses) interleaved between the upstream, A and B
-(`--rounds` rounds), then c=32 windows that alternate between A and B, with each stack's CPU per
+(`--rounds` rounds; the client at real-time priority, as in bench/smg.py, unless `--no-prompt-client`),
+then c=32 windows that alternate between A and B, with each stack's CPU per
 request. Each checkout runs its own code (PYTHONPATH) with this virtual environment's packages.
 
     git worktree add /tmp/base HEAD
@@ -27,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import (  # noqa: E402
     CLIENT_CORE, ROOT, STACK, STACK_CORE, UPSTREAM_CORE, Request, cpu_per_request_us, free_port, get, post,
-    measure_throughput, percentile, progress, read_listening_url, sample_interleaved, spawn, stack_env,
+    measure_throughput, percentile, progress, prompt_client, read_listening_url, sample_interleaved, spawn, stack_env,
     stop, wait_healthy,
 )
 from chat import chat_request  # noqa: E402
@@ -62,8 +63,9 @@ async def run(options: argparse.Namespace) -> None:
             progress("c=1, interleaved")
             # The upstream alone is the floor of a chat request; it has no Responses API.
             ports = {**({} if options.responses else {"upstream": upstream_port}), **{name: port for name, (_, port) in stacks.items()}}
-            samples = await sample_interleaved({name: (port, make(port, options.stream)) for name, port in ports.items()},
-                                               options.requests, 200, rounds=10)
+            with prompt_client(options.prompt_client):  # see bench/smg.py
+                samples = await sample_interleaved({name: (port, make(port, options.stream)) for name, port in ports.items()},
+                                                   options.requests, 200, rounds=10)
             what = "first content" if options.stream else "total"
             floor = 0.0 if options.responses else percentile(samples["upstream"].firsts if options.stream else samples["upstream"].totals, 0.5)
             print(f"c=1 p50 {what}: upstream {floor:.3f} ms" if floor else f"c=1 p50 {what}:")
@@ -115,6 +117,8 @@ def main() -> None:
     parser.add_argument("--conversations", action="store_true", help="conversation items create and list(100), c=1 only")
     parser.add_argument("--run-yaml", type=Path, help="relative to each checkout (bench/chat-run.yaml, or stack-run.yaml with --responses)")
     parser.add_argument("--requests", type=int, default=2_000, help="c=1 requests to each server")
+    parser.add_argument("--no-prompt-client", dest="prompt_client", action="store_false",
+                        help="time the c=1 requests at the client's normal priority (as before 2026-11-24)")
     parser.add_argument("--windows", type=int, default=6, help="c=32 windows, alternating A and B")
     parser.add_argument("--duration", type=float, default=3.0, help="seconds of each c=32 window")
     import uvloop
