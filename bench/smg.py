@@ -197,18 +197,13 @@ async def measure(server: Server, upstream_port: int, upstream_pid: int, options
             else:
                 measured["plain_added_ms"] = (percentile(samples["server"].totals, 0.5)
                                               - percentile(samples["upstream"].totals, 0.5))
-        throughput = await measure_throughput(port, chat(port, False), 32, options.duration, 2.0,
-                                              {"stack": process.pid, "upstream": upstream_pid})
-        if throughput.errors:
-            raise RuntimeError(f"{server.name}: {throughput.errors} errors at c=32")
-        measured["plain_rps"] = throughput.rps
-        measured["plain_cpu_us"] = cpu_per_request_us(throughput)
-        streams = await measure_throughput(port, chat(port, True), 32, options.duration, 2.0,
-                                           {"stack": process.pid, "upstream": upstream_pid})
-        if streams.errors:
-            raise RuntimeError(f"{server.name}: {streams.errors} errors in streams at c=32")
-        measured["stream_rps"] = streams.rps
-        measured["stream_cpu_us"] = cpu_per_request_us(streams)
+        for kind, stream in (("plain", False), ("stream", True)):
+            throughput = await measure_throughput(port, chat(port, stream), 32, options.duration, 2.0,
+                                                  {"stack": process.pid, "upstream": upstream_pid})
+            if throughput.errors:
+                raise RuntimeError(f"{server.name}: {throughput.errors} errors at c=32 (stream={stream})")
+            measured[f"{kind}_rps"] = throughput.rps
+            measured[f"{kind}_cpu_us"] = cpu_per_request_us(throughput)
         conversation_id = await conversation_of(port, CONVERSATION_SIZE)
         page = get(port, f"/v1/conversations/{conversation_id}/items?limit=100", b'"list"', headers=HEADERS)
         one = post(port, f"/v1/conversations/{conversation_id}/items", {"items": items(0, 1)}, b'"list"',
