@@ -16,7 +16,6 @@ request. Each checkout runs its own code (PYTHONPATH) with this virtual environm
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import statistics
 import subprocess
