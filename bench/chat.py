@@ -35,7 +35,6 @@ from common import (
     measure_throughput,
     post,
     progress,
-    running_servers,
     table,
     verdict,
     wait_healthy,

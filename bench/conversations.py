@@ -27,9 +27,8 @@ generator on core 1. Targets: listing p50 < 2 ms at 10,000 items, and flat acros
 from __future__ import annotations
 
 import argparse
-import json
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +38,6 @@ from common import (
     write_results,
     CLIENT_CORE,
     STACK_CORE,
-    UPSTREAM_CORE,
     Request,
     Row,
     Samples,
@@ -52,7 +50,6 @@ from common import (
     post,
     profiling,
     progress,
-    running_servers,
     sample_interleaved,
     table,
     verdict,

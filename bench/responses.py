@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import re
 import statistics
 import time
@@ -58,7 +57,6 @@ from common import (
     post,
     profiling,
     progress,
-    running_servers,
     sample_latency,
     table,
     verdict,

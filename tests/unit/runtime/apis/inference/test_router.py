@@ -7,7 +7,6 @@ import json
 import struct
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import sqlalchemy as sa
