@@ -132,12 +132,11 @@ class EventStreamResponse(Response):
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
             watcher.cancel()
-            if producer is None:
-                pass
-            elif not producer.done():
-                producer.cancel()
-            elif not producer.cancelled():
-                producer.exception()  # retrieved: it was raised above or the client has gone
+            if producer is not None:
+                if not producer.done():
+                    producer.cancel()
+                elif not producer.cancelled():
+                    producer.exception()  # retrieved: it was raised above or the client has gone
 
 
 class _Outbox:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gzip
 import json
 import socket
@@ -120,51 +121,39 @@ async def test_an_unreachable_upstream_does_not_stop_the_start_and_is_reported(t
     assert error.value.message.startswith(f"inference provider 'up' could not reach {url}/chat/completions")
 
 
-async def test_a_compressed_answer_is_decoded(tmp_path: Path) -> None:
-    # The fast read skips httpx2's decoders: an upstream that compresses anyway must still be read.
-    answer = b'{"id":"c1","object":"chat.completion","choices":[]}'
-    body = gzip.compress(answer)
+@contextlib.asynccontextmanager
+async def gzip_upstream(content_type: bytes, content: bytes) -> AsyncIterator[str]:
+    """An upstream at the yielded base URL that answers every request with `content`, gzipped."""
+    body = gzip.compress(content)
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         head = await reader.readuntil(b"\r\n\r\n")
         length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length"))
         await reader.readexactly(length)
-        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-encoding: gzip\r\n"
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: " + content_type + b"\r\ncontent-encoding: gzip\r\n"
                      b"content-length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
         await writer.drain()
         writer.close()
 
     server = await asyncio.start_server(serve, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
     try:
-        async with open_stack(plan_for(tmp_path, f"http://127.0.0.1:{port}/v1")) as stack:
-            assert await stack.impls[Api.inference].providers["up"].chat_completion(chat("hi")) == answer
+        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1"
     finally:
         server.close()
+
+
+async def test_a_compressed_answer_is_decoded(tmp_path: Path) -> None:
+    # The fast read skips httpx2's decoders: an upstream that compresses anyway must still be read.
+    answer = b'{"id":"c1","object":"chat.completion","choices":[]}'
+    async with gzip_upstream(b"application/json", answer) as url, open_stack(plan_for(tmp_path, url)) as stack:
+        assert await stack.impls[Api.inference].providers["up"].chat_completion(chat("hi")) == answer
 
 
 async def test_a_compressed_stream_is_decoded(tmp_path: Path) -> None:
     # Streams take the fast read too: one compressed anyway is decoded, event by event.
     events = b'data: {"id":"c1","choices":[{"delta":{"content":"a"}}]}\n\ndata: {"id":"c1","choices":[]}\n\ndata: [DONE]\n\n'
-    body = gzip.compress(events)
-
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        head = await reader.readuntil(b"\r\n\r\n")
-        length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length"))
-        await reader.readexactly(length)
-        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-encoding: gzip\r\n"
-                     b"content-length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
-        await writer.drain()
-        writer.close()
-
-    server = await asyncio.start_server(serve, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    try:
-        async with open_stack(plan_for(tmp_path, f"http://127.0.0.1:{port}/v1")) as stack:
-            request = chat("hi")
-            chunks = [chunk async for chunk in stack.impls[Api.inference].providers["up"].stream_chat_completion(request)]
-    finally:
-        server.close()
+    async with gzip_upstream(b"text/event-stream", events) as url, open_stack(plan_for(tmp_path, url)) as stack:
+        chunks = [chunk async for chunk in stack.impls[Api.inference].providers["up"].stream_chat_completion(chat("hi"))]
     assert chunks == [b'{"id":"c1","choices":[{"delta":{"content":"a"}}]}', b'{"id":"c1","choices":[]}']
 
 
