@@ -81,8 +81,9 @@ async def ready(database: Database, items: sa.Table) -> sa.Table:
 
 
 def _checked_out(database: Database) -> int:
+    """Connections in use: out of the pool, and not kept idle for the next use."""
     pool: Any = database.engine.pool
-    return int(pool.checkedout())
+    return int(pool.checkedout()) - database.kept_connections
 
 
 class SqliteKeys(NamedTuple):
@@ -712,3 +713,118 @@ async def test_a_statement_for_several_granted_owners_is_run_by_sqlalchemy_not_c
         auth._grants.reset(grants)
         auth._current.reset(caller)
         await db.close()
+
+
+@pytest.fixture
+async def pg(request: pytest.FixtureRequest) -> AsyncIterator[tuple[Database, asyncpg.Connection]]:
+    """A PostgreSQL Database (pool of 4, so up to 2 connections kept) and an admin connection."""
+    admin = await _pg_admin()
+    db = open_database(PostgresBackend(type="postgres", dsn=PG_DSN, pool_size=4))
+    try:
+        yield db, admin
+    finally:
+        await db.close()
+        await admin.close()
+
+
+@pytest.fixture
+async def ready_pg(pg: tuple[Database, asyncpg.Connection]) -> AsyncIterator[sa.Table]:
+    db, admin = pg
+    schema = f"test_storage_{uuid.uuid4().hex[:12]}"
+    await admin.execute(f'CREATE SCHEMA "{schema}"')
+    table = sa.Table("items", sa.MetaData(schema=schema), sa.Column("id", sa.String(64), primary_key=True))
+    try:
+        await db.create_tables(table.metadata)
+        yield table
+    finally:
+        await admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+async def _backend_pid(db: Database) -> int:
+    return int(await db.read_with(lambda conn: conn.execute(sa.select(sa.func.pg_backend_pid())).scalar_one()))
+
+
+async def _terminate(admin: asyncpg.Connection, pid: int) -> None:
+    """What a server restart or an idle timeout does to a connection: the server ends it."""
+    assert await admin.fetchval("SELECT pg_terminate_backend($1)", pid)
+    while await admin.fetchval("SELECT count(*) FROM pg_stat_activity WHERE pid = $1", pid):
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.05)  # the server's goodbye reaches this process's event loop
+
+
+@pytest.mark.postgres
+async def test_postgres_writes_and_reads_reuse_a_kept_connection(pg: tuple[Database, asyncpg.Connection]) -> None:
+    db, _ = pg
+    first = await _backend_pid(db)
+    assert await db.write(lambda conn: conn.execute(sa.select(sa.func.pg_backend_pid())).scalar_one()) == first
+    assert await _backend_pid(db) == first
+    assert db.kept_connections == 1 and _checked_out(db) == 0
+
+
+@pytest.mark.postgres
+async def test_postgres_kept_connections_are_at_most_half_the_pool(pg: tuple[Database, asyncpg.Connection]) -> None:
+    db, _ = pg
+    pids = await asyncio.gather(*[db.read_with(lambda conn: conn.execute(sa.text("SELECT pg_backend_pid() FROM pg_sleep(0.05)")).scalar_one())
+                                  for _ in range(4)])
+    assert len(set(pids)) == 4  # four at once: the whole pool
+    assert db.kept_connections == 2 and _checked_out(db) == 0
+    async with db.read() as conn:  # the pool's other users still get a connection
+        assert (await conn.execute(sa.text("SELECT 1"))).scalar_one() == 1
+
+
+@pytest.mark.postgres
+async def test_postgres_a_connection_the_server_closed_is_replaced_not_failed(pg: tuple[Database, asyncpg.Connection]) -> None:
+    db, admin = pg
+    kept = await _backend_pid(db)
+    await _terminate(admin, kept)
+    replaced = await _backend_pid(db)  # a read, then a write, on a fresh connection
+    assert replaced != kept
+    await _terminate(admin, replaced)
+    assert await db.write(lambda conn: conn.execute(sa.select(sa.func.pg_backend_pid())).scalar_one()) not in (kept, replaced)
+    async with db.read() as conn:  # the pool's own checkout checks too
+        pooled = (await conn.execute(sa.select(sa.func.pg_backend_pid()))).scalar_one()
+    await _terminate(admin, pooled)
+    async with db.read() as conn:
+        assert (await conn.execute(sa.select(sa.func.pg_backend_pid()))).scalar_one() != pooled
+
+
+@pytest.mark.postgres
+async def test_postgres_a_failed_write_gives_its_connection_back_to_the_pool(pg: tuple[Database, asyncpg.Connection]) -> None:
+    db, _ = pg
+    await _backend_pid(db)
+    assert db.kept_connections == 1
+
+    def fails(conn: sa.Connection) -> None:
+        conn.execute(sa.text("SELECT 1/0"))
+
+    with pytest.raises(sa.exc.DBAPIError, match="division by zero"):
+        await db.write(fails)
+    assert db.kept_connections == 0 and _checked_out(db) == 0  # rolled back by the pool, not kept in an unknown state
+    assert await db.write(lambda conn: conn.execute(sa.text("SELECT 2")).scalar_one()) == 2
+    assert db.kept_connections == 1
+
+
+@pytest.mark.postgres
+async def test_postgres_a_write_cancelled_while_it_runs_is_finished_before_the_cancellation_is_raised(
+    pg: tuple[Database, asyncpg.Connection], ready_pg: sa.Table
+) -> None:
+    db, _ = pg
+    started = asyncio.Event()
+
+    def slow(conn: sa.Connection) -> None:
+        conn.execute(ready_pg.insert().values(id="slow"))
+        conn.execute(sa.text("SELECT pg_sleep(0.2)"))
+
+    async def write() -> None:
+        started.set()
+        await db.write(slow)
+
+    task = asyncio.create_task(write())
+    await started.wait()
+    await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    # Not cut off half-way: committed, and its connection kept in a known state.
+    assert await _ids(db, ready_pg) == ["slow"]
+    assert db.kept_connections == 1 and _checked_out(db) == 0
