@@ -51,7 +51,7 @@ import logging
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, cast
@@ -194,17 +194,22 @@ class Database:
         columns (nullable ones only) and indexes declared since they were made."""
         await self.write(lambda conn: _create_or_extend(conn, metadata))
 
-    async def write(self, work: Callable[[sa.Connection], T], *, small: bool = False) -> T:
+    async def write(self, work: Callable[[sa.Connection], T], *, small: bool = False, one_statement: bool = False) -> T:
         """Run `work(connection)` in a write transaction, committed if it returns, rolled back
         if it raises. `work` is synchronous: it only executes statements.
 
         `small`: the write is a few rows, quick to make. On SQLite, small writes are made on the
         event loop itself when no other process is writing, rather than on the writer thread:
-        the hop there and back costs more than they do."""
+        the hop there and back costs more than they do.
+
+        `one_statement`: `work` executes a single statement, atomic by itself. On PostgreSQL it
+        is then run in autocommit, without the BEGIN and COMMIT round trips of a transaction
+        around it, and a `Prepared` one on asyncpg directly."""
         if (tracing := store_tracing()) is not None:
-            return await tracing.store("write", self._system, self.write(work, small=small))
+            return await tracing.store("write", self._system, self.write(work, small=small, one_statement=one_statement))
         if self._pg is not None:
-            return await _to_the_end(asyncio.ensure_future(self._pg.run(_in_transaction, work)))
+            step = _autocommitted_write if one_statement else _in_transaction
+            return await _to_the_end(asyncio.ensure_future(self._pg.run(step, work)))
         if self._writing is None or self._write_lock is None or self._write_thread is None:
             async with self.engine.begin() as conn:
                 return await conn.run_sync(work)
@@ -280,7 +285,7 @@ class Database:
         if (tracing := store_tracing()) is not None:
             return await tracing.store("read", self._system, self.read_with(work, small=small))
         if self._pg is not None:
-            return await _to_the_end(asyncio.ensure_future(self._pg.run(_then_rolled_back, work)))
+            return await _to_the_end(asyncio.ensure_future(self._pg.run(_autocommitted_read, work)))
         if self._sync is None or self._read_threads is None:
             async with self.engine.connect() as conn:
                 return await conn.run_sync(work)
@@ -616,6 +621,7 @@ class _Compiled(NamedTuple):
     names: tuple[str, ...]  # of the positional parameters, in order
     constants: dict[str, Any]  # values the statement holds itself (`column == "output"`)
     processors: tuple[Callable[[Any], Any] | None, ...]
+    returns_rows: bool
 
     def values(self, params: Mapping[str, Any]) -> tuple[Any, ...]:
         values = []
@@ -626,47 +632,83 @@ class _Compiled(NamedTuple):
 
 
 class Prepared:
-    """A statement of a hot path, built once. On SQLite it is compiled once per set of parameter
-    names and run on the driver's connection beneath `connection`, in its transaction, with
-    SQLAlchemy's bind processing (JSON is written by the same serializer): SQLAlchemy's execution
-    layer cost twice what SQLite's own work did per statement (54 of the 142 µs of a conversation
-    append). On PostgreSQL, and for a statement SQLAlchemy must finish at run time (expanding IN
-    parameters, column defaults computed in Python), SQLAlchemy runs it as usual. `on_driver=False`
-    says so up front, for a statement built per call (it would be compiled at each run only to
-    find that out: 140 µs), which SQLAlchemy then takes from its own cache of compiled statements."""
+    """A statement of a hot path, built once. It is compiled once per database dialect and set of
+    parameter names and run on the driver's connection beneath `connection`, with SQLAlchemy's
+    bind processing (JSON is written by the same serializer), where that is the same as
+    SQLAlchemy running it:
+
+    - on SQLite, in the connection's transaction: SQLAlchemy's execution layer cost twice what
+      SQLite's own work did per statement (54 of the 142 µs of a conversation append);
+    - on PostgreSQL, when the connection is in autocommit (`read_with`, `write(one_statement=True)`):
+      a read by primary key took 340 µs through SQLAlchemy and 210 on asyncpg directly. In a
+      transaction SQLAlchemy runs it, as it begins the transaction with its first statement.
+
+    Otherwise, and for a statement SQLAlchemy must finish at run time (expanding IN parameters,
+    column defaults computed in Python), SQLAlchemy runs it as usual. `on_driver=False` says so up
+    front, for a statement built per call (it would be compiled at each run only to find that out:
+    140 µs), which SQLAlchemy then takes from its own cache of compiled statements."""
 
     __slots__ = ("statement", "_compiled", "_on_driver")
 
     def __init__(self, statement: sa.Executable, *, on_driver: bool = True) -> None:
         self.statement = statement
-        self._compiled: dict[tuple[str, ...], _Compiled | None] = {}
+        self._compiled: dict[tuple[str, ...], _Compiled | None] = {}  # by dialect and parameter names
         self._on_driver = on_driver
 
     def run(self, connection: sa.Connection, params: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> Ran:
         """Execute with `params`: one set, or a list of sets (run as one executemany)."""
         many = not isinstance(params, Mapping)
         batch: Sequence[Mapping[str, Any]] = params if not isinstance(params, Mapping) else [params]
-        driver = connection.connection.driver_connection if self._on_driver and batch and connection.dialect.name == "sqlite" else None
-        # Not the synchronous driver (PostgreSQL, the async engine's aiosqlite), or no compiled form: SQLAlchemy's way.
-        if not isinstance(driver, sqlite3.Connection) or (compiled := self._compiled_for(connection.dialect, batch[0])) is None:
-            result = connection.execute(self.statement, list(batch) if many else batch[0])
-            return Ran([tuple(row) for row in result] if result.returns_rows else [], result.rowcount)
-        try:
-            if many and len(batch) > 1:
-                cursor = driver.executemany(compiled.sql, [compiled.values(one) for one in batch])
-                return Ran([], cursor.rowcount)
-            cursor = driver.execute(compiled.sql, compiled.values(batch[0]))
-            rows = cursor.fetchall()
-        except sqlite3.DatabaseError as error:
-            # As SQLAlchemy would raise it: callers tell an IntegrityError (a duplicate id) apart.
-            raise sa.exc.DBAPIError.instance(compiled.sql, None, error, sqlite3.Error) from error
-        return Ran(rows, len(rows) if rows else cursor.rowcount)
+        driver = connection.connection.driver_connection if self._on_driver and batch else None
+        if isinstance(driver, sqlite3.Connection) and (compiled := self._compiled_for(connection.dialect, batch[0])) is not None:
+            return _run_on_sqlite(driver, compiled, batch, many)
+        if (driver is not None and connection.dialect.name == "postgresql" and cast(Any, connection.connection.dbapi_connection).autocommit
+                and (compiled := self._compiled_for(connection.dialect, batch[0])) is not None):
+            return _run_on_asyncpg(driver, compiled, batch, many)
+        # The async engine's aiosqlite, a PostgreSQL transaction, or no compiled form: SQLAlchemy's way.
+        result = connection.execute(self.statement, list(batch) if many else batch[0])
+        return Ran([tuple(row) for row in result] if result.returns_rows else [], result.rowcount)
 
     def _compiled_for(self, dialect: sa.Dialect, params: Mapping[str, Any]) -> _Compiled | None:
-        key = tuple(params)
+        key = (dialect.name, *params)
         if key not in self._compiled:
-            self._compiled[key] = _compile(self.statement, dialect, key)
+            self._compiled[key] = _compile(self.statement, dialect, tuple(params))
         return self._compiled[key]
+
+
+def _run_on_sqlite(driver: Any, compiled: _Compiled, batch: Sequence[Mapping[str, Any]], many: bool) -> Ran:
+    try:
+        if many and len(batch) > 1:
+            cursor = driver.executemany(compiled.sql, [compiled.values(one) for one in batch])
+            return Ran([], cursor.rowcount)
+        cursor = driver.execute(compiled.sql, compiled.values(batch[0]))
+        rows = cursor.fetchall()
+    except sqlite3.DatabaseError as error:
+        # As SQLAlchemy would raise it: callers tell an IntegrityError (a duplicate id) apart.
+        raise sa.exc.DBAPIError.instance(compiled.sql, None, error, sqlite3.Error) from error
+    return Ran(rows, len(rows) if rows else cursor.rowcount)
+
+
+def _run_on_asyncpg(driver: Any, compiled: _Compiled, batch: Sequence[Mapping[str, Any]], many: bool) -> Ran:
+    """In SQLAlchemy's greenlet (`run_sync`), as its own asyncpg adapter calls asyncpg."""
+    import asyncpg  # type: ignore[import-untyped]
+    from sqlalchemy.util import await_only
+
+    try:
+        if many and len(batch) > 1:
+            await_only(driver.executemany(compiled.sql, [compiled.values(one) for one in batch]))
+            return Ran([], len(batch))
+        values = compiled.values(batch[0])
+        if compiled.returns_rows:
+            rows = [tuple(row) for row in await_only(driver.fetch(compiled.sql, *values))]
+            return Ran(rows, len(rows))
+        status: str = await_only(driver.execute(compiled.sql, *values))  # "UPDATE 3", "INSERT 0 1"
+        count = status.rsplit(" ", 1)[-1]
+        return Ran([], int(count) if count.isdigit() else -1)
+    except asyncpg.PostgresError as error:
+        # As SQLAlchemy would raise it, a DBAPIError; an IntegrityError for a violated constraint.
+        kind = sa.exc.IntegrityError if str(getattr(error, "sqlstate", "")).startswith("23") else sa.exc.DBAPIError
+        raise kind(compiled.sql, None, error) from error
 
 
 def _compile(statement: sa.Executable, dialect: sa.Dialect, names: tuple[str, ...]) -> _Compiled | None:
@@ -677,7 +719,8 @@ def _compile(statement: sa.Executable, dialect: sa.Dialect, names: tuple[str, ..
     constants = {name: bind.effective_value for name, bind in compiled.binds.items() if name not in names and bind.callable is None
                  and not bind.required}
     processors = tuple(compiled.binds[name].type.dialect_impl(dialect).bind_processor(dialect) for name in order)
-    return _Compiled(compiled.string, tuple(order), constants, processors)
+    writes = compiled.isinsert or compiled.isupdate or compiled.isdelete
+    return _Compiled(compiled.string, tuple(order), constants, processors, not writes or bool(compiled.effective_returning))
 
 
 def _run_group(conn: sa.Connection, works: list[Callable[[sa.Connection], Any]]) -> list[Outcome]:
@@ -894,11 +937,38 @@ def _in_transaction(connection: sa.Connection, work: Callable[[sa.Connection], T
         return work(connection)
 
 
-def _then_rolled_back(connection: sa.Connection, work: Callable[[sa.Connection], T]) -> T:
+def _autocommitted_read(connection: sa.Connection, work: Callable[[sa.Connection], T]) -> T:
+    """`work` with each statement a transaction of its own: what it reads under PostgreSQL's
+    default isolation (READ COMMITTED) is the same as in one transaction, a snapshot per
+    statement, without BEGIN and ROLLBACK round trips around it."""
+    with _autocommit(connection):
+        try:
+            return work(connection)
+        finally:
+            connection.rollback()  # SQLAlchemy's own bookkeeping: no round trip in autocommit
+
+
+def _autocommitted_write(connection: sa.Connection, work: Callable[[sa.Connection], T]) -> T:
+    with _autocommit(connection):
+        try:
+            result = work(connection)
+        except BaseException:
+            connection.rollback()
+            raise
+        connection.commit()
+        return result
+
+
+@contextlib.contextmanager
+def _autocommit(connection: sa.Connection) -> Iterator[None]:
+    # The DBAPI connection's own switch (asyncpg's adapter sends no BEGIN while it is on): no
+    # round trip, where `execution_options(isolation_level=...)` would roll back and reset.
+    dbapi_connection: Any = connection.connection.dbapi_connection
+    dbapi_connection.autocommit = True
     try:
-        return work(connection)
+        yield
     finally:
-        connection.rollback()
+        dbapi_connection.autocommit = False
 
 
 class _PgConnections:
@@ -971,7 +1041,7 @@ class _PgListener:
                 await self._connection.add_listener(channel, self._on_notification)
 
     async def _connect(self) -> None:
-        import asyncpg  # type: ignore[import-untyped]
+        import asyncpg
 
         connection = await asyncpg.connect(self.dsn, timeout=10)
         for channel in self.channels:

@@ -588,6 +588,38 @@ async def test_prepared_statements_write_what_sqlalchemy_would(database: Databas
         await database.write(lambda connection: insert_into(table).run(connection, {"id": "p1", "kind": "live", "n": 1, "doc": None}))
 
 
+async def test_prepared_statements_each_on_its_own_do_what_sqlalchemy_would(database: Database, backend: Backend) -> None:
+    # One statement a write (autocommit on PostgreSQL) and reads: asyncpg runs them directly there.
+    table = sa.Table("docs", sa.MetaData(schema=backend.schema), sa.Column("id", sa.String(16), primary_key=True),
+                     sa.Column("kind", sa.String(8), nullable=False), sa.Column("n", sa.Integer, nullable=False, default=7),
+                     sa.Column("doc", json_type(), nullable=True))
+    await database.create_tables(table.metadata)
+    doc = {"text": "é \"q\" 🙂", "list": [1, 2.5, None, True], "nested": {"a": {}}}
+    insert = insert_into(table)
+    bump = Prepared(table.update().where(table.c.id == sa.bindparam("key")).values(n=table.c.n + sa.bindparam("by", type_=sa.Integer))
+                    .returning(table.c.n))
+    retire = Prepared(table.update().where(table.c.kind == sa.bindparam("was")).values(kind="dead"))
+    live = Prepared(sa.select(table.c.id, table.c.n).where(table.c.kind == sa.bindparam("kind")).order_by(table.c.id))
+
+    async def alone(statement: Prepared, params: Any) -> Any:
+        return await database.write(lambda connection: statement.run(connection, params), one_statement=True)
+
+    assert (await alone(insert, [{"id": "p1", "kind": "live", "n": 1, "doc": doc}, {"id": "p2", "kind": "old", "n": 1, "doc": None}])).rowcount == 2
+    assert (await alone(insert, {"id": "p3", "kind": "live", "doc": doc})).rowcount == 1  # n from its column default: SQLAlchemy's
+    raised = await alone(bump, {"key": "p1", "by": 5})
+    assert (raised.rows, raised.scalar(), raised.rowcount) == ([(6,)], 6, 1)
+    assert (await alone(bump, {"key": "nobody", "by": 5})).rows == []
+    assert (await alone(retire, {"was": "old"})).rowcount == 1
+    assert (await alone(retire, {"was": "none"})).rowcount == 0
+    assert await database.read_with(lambda connection: live.run(connection, {"kind": "live"}).rows) == [("p1", 6), ("p3", 7)]
+    with pytest.raises(sa.exc.IntegrityError):
+        await alone(insert, {"id": "p1", "kind": "live", "n": 1, "doc": None})
+    assert await database.read_with(lambda connection: live.run(connection, {"kind": "dead"}).rows) == [("p2", 1)]
+    rows = {row["id"]: row["doc"] for row in await database.fetch_all(sa.select(table))}
+    assert rows == {"p1": doc, "p2": None, "p3": doc}
+    assert bump._compiled[(database.dialect, "key", "by")] is not None  # run on the driver, not by SQLAlchemy
+
+
 async def test_sqlite_small_reads_are_made_on_the_event_loop_and_others_on_a_reading_thread(keys_db: SqliteKeys) -> None:
     db, table = keys_db
     threads: list[str] = []

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from builder.config import PostgresBackend, SqliteBackend
 from providers.conversations.store import ConversationStore
+from runtime import auth
+from runtime.auth import Principal
 from runtime.errors import NotFoundError
 from runtime.storage import open_database
 
@@ -132,3 +135,33 @@ def test_the_cache_is_bounded_by_items(tmp_path: Path) -> None:
             await db.close()
 
     asyncio.run(scenario())
+
+
+@contextmanager
+def acting_as(principal: str, update_grants: frozenset[str] | None = None) -> Iterator[None]:
+    caller = auth._current.set(Principal(principal, {}))
+    grants = auth._grants.set({"update": update_grants} if update_grants is not None else None)
+    try:
+        yield
+    finally:
+        auth._grants.reset(grants)
+        auth._current.reset(caller)
+
+
+async def test_an_append_reaches_only_a_conversation_the_caller_may_update_and_adds_nothing_otherwise(store: ConversationStore) -> None:
+    with acting_as("alice"):
+        await store.create("conv_alice", None, items("a", 1))
+    with acting_as("bob"):
+        await store.create("conv_bob", None, items("b", 1))
+    with acting_as("alice"):
+        await store.append("conv_alice", items("a2", 2))
+        for missing in ("conv_bob", "conv_nobody"):
+            with pytest.raises(NotFoundError):
+                await store.append(missing, items("x", 2))
+    with acting_as("alice", frozenset({"bob"})):  # an access policy lets alice update bob's conversations
+        await store.append("conv_bob", items("b2", 2))
+    with acting_as("bob"):
+        assert [item["id"] for item in await store.items("conv_bob")] == ["b-0", "b2-0", "b2-1"]
+        page, more = await store.page("conv_bob", after=None, limit=10, order="asc")
+        assert [item.id for item in page] == ["b-0", "b2-0", "b2-1"] and not more
+    assert [item["id"] for item in await store.items("conv_alice")] == ["a-0", "a2-0", "a2-1"]
