@@ -16,6 +16,7 @@ same round):
 - chat, non-streamed, added p50 at c=1;
 - chat, streamed, time to the first content added at c=1;
 - conversation items: create one, and list `limit=100`, p50 in a conversation of 1,000 items;
+- the same on PostgreSQL, both servers durable (`--postgres`, on by default; `--no-postgres`);
 - start-up: from exec to the first `/v1/models` that lists the upstream's model;
 - idle RSS, one second after that.
 
@@ -25,7 +26,11 @@ priority a stream's first content was timed when the upstream's burst of events 
 
 SMG runs `--backend openai --history-backend memory` with its log at `warn` (no per-request
 log line; the project's access log is off too) unless `--smg-log-level info`. The project keeps
-its conversations in SQLite (a file in a temporary directory); SMG keeps them in memory.
+its conversations in SQLite (a file in a temporary directory); SMG keeps them in memory, so the
+first item rows compare a durable commit with a write to a dict. The PostgreSQL rows start each
+server again, on a fresh database of the server at `--postgres` (an admin DSN: the bench creates
+and drops the databases): SMG with `--history-backend postgres`, the project with
+`bench/stack-pg-run.yaml`. The PostgreSQL server is not pinned; it serves both alike.
 
     .venv/bin/python bench/smg.py [--rounds 2] [--duration 8] [--requests 1000] [--no-prompt-client] [--json PATH]
 
@@ -36,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import signal
 import statistics
@@ -43,7 +49,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,6 +64,8 @@ from common import (  # noqa: E402
 
 SMG_VERSION = "1.13.0"
 RUN_YAML = ROOT / "bench" / "stack-run.yaml"
+PG_RUN_YAML = ROOT / "bench" / "stack-pg-run.yaml"
+ADMIN_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 MODEL = "fake-model"
 MESSAGE = "[tokens:64] benchmark"
 EXPECT_CHAT = b"tok64"
@@ -91,19 +99,39 @@ class Server:
     env: dict[str, str]
 
 
-def servers(upstream_url: str, state: Path, smg_log_level: str) -> list[Server]:
+def servers(upstream_url: str, state: Path, smg_log_level: str, dsn: str | None = None) -> list[Server]:
+    """Both servers, keeping conversations as in the main rows, or both in the PostgreSQL database `dsn`."""
     smg = smg_binary()
     prometheus_port = free_port()
+    history = ["--history-backend", "postgres", "--postgres-db-url", dsn] if dsn else ["--history-backend", "memory"]
 
     def smg_argv(port: int) -> list[str]:
-        return [str(smg), "launch", "--backend", "openai", "--worker-urls", upstream_url,
-                "--history-backend", "memory", "--host", HOST, "--port", str(port),
+        return [str(smg), "launch", "--backend", "openai", "--worker-urls", upstream_url, *history,
+                "--host", HOST, "--port", str(port),
                 "--prometheus-host", HOST, "--prometheus-port", str(prometheus_port), "--log-level", smg_log_level]
 
     def stack_argv(port: int) -> list[str]:
-        return [STACK, "run", str(RUN_YAML), "--port", str(port)]
+        return [STACK, "run", str(PG_RUN_YAML if dsn else RUN_YAML), "--port", str(port)]
 
-    return [Server("SMG", smg_argv, dict(os.environ)), Server("project", stack_argv, stack_env(upstream_url, state))]
+    env = stack_env(upstream_url, state) | ({"BENCH_POSTGRES_DSN": dsn} if dsn else {})
+    return [Server("SMG", smg_argv, dict(os.environ)), Server("project", stack_argv, env)]
+
+
+@contextlib.asynccontextmanager
+async def fresh_database(admin_dsn: str) -> AsyncIterator[str]:
+    """A new, empty database on the server of `admin_dsn`; its DSN. Dropped afterwards."""
+    import asyncpg
+
+    name = f"stack_bench_{os.getpid()}_{time.monotonic_ns()}"
+    admin = await asyncpg.connect(admin_dsn, timeout=5)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+        try:
+            yield admin_dsn.rsplit("/", 1)[0] + "/" + name
+        finally:
+            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await admin.close()
 
 
 def rss_mib(pid: int) -> float:
@@ -204,15 +232,28 @@ async def measure(server: Server, upstream_port: int, upstream_pid: int, options
                 raise RuntimeError(f"{server.name}: {throughput.errors} errors at c=32 (stream={stream})")
             measured[f"{kind}_rps"] = throughput.rps
             measured[f"{kind}_cpu_us"] = cpu_per_request_us(throughput)
-        conversation_id = await conversation_of(port, CONVERSATION_SIZE)
-        page = get(port, f"/v1/conversations/{conversation_id}/items?limit=100", b'"list"', headers=HEADERS)
-        one = post(port, f"/v1/conversations/{conversation_id}/items", {"items": items(0, 1)}, b'"list"',
-                   headers=HEADERS)
-        conversation = await sample_interleaved({"list": (port, page), "create": (port, one)},
-                                                options.conversation_requests, 20, rounds=4)
-        measured["items_create_ms"] = percentile(conversation["create"].totals, 0.5)
-        measured["items_list_ms"] = percentile(conversation["list"].totals, 0.5)
-        return measured
+        return measured | await conversation_items(port, options, "items")
+    finally:
+        stop(process)
+
+
+async def conversation_items(port: int, options: argparse.Namespace, prefix: str) -> dict[str, float]:
+    """Create one item, and list 100, p50s in a conversation of CONVERSATION_SIZE items."""
+    conversation_id = await conversation_of(port, CONVERSATION_SIZE)
+    page = get(port, f"/v1/conversations/{conversation_id}/items?limit=100", b'"list"', headers=HEADERS)
+    one = post(port, f"/v1/conversations/{conversation_id}/items", {"items": items(0, 1)}, b'"list"', headers=HEADERS)
+    conversation = await sample_interleaved({"list": (port, page), "create": (port, one)},
+                                            options.conversation_requests, 20, rounds=4)
+    return {f"{prefix}_create_ms": percentile(conversation["create"].totals, 0.5),
+            f"{prefix}_list_ms": percentile(conversation["list"].totals, 0.5)}
+
+
+async def measure_durable(server: Server, logs: Path, options: argparse.Namespace) -> dict[str, float]:
+    """The conversation item rows with the server keeping them in PostgreSQL."""
+    port = free_port()
+    process, _ = await start(server, port, logs / f"{server.name}-postgres.log")
+    try:
+        return await conversation_items(port, options, "pg_items")
     finally:
         stop(process)
 
@@ -230,6 +271,8 @@ ROWS = [
     ("stream_first_added_ms", "chat stream first content added p50, c=1 (ms)", "{:+.3f}", False),
     ("items_create_ms", f"conversation items create at {CONVERSATION_SIZE:,} items (ms)", "{:.2f}", False),
     ("items_list_ms", f"conversation items list(100) at {CONVERSATION_SIZE:,} items (ms)", "{:.2f}", False),
+    ("pg_items_create_ms", "  the same on PostgreSQL, both durable: create (ms)", "{:.2f}", False),
+    ("pg_items_list_ms", "  on PostgreSQL: list(100) (ms)", "{:.2f}", False),
     ("startup_s", "start-up to the first answered /v1/models (s)", "{:.2f}", False),
     ("rss_mib", "idle RSS (MiB)", "{:.0f}", False),
 ]
@@ -245,6 +288,8 @@ def ratio(smg: float, project: float, higher_is_better: bool) -> float:
 def report(runs: dict[str, list[dict[str, float]]]) -> str:
     rows = [("measure", "SMG", "project", "project vs SMG", "runs (SMG | project)")]
     for key, label, form, higher in ROWS:
+        if not all(key in run for run in runs["SMG"] + runs["project"]):
+            continue  # a row not measured this time (--no-postgres)
         smg = statistics.median(run[key] for run in runs["SMG"])
         project = statistics.median(run[key] for run in runs["project"])
         spread = " ".join(form.format(run[key]) for run in runs["SMG"]) + " | " + " ".join(
@@ -273,6 +318,11 @@ async def run(options: argparse.Namespace) -> dict[str, list[dict[str, float]]]:
                 for server in both if round_index % 2 == 0 else reversed(both):
                     progress(f"round {round_index + 1}: {server.name}")
                     runs[server.name].append(await measure(server, upstream_port, upstream.pid, options, logs))
+                    if options.postgres:
+                        async with fresh_database(options.postgres) as dsn:
+                            durable = next(one for one in servers(upstream_url, logs / "state-pg", options.smg_log_level, dsn)
+                                           if one.name == server.name)
+                            runs[server.name][-1] |= await measure_durable(durable, logs, options)
         except Exception:
             for log in sorted(logs.glob("*.log")):
                 sys.stderr.write(f"--- {log.name} (tail)\n{log.read_text(errors='replace')[-2000:]}\n")
@@ -291,6 +341,10 @@ def main() -> None:
     parser.add_argument("--smg-log-level", default="warn", choices=["debug", "info", "warn", "error"])
     parser.add_argument("--no-prompt-client", dest="prompt_client", action="store_false",
                         help="time the c=1 chat rows at the client's normal priority (as before 2026-11-24)")
+    parser.add_argument("--postgres", default=ADMIN_DSN, metavar="ADMIN_DSN",
+                        help="the PostgreSQL server of the durable item rows, by an admin DSN (default: %(default)s)")
+    parser.add_argument("--no-postgres", dest="postgres", action="store_const", const=None,
+                        help="leave out the PostgreSQL rows")
     parser.add_argument("--json", type=Path, dest="json_path", help="also write each round's numbers here")
     options = parser.parse_args()
     import uvloop
