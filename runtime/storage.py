@@ -208,6 +208,8 @@ class Database:
         if (tracing := store_tracing()) is not None:
             return await tracing.store("write", self._system, self.write(work, small=small, one_statement=one_statement))
         if self._pg is not None:
+            if isinstance(work, InsertRows) and (alone := work.alone_on_postgres()) is not None:
+                work, one_statement = cast(Callable[[sa.Connection], T], alone), True
             step = _autocommitted_write if one_statement else _in_transaction
             return await _to_the_end(asyncio.ensure_future(self._pg.run(step, work)))
         if self._writing is None or self._write_lock is None or self._write_thread is None:
@@ -586,7 +588,10 @@ class InsertRows:
     made as one `executemany` per table (in the order the tables first appear), where each write
     alone would run its own statements (SQLAlchemy's work per statement was 60 % of the writing
     thread's time, all of it with the write lock held that other processes wait on). A group that
-    fails is retried write by write, as any group is, so a write's failure stays its own."""
+    fails is retried write by write, as any group is, so a write's failure stays its own.
+
+    On PostgreSQL the inserts are one statement where they can be (`alone_on_postgres`), run in
+    autocommit: one round trip where BEGIN, an insert a table and COMMIT were four for a response."""
 
     __slots__ = ("inserts",)
 
@@ -596,6 +601,54 @@ class InsertRows:
     def __call__(self, connection: sa.Connection) -> None:
         for table, rows in self.inserts:
             insert_into(table).run(connection, list(rows))
+
+    def alone_on_postgres(self) -> Callable[[sa.Connection], None] | None:
+        """The inserts as one PostgreSQL statement: each table's rows sent as one JSON array and
+        read back into typed rows by `jsonb_to_recordset`, the tables but the last inserted from
+        data-modifying WITHs. None where that would not insert what separate inserts would: a
+        column of a type JSON does not carry as such (only strings, numbers, booleans and JSON
+        columns do), rows with different columns, or a column left to a default computed in Python."""
+        shapes: list[tuple[sa.Table, tuple[str, ...]]] = []
+        params: dict[str, Any] = {}
+        for index, (table, rows) in enumerate(self.inserts):
+            names = tuple(rows[0])
+            if not _carried_by_json(table, names) or any(row.keys() != rows[0].keys() for row in rows):
+                return None
+            shapes.append((table, names))
+            params[f"rows{index}"] = list(rows)
+        if not shapes:
+            return None
+        statement = _inserts_as_one(tuple(shapes))
+
+        def insert(connection: sa.Connection) -> None:
+            statement.run(connection, params)
+
+        return insert
+
+
+_JSON_CARRIED = (sa.String, sa.Integer, sa.Float, sa.Boolean)
+
+
+def _carried_by_json(table: sa.Table, names: tuple[str, ...]) -> bool:
+    if any(name not in table.c or not isinstance(table.c[name].type, (*_JSON_CARRIED, _JSON)) or isinstance(table.c[name].type, sa.Enum)
+           for name in names):
+        return False
+    return all(column.default is None for column in table.c if column.name not in names)
+
+
+@functools.lru_cache(maxsize=64)
+def _inserts_as_one(shapes: tuple[tuple[sa.Table, tuple[str, ...]], ...]) -> Prepared:
+    statements = []
+    for index, (table, names) in enumerate(shapes):
+        records = (sa.func.jsonb_to_recordset(sa.bindparam(f"rows{index}", type_=json_type()))
+                   .table_valued(*[sa.column(name, table.c[name].type) for name in names])
+                   .render_derived(name=f"rows{index}", with_types=True))
+        # A JSON null comes out as SQL NULL; SQLAlchemy writes None to a JSON column as JSON null.
+        values = [sa.func.coalesce(records.c[name], sa.literal_column("'null'::jsonb")) if isinstance(table.c[name].type, _JSON)
+                  else records.c[name] for name in names]
+        statements.append(table.insert().from_select(list(names), sa.select(*values).select_from(records)))
+    *first, last = statements
+    return Prepared(last.add_cte(*[statement.cte(f"insert_{index}") for index, statement in enumerate(first)]) if first else last)
 
 
 @functools.lru_cache(maxsize=256)

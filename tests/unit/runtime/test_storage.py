@@ -860,3 +860,36 @@ async def test_postgres_a_write_cancelled_while_it_runs_is_finished_before_the_c
     # Not cut off half-way: committed, and its connection kept in a known state.
     assert await _ids(db, ready_pg) == ["slow"]
     assert db.kept_connections == 1 and _checked_out(db) == 0
+
+
+async def test_insert_rows_write_what_separate_inserts_would_and_all_or_nothing(database: Database, backend: Backend) -> None:
+    # On PostgreSQL they are one statement (jsonb_to_recordset); on SQLite an insert a table.
+    metadata = sa.MetaData(schema=backend.schema)
+    parents = sa.Table("parents", metadata, sa.Column("seq", sa.Integer, primary_key=True, autoincrement=True),
+                       sa.Column("id", sa.String(16), nullable=False, unique=True), sa.Column("at", sa.Float, nullable=False),
+                       sa.Column("live", sa.Boolean, nullable=False, default=False), sa.Column("doc", json_type(), nullable=True),
+                       sa.Column("note", sa.String(16), nullable=True))
+    children = sa.Table("children", metadata, sa.Column("parent", sa.String(16), primary_key=True),
+                        sa.Column("position", sa.Integer, primary_key=True), sa.Column("body", json_type(), nullable=False))
+    await database.create_tables(metadata)
+    doc = {"text": "é \"q\" 🙂", "list": [1, 2.5, None, True], "nested": {"a": {}}}
+    at = 1764033352.123456
+    parent = {"id": "p1", "at": at, "live": True, "doc": None, "note": None}
+    bodies = [{"n": n, "doc": doc} for n in range(3)]
+    assert (InsertRows((parents, [parent]), (children, [{"parent": "p1", "position": n, "body": body} for n, body in enumerate(bodies)]))
+            .alone_on_postgres()) is not None
+    await database.write(InsertRows((parents, [parent]), (children, [{"parent": "p1", "position": n, "body": body} for n, body in enumerate(bodies)])))
+    await database.write(lambda connection: connection.execute(parents.insert(), {**parent, "id": "s1"}))  # SQLAlchemy's own insert
+    rows = {row["id"]: dict(row) for row in await database.fetch_all(
+        sa.select(parents.c.id, parents.c.at, parents.c.live, parents.c.doc, parents.c.note))}
+    assert rows["p1"] == {**rows["s1"], "id": "p1"}
+    assert {key: rows["p1"][key] for key in ("at", "live", "doc", "note")} == {"at": at, "live": True, "doc": None, "note": None}
+    assert [row["body"] for row in await database.fetch_all(sa.select(children.c.body).order_by(children.c.position))] == bodies
+    # A row of the second table fails: the first table's row is not left behind.
+    with pytest.raises(sa.exc.IntegrityError):
+        await database.write(InsertRows((parents, [{**parent, "id": "p2"}]), (children, [{"parent": "p1", "position": 0, "body": {}}])))
+    assert sorted(row["id"] for row in await database.fetch_all(sa.select(parents.c.id))) == ["p1", "s1"]
+    # A column left to its Python default: as separate inserts, which fill it in.
+    assert InsertRows((parents, [{"id": "p3", "at": at}])).alone_on_postgres() is None
+    await database.write(InsertRows((parents, [{"id": "p3", "at": at}])))
+    assert await database.fetch_all(sa.select(parents.c.live).where(parents.c.id == "p3")) == [{"live": False}]
