@@ -8,20 +8,24 @@ measures them in the same minutes: c=1 chat requests (or stored responses) inter
 (`--rounds` rounds; the client at real-time priority, as in bench/smg.py, unless `--no-prompt-client`),
 then c=32 windows that alternate between A and B, with each stack's CPU per
 request. Each checkout runs its own code (PYTHONPATH) with this virtual environment's packages.
+`--postgres` keeps the stored rows of each in a fresh database of that PostgreSQL server instead of
+SQLite (`bench/stack-pg-run.yaml`, this checkout's if the other has none).
 
     git worktree add /tmp/base HEAD
-    .venv/bin/python bench/ab.py /tmp/base . [--stream] [--responses] [--conversations] [--run-yaml PATH] [--windows 6]
+    .venv/bin/python bench/ab.py /tmp/base . [--stream] [--responses] [--conversations] [--postgres [ADMIN_DSN]] [--run-yaml PATH] [--windows 6]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from collections.abc import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -32,63 +36,71 @@ from common import (  # noqa: E402
 )
 from chat import chat_request  # noqa: E402
 from responses import create_response  # noqa: E402
-from smg import CONVERSATION_SIZE, conversation_of, items  # noqa: E402
+from smg import ADMIN_DSN, CONVERSATION_SIZE, conversation_of, fresh_database, items  # noqa: E402
 
 
 async def run(options: argparse.Namespace) -> None:
     make = create_response if options.responses else chat_request
-    with tempfile.TemporaryDirectory(prefix="stack-bench-ab-") as temp:
-        logs = Path(temp)
-        env = dict(os.environ, PYTHONPATH=str(ROOT / "tests"))
-        upstream = spawn([sys.executable, "-m", "fake_upstream", "--port", "0"], UPSTREAM_CORE, env, logs / "upstream.log",
-                         stdout=subprocess.PIPE)
-        stacks: dict[str, tuple[subprocess.Popen[bytes], int]] = {}
-        try:
-            url = read_listening_url(upstream)
-            upstream_port = int(url.rsplit(":", 1)[1])
-            for name, checkout in (("A", options.a), ("B", options.b)):
-                port = free_port()
-                stack = stack_env(url, logs / f"state-{name}") | {"PYTHONPATH": str(checkout.resolve())}
-                stored = options.responses or options.conversations
-                run_yaml = checkout / (options.run_yaml or Path("bench") / ("stack-run.yaml" if stored else "chat-run.yaml"))
-                stacks[name] = (spawn([STACK, "run", str(run_yaml), "--port", str(port)], STACK_CORE, stack,
-                                      logs / f"{name}.log"), port)
-            os.sched_setaffinity(0, {CLIENT_CORE})
-            for process, port in stacks.values():
-                await wait_healthy(port, "/v1/health", process)
-            if options.conversations:
-                await compare_conversations({name: port for name, (_, port) in stacks.items()}, options.requests)
-                return
-            progress("c=1, interleaved")
-            # The upstream alone is the floor of a chat request; it has no Responses API.
-            ports = {**({} if options.responses else {"upstream": upstream_port}), **{name: port for name, (_, port) in stacks.items()}}
-            with prompt_client(options.prompt_client):  # see bench/smg.py
-                samples = await sample_interleaved({name: (port, make(port, options.stream)) for name, port in ports.items()},
-                                                   options.requests, 200, rounds=10)
-            what = "first content" if options.stream else "total"
-            floor = 0.0 if options.responses else percentile(samples["upstream"].firsts if options.stream else samples["upstream"].totals, 0.5)
-            print(f"c=1 p50 {what}: upstream {floor:.3f} ms" if floor else f"c=1 p50 {what}:")
-            for name in stacks:
-                values = samples[name].firsts if options.stream else samples[name].totals
-                added = f" (+{percentile(values, 0.5) - floor:.3f})" if floor else ""
-                print(f"  {name}: {percentile(values, 0.5):.3f} ms{added}, errors {samples[name].errors}")
-            windows: dict[str, list[tuple[float, float]]] = {name: [] for name in stacks}
-            for index in range(options.windows):
-                progress(f"c=32 window {index + 1} of {options.windows}")
-                for name in ("A", "B") if index % 2 == 0 else ("B", "A"):
-                    process, port = stacks[name]
-                    measured = await measure_throughput(port, make(port, options.stream), 32, options.duration, 1.0,
-                                                        {"stack": process.pid})
-                    windows[name].append((cpu_per_request_us(measured), measured.rps))
-            print(f"c=32, {options.windows} alternating windows of {options.duration:g} s (median; each window):")
-            for name, values in windows.items():
-                print(f"  {name}: {statistics.median(cpu for cpu, _ in values):.0f} µs of stack CPU a request, "
-                      f"{statistics.median(rps for _, rps in values):,.0f}/s; "
-                      + " ".join(f"{cpu:.0f}" for cpu, _ in values))
-        finally:
-            for process, _ in stacks.values():
-                stop(process)
-            stop(upstream)
+    async with contextlib.AsyncExitStack() as databases:
+        with tempfile.TemporaryDirectory(prefix="stack-bench-ab-") as temp:
+            await measure(options, make, Path(temp), databases)
+
+
+async def measure(options: argparse.Namespace, make: Callable[[int, bool], Request], logs: Path, databases: contextlib.AsyncExitStack) -> None:
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "tests"))
+    upstream = spawn([sys.executable, "-m", "fake_upstream", "--port", "0"], UPSTREAM_CORE, env, logs / "upstream.log",
+                     stdout=subprocess.PIPE)
+    stacks: dict[str, tuple[subprocess.Popen[bytes], int]] = {}
+    try:
+        url = read_listening_url(upstream)
+        upstream_port = int(url.rsplit(":", 1)[1])
+        for name, checkout in (("A", options.a), ("B", options.b)):
+            port = free_port()
+            stack = stack_env(url, logs / f"state-{name}") | {"PYTHONPATH": str(checkout.resolve())}
+            stored = options.responses or options.conversations
+            default = "stack-pg-run.yaml" if options.postgres else "stack-run.yaml" if stored else "chat-run.yaml"
+            run_yaml = checkout / (options.run_yaml or Path("bench") / default)
+            if options.postgres:
+                stack["BENCH_POSTGRES_DSN"] = await databases.enter_async_context(fresh_database(options.postgres))
+                run_yaml = run_yaml if run_yaml.exists() else ROOT / "bench" / default
+            stacks[name] = (spawn([STACK, "run", str(run_yaml), "--port", str(port)], STACK_CORE, stack,
+                                  logs / f"{name}.log"), port)
+        os.sched_setaffinity(0, {CLIENT_CORE})
+        for process, port in stacks.values():
+            await wait_healthy(port, "/v1/health", process)
+        if options.conversations:
+            await compare_conversations({name: port for name, (_, port) in stacks.items()}, options.requests)
+            return
+        progress("c=1, interleaved")
+        # The upstream alone is the floor of a chat request; it has no Responses API.
+        ports = {**({} if options.responses else {"upstream": upstream_port}), **{name: port for name, (_, port) in stacks.items()}}
+        with prompt_client(options.prompt_client):  # see bench/smg.py
+            samples = await sample_interleaved({name: (port, make(port, options.stream)) for name, port in ports.items()},
+                                               options.requests, 200, rounds=10)
+        what = "first content" if options.stream else "total"
+        floor = 0.0 if options.responses else percentile(samples["upstream"].firsts if options.stream else samples["upstream"].totals, 0.5)
+        print(f"c=1 p50 {what}: upstream {floor:.3f} ms" if floor else f"c=1 p50 {what}:")
+        for name in stacks:
+            values = samples[name].firsts if options.stream else samples[name].totals
+            added = f" (+{percentile(values, 0.5) - floor:.3f})" if floor else ""
+            print(f"  {name}: {percentile(values, 0.5):.3f} ms{added}, errors {samples[name].errors}")
+        windows: dict[str, list[tuple[float, float]]] = {name: [] for name in stacks}
+        for index in range(options.windows):
+            progress(f"c=32 window {index + 1} of {options.windows}")
+            for name in ("A", "B") if index % 2 == 0 else ("B", "A"):
+                process, port = stacks[name]
+                measured = await measure_throughput(port, make(port, options.stream), 32, options.duration, 1.0,
+                                                    {"stack": process.pid})
+                windows[name].append((cpu_per_request_us(measured), measured.rps))
+        print(f"c=32, {options.windows} alternating windows of {options.duration:g} s (median; each window):")
+        for name, values in windows.items():
+            print(f"  {name}: {statistics.median(cpu for cpu, _ in values):.0f} µs of stack CPU a request, "
+                  f"{statistics.median(rps for _, rps in values):,.0f}/s; "
+                  + " ".join(f"{cpu:.0f}" for cpu, _ in values))
+    finally:
+        for process, _ in stacks.values():
+            stop(process)
+        stop(upstream)
 
 
 async def compare_conversations(ports: dict[str, int], requests: int) -> None:
@@ -115,6 +127,8 @@ def main() -> None:
     parser.add_argument("--responses", action="store_true", help="stored responses instead of chat completions")
     parser.add_argument("--conversations", action="store_true", help="conversation items create and list(100), c=1 only")
     parser.add_argument("--run-yaml", type=Path, help="relative to each checkout (bench/chat-run.yaml, or stack-run.yaml with --responses)")
+    parser.add_argument("--postgres", nargs="?", const=ADMIN_DSN, metavar="ADMIN_DSN",
+                        help=f"keep the stored rows in PostgreSQL, a fresh database each (default server: {ADMIN_DSN})")
     parser.add_argument("--requests", type=int, default=2_000, help="c=1 requests to each server")
     parser.add_argument("--no-prompt-client", dest="prompt_client", action="store_false",
                         help="time the c=1 requests at the client's normal priority (as before 2026-11-24)")
