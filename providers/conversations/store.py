@@ -26,7 +26,7 @@ import sqlalchemy as sa
 from runtime.apis.items import ItemText
 from runtime.auth import granted_owners, principal_id
 from runtime.errors import NotFoundError
-from runtime.storage import SMALL_WRITE_ROWS, Database, Prepared, caller_may, for_caller, insert_into, json_type
+from runtime.storage import SMALL_WRITE_ROWS, Database, InsertRows, Prepared, caller_may, for_caller, insert_into, json_type
 
 __all__ = ["ConversationStore"]
 
@@ -140,13 +140,8 @@ class ConversationStore:
         row = {"id": conversation_id, "created_at": created_at, "metadata": metadata or {}, "next_seq": len(items),
                "principal": principal_id()}
         item_rows = _rows(conversation_id, 0, items)
-
-        def work(connection: sa.Connection) -> None:
-            insert_into(conversations).run(connection, [row])
-            if item_rows:
-                insert_into(conversation_items).run(connection, item_rows)
-
-        await self.db.write(work, small=len(items) <= SMALL_WRITE_ROWS)
+        # One statement on PostgreSQL; on SQLite, grouped with other inserts queued with it.
+        await self.db.write(InsertRows((conversations, [row]), (conversation_items, item_rows)), small=len(items) <= SMALL_WRITE_ROWS)
         return _public({"id": conversation_id, "created_at": created_at, "metadata": metadata or {}})
 
     async def get(self, conversation_id: str) -> dict[str, Any]:
