@@ -557,12 +557,20 @@ def test_stores_on_sqlite_do_not_import_the_postgresql_dialect() -> None:
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[3])
 
 
-async def test_prepared_statements_write_what_sqlalchemy_would(database: Database, backend: Backend) -> None:
+DOC = {"text": "é \"q\" 🙂", "list": [1, 2.5, None, True], "nested": {"a": {}}}  # JSON that escapes and nests
+
+
+@pytest.fixture
+async def docs(database: Database, backend: Backend) -> sa.Table:
     table = sa.Table("docs", sa.MetaData(schema=backend.schema), sa.Column("id", sa.String(16), primary_key=True),
                      sa.Column("kind", sa.String(8), nullable=False), sa.Column("n", sa.Integer, nullable=False, default=7),
                      sa.Column("doc", json_type(), nullable=True))
     await database.create_tables(table.metadata)
-    doc = {"text": "é \"q\" 🙂", "list": [1, 2.5, None, True], "nested": {"a": {}}}
+    return table
+
+
+async def test_prepared_statements_write_what_sqlalchemy_would(database: Database, docs: sa.Table) -> None:
+    table, doc = docs, DOC
     bump = Prepared(table.update().where(table.c.id == sa.bindparam("key"), table.c.kind == "live")
                     .values(n=table.c.n + sa.bindparam("by", type_=sa.Integer)).returning(table.c.n))
     drop = Prepared(table.delete().where(table.c.id.in_(sa.bindparam("keys", expanding=True))))  # SQLAlchemy's own way
@@ -588,13 +596,9 @@ async def test_prepared_statements_write_what_sqlalchemy_would(database: Databas
         await database.write(lambda connection: insert_into(table).run(connection, {"id": "p1", "kind": "live", "n": 1, "doc": None}))
 
 
-async def test_prepared_statements_each_on_its_own_do_what_sqlalchemy_would(database: Database, backend: Backend) -> None:
+async def test_prepared_statements_each_on_its_own_do_what_sqlalchemy_would(database: Database, docs: sa.Table) -> None:
     # One statement a write (autocommit on PostgreSQL) and reads: asyncpg runs them directly there.
-    table = sa.Table("docs", sa.MetaData(schema=backend.schema), sa.Column("id", sa.String(16), primary_key=True),
-                     sa.Column("kind", sa.String(8), nullable=False), sa.Column("n", sa.Integer, nullable=False, default=7),
-                     sa.Column("doc", json_type(), nullable=True))
-    await database.create_tables(table.metadata)
-    doc = {"text": "é \"q\" 🙂", "list": [1, 2.5, None, True], "nested": {"a": {}}}
+    table, doc = docs, DOC
     insert = insert_into(table)
     bump = Prepared(table.update().where(table.c.id == sa.bindparam("key")).values(n=table.c.n + sa.bindparam("by", type_=sa.Integer))
                     .returning(table.c.n))
@@ -872,7 +876,7 @@ async def test_insert_rows_write_what_separate_inserts_would_and_all_or_nothing(
     children = sa.Table("children", metadata, sa.Column("parent", sa.String(16), primary_key=True),
                         sa.Column("position", sa.Integer, primary_key=True), sa.Column("body", json_type(), nullable=False))
     await database.create_tables(metadata)
-    doc = {"text": "é \"q\" 🙂", "list": [1, 2.5, None, True], "nested": {"a": {}}}
+    doc = DOC
     at = 1764033352.123456
     parent = {"id": "p1", "at": at, "live": True, "doc": None, "note": None}
     bodies = [{"n": n, "doc": doc} for n in range(3)]
