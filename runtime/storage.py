@@ -68,7 +68,7 @@ from runtime.tracing import store_tracing
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-__all__ = ["PARTIAL_INDEX_WHERE", "SMALL_WRITE_ROWS", "Database", "InsertRows", "Prepared", "Ran", "Storage", "caller_may", "for_caller", "insert_into", "json_type", "open_database", "schema_lock"]
+__all__ = ["PARTIAL_INDEX_WHERE", "SMALL_WRITE_ROWS", "Database", "InsertRows", "Prepared", "Ran", "Storage", "caller_may", "for_caller", "insert_into", "json_type", "open_database", "rows_of_json", "schema_lock"]
 
 # Execution option read by the SQLite "begin" hook: which BEGIN to emit for this connection.
 _BEGIN_OPTION = "stack_sqlite_begin"
@@ -636,16 +636,26 @@ def _carried_by_json(table: sa.Table, names: tuple[str, ...]) -> bool:
     return all(column.default is None for column in table.c if column.name not in names)
 
 
+def rows_of_json(table: sa.Table, names: Sequence[str], param: str) -> tuple[sa.TableValuedAlias, list[sa.ColumnElement[Any]]]:
+    """PostgreSQL: rows of `table`'s columns `names` sent as one JSON array (bind parameter `param`,
+    a list of dicts), as `jsonb_to_recordset` reads them back into typed rows: the FROM clause, and
+    the values to select from it for an `INSERT ... SELECT` (None in a JSON column as JSON null,
+    as SQLAlchemy writes it). See `InsertRows.alone_on_postgres` for the columns JSON carries."""
+    records = (sa.func.jsonb_to_recordset(sa.bindparam(param, type_=json_type()))
+               .table_valued(*[sa.column(name, table.c[name].type) for name in names])
+               .render_derived(name=param, with_types=True))
+    # A JSON null comes out as SQL NULL.
+    values: list[sa.ColumnElement[Any]] = [
+        sa.func.coalesce(records.c[name], sa.literal_column("'null'::jsonb")) if isinstance(table.c[name].type, _JSON) else records.c[name]
+        for name in names]
+    return records, values
+
+
 @functools.lru_cache(maxsize=64)
 def _inserts_as_one(shapes: tuple[tuple[sa.Table, tuple[str, ...]], ...]) -> Prepared:
     statements = []
     for index, (table, names) in enumerate(shapes):
-        records = (sa.func.jsonb_to_recordset(sa.bindparam(f"rows{index}", type_=json_type()))
-                   .table_valued(*[sa.column(name, table.c[name].type) for name in names])
-                   .render_derived(name=f"rows{index}", with_types=True))
-        # A JSON null comes out as SQL NULL; SQLAlchemy writes None to a JSON column as JSON null.
-        values = [sa.func.coalesce(records.c[name], sa.literal_column("'null'::jsonb")) if isinstance(table.c[name].type, _JSON)
-                  else records.c[name] for name in names]
+        records, values = rows_of_json(table, names, f"rows{index}")
         statements.append(table.insert().from_select(list(names), sa.select(*values).select_from(records)))
     *first, last = statements
     return Prepared(last.add_cte(*[statement.cte(f"insert_{index}") for index, statement in enumerate(first)]) if first else last)

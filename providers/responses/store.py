@@ -16,7 +16,9 @@ import sqlalchemy as sa
 from runtime.auth import principal_id
 from runtime.errors import NotFoundError
 from runtime.owners import owner_is_gone, process_owner
-from runtime.storage import PARTIAL_INDEX_WHERE, SMALL_WRITE_ROWS, Database, InsertRows, Prepared, caller_may, for_caller, insert_into, json_type
+from runtime.storage import (
+    PARTIAL_INDEX_WHERE, SMALL_WRITE_ROWS, Database, InsertRows, Prepared, caller_may, for_caller, insert_into, json_type, rows_of_json,
+)
 
 __all__ = ["ResponseStore", "StoredResponse"]
 
@@ -82,6 +84,26 @@ _FINISH = Prepared(_FINISH_ANY)
 _FINISH_IF = Prepared(_FINISH_ANY.where(responses.c.status.in_(sa.bindparam("statuses", expanding=True))))
 _FINISH_IF_WAS = Prepared(_FINISH_ANY.where(responses.c.status == sa.bindparam("status_was")))
 _DROP_OUTPUT = Prepared(items.delete().where(items.c.response_id == sa.bindparam("rid"), items.c.kind == "output"))
+_ITEM_COLUMNS = ("response_id", "kind", "position", "item_id", "item")
+
+
+def _finish_in_one(*status: sa.ColumnElement[bool]) -> sa.Select[Any]:
+    """PostgreSQL: `finish` as one statement. The update (if the stored status meets `status`), the
+    old output's delete and the new output's insert (`:rows`, as JSON) are data-modifying WITHs
+    gated on the update; it selects how many rows the update matched. All three read the same
+    snapshot, so the delete does not see the rows inserted beside it."""
+    done = (responses.update().where(responses.c.id == sa.bindparam("rid"), *status)
+            .values(status=sa.bindparam("new_status"), response=sa.bindparam("new_response"))
+            .returning(responses.c.id).cte("done"))
+    dropped = items.delete().where(items.c.response_id.in_(sa.select(done.c.id)), items.c.kind == "output").cte("dropped")
+    records, values = rows_of_json(items, _ITEM_COLUMNS, "rows")
+    added = items.insert().from_select(list(_ITEM_COLUMNS), sa.select(*values).select_from(done).join(records, sa.true())).cte("added")
+    return sa.select(sa.func.count()).select_from(done).add_cte(dropped, added)
+
+
+_FINISH_IN_ONE = {_FINISH: Prepared(_finish_in_one()),
+                  _FINISH_IF_WAS: Prepared(_finish_in_one(responses.c.status == sa.bindparam("status_was"))),
+                  _FINISH_IF: Prepared(_finish_in_one(responses.c.status.in_(sa.bindparam("statuses", expanding=True))))}
 _RENEW = responses.update().where(responses.c.id.in_(sa.bindparam("ids", expanding=True)), sa.text(_OPEN_SQL)).values(
     heartbeat_at=sa.bindparam("now"), owner=sa.bindparam("owner"))
 _CHAIN_ITEMS = sa.select(items.c.response_id, items.c.kind, items.c.position, items.c.item).where(
@@ -142,6 +164,9 @@ class ResponseStore:
         elif only_if_status:
             update, params["statuses"] = _FINISH_IF, list(only_if_status)
         rows = _item_rows(response["id"], "output", output_items)
+        if self.db.dialect == "postgresql":  # one round trip where a transaction of three statements takes five
+            finish = _FINISH_IN_ONE[update]
+            return await self.db.write(lambda connection: bool(finish.run(connection, {**params, "rows": rows}).scalar()), one_statement=True)
 
         def work(connection: sa.Connection) -> bool:
             if not update.run(connection, params).rowcount:
