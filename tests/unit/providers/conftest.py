@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
 from builder.config import PostgresBackend, SqliteBackend
+from runtime.storage import Database, open_database
 from support.postgres import fresh_database
 
 
@@ -19,3 +20,11 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqliteBa
         return
     with fresh_database() as dsn:
         yield PostgresBackend(type="postgres", dsn=dsn, pool_size=20)
+
+
+@pytest.fixture
+async def database(backend: SqliteBackend | PostgresBackend) -> AsyncIterator[Database]:
+    """The backend opened, and closed after the test."""
+    db = open_database(backend)
+    yield db
+    await db.close()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -15,17 +15,15 @@ from providers.conversations.store import ConversationStore
 from runtime import auth
 from runtime.auth import Principal
 from runtime.errors import NotFoundError
-from runtime.storage import open_database
+from runtime.storage import Database, open_database
 
 
 
 @pytest.fixture
-async def store(backend: SqliteBackend | PostgresBackend) -> AsyncIterator[ConversationStore]:
-    db = open_database(backend)
-    store = ConversationStore(db)
+async def store(database: Database) -> ConversationStore:
+    store = ConversationStore(database)
     await store.create_tables()
-    yield store
-    await db.close()
+    return store
 
 
 def items(tag: str, count: int) -> list[dict[str, str]]:

@@ -3,23 +3,19 @@ first, and a finish conditioned on the stored status does nothing once another s
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
-from builder.config import PostgresBackend, SqliteBackend
 from providers.responses.store import ResponseStore
-from runtime.storage import open_database
+from runtime.storage import Database
 
 
 @pytest.fixture
-async def store(backend: SqliteBackend | PostgresBackend) -> AsyncIterator[ResponseStore]:
-    db = open_database(backend)
-    store = ResponseStore(db)
+async def store(database: Database) -> ResponseStore:
+    store = ResponseStore(database)
     await store.create_tables()
-    yield store
-    await db.close()
+    return store
 
 
 def response(response_id: str, status: str) -> dict[str, Any]:
