@@ -58,6 +58,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, cast
 
 import sqlalchemy as sa
 import sqlean as sqlite3  # type: ignore[import-untyped]
+from sqlalchemy.util import await_only
 
 from builder.config import STORE_NAMES, PostgresBackend, SqliteBackend, StorageConfig
 from runtime import fastjson
@@ -211,7 +212,7 @@ class Database:
             if isinstance(work, InsertRows) and (alone := work.alone_on_postgres()) is not None:
                 work, one_statement = cast(Callable[[sa.Connection], T], alone), True
             step = _autocommitted_write if one_statement else _in_transaction
-            return await _to_the_end(asyncio.ensure_future(self._pg.run(step, work)))
+            return await self._pg.run(step, work)
         if self._writing is None or self._write_lock is None or self._write_thread is None:
             async with self.engine.begin() as conn:
                 return await conn.run_sync(work)
@@ -287,7 +288,7 @@ class Database:
         if (tracing := store_tracing()) is not None:
             return await tracing.store("read", self._system, self.read_with(work, small=small))
         if self._pg is not None:
-            return await _to_the_end(asyncio.ensure_future(self._pg.run(_autocommitted_read, work)))
+            return await self._pg.run(_autocommitted_read, work)
         if self._sync is None or self._read_threads is None:
             async with self.engine.connect() as conn:
                 return await conn.run_sync(work)
@@ -754,8 +755,7 @@ def _run_on_sqlite(driver: Any, compiled: _Compiled, batch: Sequence[Mapping[str
 
 def _run_on_asyncpg(driver: Any, compiled: _Compiled, batch: Sequence[Mapping[str, Any]], many: bool) -> Ran:
     """In SQLAlchemy's greenlet (`run_sync`), as its own asyncpg adapter calls asyncpg."""
-    import asyncpg  # type: ignore[import-untyped]
-    from sqlalchemy.util import await_only
+    import asyncpg  # type: ignore[import-untyped]  # (a stack on SQLite never imports it)
 
     try:
         if many and len(batch) > 1:
@@ -1053,7 +1053,11 @@ class _PgConnections:
         self.idle: list[AsyncConnection] = []
 
     async def run(self, step: Callable[[sa.Connection, Callable[[sa.Connection], T]], T], work: Callable[[sa.Connection], T]) -> T:
-        """`step(connection, work)` in one hop into SQLAlchemy's greenlet."""
+        """`step(connection, work)` in one hop into SQLAlchemy's greenlet, made to the end even if
+        the caller is cancelled meanwhile (which is raised once it is made)."""
+        return await _to_the_end(asyncio.ensure_future(self._run(step, work)))
+
+    async def _run(self, step: Callable[[sa.Connection, Callable[[sa.Connection], T]], T], work: Callable[[sa.Connection], T]) -> T:
         connection = await self._take()
         try:
             result = await connection.run_sync(step, work)

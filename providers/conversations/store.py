@@ -60,23 +60,25 @@ _OWNED = conversations.c.principal == sa.bindparam("caller")  # not "principal":
 _GET_OWNED = _GET.where(_OWNED)
 _VERSION_OWNED = _VERSION.where(_OWNED)
 _BURN_ONE = conversations.update().where(conversations.c.id == sa.bindparam("cid")).values(next_seq=conversations.c.next_seq + 1)
-_RESERVE_ANY = (
-    conversations.update()
-    .where(conversations.c.id == sa.bindparam("cid"))
-    .values(next_seq=conversations.c.next_seq + sa.bindparam("count", type_=sa.BigInteger))
-    .returning(conversations.c.next_seq)
-)
-_RESERVE, _RESERVE_OWNED = Prepared(_RESERVE_ANY), Prepared(_RESERVE_ANY.where(_OWNED))
+
+
+def _reserve(*owner: sa.ColumnElement[bool]) -> sa.Update:
+    """The reservation of a block of `:count` numbers in conversation `:cid` (whose owner meets
+    `owner`): it returns the new `next_seq` (the block's end) and the conversation's id."""
+    return (conversations.update().where(conversations.c.id == sa.bindparam("cid"), *owner)
+            .values(next_seq=conversations.c.next_seq + sa.bindparam("count", type_=sa.BigInteger))
+            .returning(conversations.c.next_seq, conversations.c.id))
+
+
+_RESERVE, _RESERVE_OWNED = Prepared(_reserve()), Prepared(_reserve(_OWNED))
 
 
 def _reserve_and_insert(*owner: sa.ColumnElement[bool]) -> sa.Insert:
-    """PostgreSQL: the reservation of a block (of a conversation whose owner meets `owner`) and
-    the insert of the block, as one statement. The items come as one JSON array (`:items`),
-    numbered from the block's start in their order; it returns the seq of each item inserted, none
-    if the conversation is not there (or not one the caller may update)."""
-    reserved = (conversations.update().where(conversations.c.id == sa.bindparam("cid"), *owner)
-                .values(next_seq=conversations.c.next_seq + sa.bindparam("count", type_=sa.BigInteger))
-                .returning(conversations.c.next_seq, conversations.c.id).cte("reserved"))
+    """PostgreSQL: the reservation of a block and the insert of the block, as one statement. The
+    items come as one JSON array (`:items`), numbered from the block's start in their order; it
+    returns the seq of each item inserted, none if the conversation is not there (or not one the
+    caller may update)."""
+    reserved = _reserve(*owner).cte("reserved")
     elements = (sa.func.jsonb_array_elements(sa.bindparam("items", type_=json_type()))
                 .table_valued("value", with_ordinality="ord").render_derived())
     block = sa.select(

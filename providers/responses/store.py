@@ -78,11 +78,17 @@ _GET = sa.select(responses).where(responses.c.id == sa.bindparam("rid"))
 _GET_OWNED = _GET.where(responses.c.principal == sa.bindparam("principal"))
 _EXISTS = sa.select(responses.c.id).where(responses.c.id == sa.bindparam("rid"))
 _EXISTS_OWNED = _EXISTS.where(responses.c.principal == sa.bindparam("principal"))
-_FINISH_ANY = responses.update().where(responses.c.id == sa.bindparam("rid")).values(
-    status=sa.bindparam("new_status"), response=sa.bindparam("new_response"))
-_FINISH = Prepared(_FINISH_ANY)
-_FINISH_IF = Prepared(_FINISH_ANY.where(responses.c.status.in_(sa.bindparam("statuses", expanding=True))))
-_FINISH_IF_WAS = Prepared(_FINISH_ANY.where(responses.c.status == sa.bindparam("status_was")))
+
+
+def _finish_update(*status: sa.ColumnElement[bool]) -> sa.Update:
+    """The final state of response `:rid`, if its stored status meets `status`."""
+    return responses.update().where(responses.c.id == sa.bindparam("rid"), *status).values(
+        status=sa.bindparam("new_status"), response=sa.bindparam("new_response"))
+
+
+_WAS = (responses.c.status == sa.bindparam("status_was"),)
+_WAS_ONE_OF = (responses.c.status.in_(sa.bindparam("statuses", expanding=True)),)
+_FINISH, _FINISH_IF, _FINISH_IF_WAS = Prepared(_finish_update()), Prepared(_finish_update(*_WAS_ONE_OF)), Prepared(_finish_update(*_WAS))
 _DROP_OUTPUT = Prepared(items.delete().where(items.c.response_id == sa.bindparam("rid"), items.c.kind == "output"))
 _ITEM_COLUMNS = ("response_id", "kind", "position", "item_id", "item")
 
@@ -92,18 +98,15 @@ def _finish_in_one(*status: sa.ColumnElement[bool]) -> sa.Select[Any]:
     old output's delete and the new output's insert (`:rows`, as JSON) are data-modifying WITHs
     gated on the update; it selects how many rows the update matched. All three read the same
     snapshot, so the delete does not see the rows inserted beside it."""
-    done = (responses.update().where(responses.c.id == sa.bindparam("rid"), *status)
-            .values(status=sa.bindparam("new_status"), response=sa.bindparam("new_response"))
-            .returning(responses.c.id).cte("done"))
+    done = _finish_update(*status).returning(responses.c.id).cte("done")
     dropped = items.delete().where(items.c.response_id.in_(sa.select(done.c.id)), items.c.kind == "output").cte("dropped")
     records, values = rows_of_json(items, _ITEM_COLUMNS, "rows")
     added = items.insert().from_select(list(_ITEM_COLUMNS), sa.select(*values).select_from(done).join(records, sa.true())).cte("added")
     return sa.select(sa.func.count()).select_from(done).add_cte(dropped, added)
 
 
-_FINISH_IN_ONE = {_FINISH: Prepared(_finish_in_one()),
-                  _FINISH_IF_WAS: Prepared(_finish_in_one(responses.c.status == sa.bindparam("status_was"))),
-                  _FINISH_IF: Prepared(_finish_in_one(responses.c.status.in_(sa.bindparam("statuses", expanding=True))))}
+_FINISH_IN_ONE = {_FINISH: Prepared(_finish_in_one()), _FINISH_IF_WAS: Prepared(_finish_in_one(*_WAS)),
+                  _FINISH_IF: Prepared(_finish_in_one(*_WAS_ONE_OF))}
 _RENEW = responses.update().where(responses.c.id.in_(sa.bindparam("ids", expanding=True)), sa.text(_OPEN_SQL)).values(
     heartbeat_at=sa.bindparam("now"), owner=sa.bindparam("owner"))
 _CHAIN_ITEMS = sa.select(items.c.response_id, items.c.kind, items.c.position, items.c.item).where(
