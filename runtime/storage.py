@@ -344,8 +344,9 @@ class Database:
         return await self.read_with(lambda conn: conn.execute(stmt, params).mappings().first())
 
     async def execute(self, stmt: sa.Executable, params: dict[str, Any] | None = None) -> int:
-        """Run one statement in a transaction of its own; the number of rows it matched."""
-        return await self.write(lambda conn: _rowcount(conn.execute(stmt, params)))
+        """Run one statement in a transaction of its own; the number of rows it matched. (On
+        PostgreSQL, in autocommit: one statement is atomic by itself.)"""
+        return await self.write(lambda conn: _rowcount(conn.execute(stmt, params)), one_statement=True)
 
     async def upsert(self, table: sa.Table, values: dict[str, Any], key: Sequence[str]) -> None:
         """Insert a row, or update the row whose `key` columns (a unique index) already match."""
@@ -393,7 +394,7 @@ class Database:
     async def notify(self, channel: str, payload: str) -> None:
         """Tell the subscribers of `channel`, in every process that listens (see `subscribe`)."""
         if self._listener is not None:
-            await self.execute(sa.text("SELECT pg_notify(:channel, :payload)"), {"channel": channel, "payload": payload})
+            await self.write(lambda connection: _NOTIFY.run(connection, {"channel": channel, "payload": payload}), one_statement=True)
         else:
             asyncio.get_running_loop().call_soon(self._deliver, channel, payload)
             if self._machine is not None:
@@ -738,6 +739,11 @@ class Prepared:
         if key not in self._compiled:
             self._compiled[key] = _compile(self.statement, dialect, tuple(params))
         return self._compiled[key]
+
+
+# `Database.notify` on PostgreSQL: a statement built once, run on asyncpg in autocommit, where a text
+# statement built per call cost SQLAlchemy's compile-cache lookup and execution layer each time.
+_NOTIFY = Prepared(sa.select(sa.func.pg_notify(sa.bindparam("channel", type_=sa.String), sa.bindparam("payload", type_=sa.String))))
 
 
 def _run_on_sqlite(driver: Any, compiled: _Compiled, batch: Sequence[Mapping[str, Any]], many: bool) -> Ran:

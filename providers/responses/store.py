@@ -107,6 +107,18 @@ def _finish_in_one(*status: sa.ColumnElement[bool]) -> sa.Select[Any]:
 
 _FINISH_IN_ONE = {_FINISH: Prepared(_finish_in_one()), _FINISH_IF_WAS: Prepared(_finish_in_one(*_WAS)),
                   _FINISH_IF: Prepared(_finish_in_one(*_WAS_ONE_OF))}
+
+
+def _status_update(*status: sa.ColumnElement[bool]) -> sa.Update:
+    """A background response's new state, if its stored status meets `status`; the caller's lease on it."""
+    return responses.update().where(responses.c.id == sa.bindparam("rid"), *status).values(
+        status=sa.bindparam("new_status"), response=sa.bindparam("new_response"), heartbeat_at=sa.bindparam("now"),
+        owner=sa.bindparam("owner"))
+
+
+_SET_STATUS_IF_WAS, _SET_STATUS_IF = Prepared(_status_update(*_WAS)), Prepared(_status_update(*_WAS_ONE_OF))
+_HEARTBEAT = Prepared(responses.update().where(responses.c.id == sa.bindparam("rid")).values(
+    heartbeat_at=sa.bindparam("now"), owner=sa.bindparam("owner")).returning(responses.c.status))
 _RENEW = responses.update().where(responses.c.id.in_(sa.bindparam("ids", expanding=True)), sa.text(_OPEN_SQL)).values(
     heartbeat_at=sa.bindparam("now"), owner=sa.bindparam("owner"))
 _CHAIN_ITEMS = sa.select(items.c.response_id, items.c.kind, items.c.position, items.c.item).where(
@@ -261,18 +273,24 @@ class ResponseStore:
         await self.db.notify(CANCELS, response_id)
 
     async def set_status(self, response_id: str, status: str, response: dict[str, Any], *, only_if_status: Sequence[str]) -> bool:
-        changed = await self.db.execute(
-            responses.update()
-            .where(responses.c.id == response_id, responses.c.status.in_(list(only_if_status)))
-            .values(status=status, response=response, heartbeat_at=time.time(), owner=process_owner())
-        )
+        """Set a background response's status and state if its stored status is one of
+        `only_if_status` (whether it was), taking its lease for this process."""
+        if not only_if_status:
+            raise ValueError("set_status needs the statuses it may change")
+        params = {"rid": response_id, "new_status": status, "new_response": response, "now": time.time(), "owner": process_owner()}
+        update = _SET_STATUS_IF
+        if len(only_if_status) == 1:  # the usual case, without an IN list to expand at each run
+            update, params["status_was"] = _SET_STATUS_IF_WAS, only_if_status[0]
+        else:
+            params["statuses"] = list(only_if_status)
+        changed = await self.db.write(lambda connection: update.run(connection, params).rowcount, small=True, one_statement=True)
         return changed > 0
 
     async def heartbeat(self, response_id: str) -> str | None:
-        """Refresh the lease of a running background response; returns its stored status."""
-        await self.db.execute(responses.update().where(responses.c.id == response_id).values(heartbeat_at=time.time(), owner=process_owner()))
-        row = await self.db.fetch_one(sa.select(responses.c.status).where(responses.c.id == response_id))
-        return None if row is None else str(row["status"])
+        """Refresh the lease of a running background response; returns its stored status (None if it is gone)."""
+        params = {"rid": response_id, "now": time.time(), "owner": process_owner()}
+        status = await self.db.write(lambda connection: _HEARTBEAT.run(connection, params).scalar(), small=True, one_statement=True)
+        return None if status is None else str(status)
 
     async def renew_leases(self, response_ids: Sequence[str]) -> None:
         """Refresh the lease of responses this process is streaming."""
@@ -293,9 +311,10 @@ class ResponseStore:
     async def append_events(self, response_id: str, batch: Sequence[dict[str, Any]]) -> None:
         """Log a background response's events, and wake whoever follows it (on any replica)."""
         if batch:
-            await self.db.execute(events.insert().values([
-                {"response_id": response_id, "sequence_number": event["sequence_number"], "event": event} for event in batch
-            ]))
+            # An InsertRows write: one statement of the same text whatever the batch's size on
+            # PostgreSQL, grouped with other writes on SQLite.
+            rows = [{"response_id": response_id, "sequence_number": event["sequence_number"], "event": event} for event in batch]
+            await self.db.write(InsertRows((events, rows)), small=len(rows) <= SMALL_WRITE_ROWS)
             await self.db.notify(EVENTS, response_id)
 
     async def on_events(self, callback: Callable[[str], None]) -> None:

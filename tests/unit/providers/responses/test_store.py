@@ -1,8 +1,11 @@
 """The response store on SQLite and PostgreSQL: a response's final state and output replace its
-first, and a finish conditioned on the stored status does nothing once another state won."""
+first, and a finish conditioned on the stored status does nothing once another state won; a background
+response's status, lease and logged events."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -48,3 +51,43 @@ async def test_a_finish_conditioned_on_the_status_does_nothing_once_another_stat
     assert await store.finish(response("resp_2", "failed"), [message("msg_3", "c")], only_if_status=["queued", "cancelled"])
     assert await store.items_of("resp_2", "output") == [message("msg_3", "c")]
     assert not await store.finish(response("resp_nobody", "completed"), [message("msg_4", "d")])
+
+
+async def test_a_background_response_changes_status_only_from_the_statuses_named(store: ResponseStore) -> None:
+    await store.insert(response("resp_3", "queued"), ancestors=[], input_items=[], request={"model": "m", "input": "hi"})
+    started = response("resp_3", "in_progress")
+    assert await store.set_status("resp_3", "in_progress", started, only_if_status=["queued"])
+    assert not await store.set_status("resp_3", "in_progress", started, only_if_status=["queued"])  # started once only
+    assert (await store.get("resp_3")).status == "in_progress"
+    assert await store.set_status("resp_3", "cancelled", response("resp_3", "cancelled"), only_if_status=["queued", "in_progress"])
+    assert not await store.set_status("resp_3", "failed", response("resp_3", "failed"), only_if_status=["queued", "in_progress"])
+    stored = await store.get("resp_3")
+    assert stored.status == "cancelled" and stored.response["status"] == "cancelled"
+    assert not await store.set_status("resp_nobody", "in_progress", started, only_if_status=["queued"])
+
+
+async def test_a_heartbeat_renews_the_lease_and_says_the_stored_status(store: ResponseStore) -> None:
+    await store.insert(response("resp_4", "queued"), ancestors=[], input_items=[], request={"model": "m", "input": "hi"})
+    before = time.time()
+    assert [orphan.id for orphan in await store.orphaned(before + 1)] == ["resp_4"]
+    assert await store.heartbeat("resp_4") == "queued"
+    assert await store.orphaned(before) == []  # the lease was renewed after `before`
+    await store.set_status("resp_4", "cancelled", response("resp_4", "cancelled"), only_if_status=["queued"])
+    assert await store.heartbeat("resp_4") == "cancelled"
+    assert await store.heartbeat("resp_nobody") is None
+
+
+async def test_logged_events_are_read_back_in_order_and_announced(store: ResponseStore) -> None:
+    announced: asyncio.Queue[str] = asyncio.Queue()
+    await store.on_events(announced.put_nowait)
+    await store.insert(response("resp_5", "in_progress"), ancestors=[], input_items=[], request={"model": "m", "input": "hi"})
+    events = [{"type": "response.output_text.delta", "sequence_number": number, "delta": f"é{number}", "obfuscation": None}
+              for number in range(40)]
+    await store.append_events("resp_5", events[:1])
+    await store.append_events("resp_5", events[1:])  # a batch of many, in one write
+    await store.append_events("resp_5", [])  # nothing to log: nothing announced
+    assert await store.events_after("resp_5", -1) == events
+    assert await store.events_after("resp_5", 37) == events[38:]
+    assert [await asyncio.wait_for(announced.get(), 10) for _ in range(2)] == ["resp_5", "resp_5"]
+    await asyncio.sleep(0.2)
+    assert announced.empty()
