@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from runtime.auth import principal_id
 from runtime.errors import NotFoundError
 from runtime.ids import random_hex
-from runtime.storage import Database, caller_may, json_type
+from runtime.storage import Database, InsertRows, caller_may, json_type
 
 __all__ = ["ChatCompletionStore", "new_completion_id"]
 
@@ -53,16 +53,11 @@ class ChatCompletionStore:
                    upstream_id: str | None = None) -> None:
         """Insert a completion whose `id` is ours (`new_completion_id`): an insert, never an
         overwrite, so a reused id is an error rather than a lost completion."""
-        await self.db.execute(completions.insert().values(
-            id=completion["id"],
-            created=int(completion.get("created") or 0),
-            model=completion.get("model") or "",
-            metadata=metadata,
-            completion=completion,
-            input_messages=input_messages,
-            upstream_id=upstream_id,
-            principal=principal_id(),
-        ))
+        row = {"id": completion["id"], "created": int(completion.get("created") or 0), "model": completion.get("model") or "",
+               "metadata": metadata, "completion": completion, "input_messages": input_messages, "upstream_id": upstream_id,
+               "principal": principal_id()}
+        # An InsertRows write: grouped with other writes on SQLite, one statement built once on PostgreSQL.
+        await self.db.write(InsertRows((completions, [row])), small=True)
 
     async def get(self, completion_id: str) -> dict[str, Any]:
         row = await self.db.fetch_one(sa.select(completions).where(completions.c.id == completion_id, caller_may("read", completions.c.principal)))

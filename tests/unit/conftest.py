@@ -1,4 +1,4 @@
-"""Fixtures for the providers' stores: each test runs on SQLite and on PostgreSQL."""
+"""Fixtures for the stores of the providers and the runtime: each test runs on SQLite and on PostgreSQL."""
 
 from __future__ import annotations
 
