@@ -692,7 +692,8 @@ class _Compiled(NamedTuple):
         values = []
         for name, processor in zip(self.names, self.processors):
             value = params[name] if name in params else self.constants[name]
-            values.append(value if processor is None or value is None else processor(value))
+            # None goes through the processor too, as SQLAlchemy sends it: JSON null in a JSON column.
+            values.append(value if processor is None else processor(value))
         return tuple(values)
 
 
@@ -709,9 +710,11 @@ class Prepared:
       transaction SQLAlchemy runs it, as it begins the transaction with its first statement.
 
     Otherwise, and for a statement SQLAlchemy must finish at run time (expanding IN parameters,
-    column defaults computed in Python), SQLAlchemy runs it as usual. `on_driver=False` says so up
-    front, for a statement built per call (it would be compiled at each run only to find that out:
-    140 µs), which SQLAlchemy then takes from its own cache of compiled statements."""
+    column defaults computed in Python) or one that returns a JSON column (decoded by SQLAlchemy
+    alike on both databases; cast it to Text to have it run here, as its stored text), SQLAlchemy
+    runs it as usual. `on_driver=False` says so up front, for a statement built per call (it would
+    be compiled at each run only to find that out: 140 µs), which SQLAlchemy then takes from its
+    own cache of compiled statements."""
 
     __slots__ = ("statement", "_compiled", "_on_driver")
 
@@ -785,6 +788,8 @@ def _compile(statement: sa.Executable, dialect: sa.Dialect, names: tuple[str, ..
     order = compiled.positiontup
     if order is None or compiled.insert_prefetch or compiled.update_prefetch or any(bind.expanding for bind in compiled.binds.values()):
         return None  # SQLAlchemy fills these in at run time (its postfetch, for the ORM, is not needed)
+    if any(isinstance(column.type, (_JSON, sa.JSON)) for column in getattr(statement, "exported_columns", ())):
+        return None  # the drivers return JSON as text (SQLite) or decoded (asyncpg): SQLAlchemy decodes both alike
     constants = {name: bind.effective_value for name, bind in compiled.binds.items() if name not in names and bind.callable is None
                  and not bind.required}
     processors = tuple(compiled.binds[name].type.dialect_impl(dialect).bind_processor(dialect) for name in order)

@@ -624,6 +624,30 @@ async def test_prepared_statements_each_on_its_own_do_what_sqlalchemy_would(data
     assert bump._compiled[(database.dialect, "key", "by")] is not None  # run on the driver, not by SQLAlchemy
 
 
+async def test_prepared_statements_write_and_read_json_as_sqlalchemy_does(database: Database, docs: sa.Table) -> None:
+    # None in a JSON column is JSON null, as SQLAlchemy writes it, not SQL NULL; a JSON column read
+    # comes back decoded on both databases (the drivers would give text on one, objects on the other).
+    table, doc = docs, DOC
+    read = Prepared(sa.select(table.c.id, table.c.doc).order_by(table.c.id))
+    sql_nulls = sa.select(sa.func.count().label("nulls")).select_from(table).where(table.c.doc.is_(None))
+
+    def work(connection: sa.Connection) -> None:
+        insert_into(table).run(connection, {"id": "p1", "kind": "live", "n": 1, "doc": None})
+        connection.execute(table.insert(), {"id": "s1", "kind": "live", "n": 1, "doc": None})  # SQLAlchemy's own insert
+
+    await database.write(work)
+    await database.write(lambda connection: insert_into(table).run(connection, {"id": "p2", "kind": "live", "n": 1, "doc": None}),
+                         one_statement=True)  # on asyncpg directly, on PostgreSQL
+    await database.write(lambda connection: insert_into(table).run(connection, {"id": "p3", "kind": "live", "n": 1, "doc": doc}),
+                         one_statement=True)
+    assert [row["nulls"] for row in await database.fetch_all(sql_nulls)] == [0]
+    texts = {row["id"]: row["text"] for row in await database.fetch_all(sa.select(table.c.id, sa.cast(table.c.doc, sa.Text).label("text")))}
+    assert texts["p1"] == texts["p2"] == texts["s1"] and texts["p1"] is not None
+    for step in (lambda: database.read_with(lambda connection: read.run(connection, {}).rows),
+                 lambda: database.write(lambda connection: read.run(connection, {}).rows, one_statement=True)):
+        assert await step() == [("p1", None), ("p2", None), ("p3", doc), ("s1", None)]
+
+
 async def test_sqlite_small_reads_are_made_on_the_event_loop_and_others_on_a_reading_thread(keys_db: SqliteKeys) -> None:
     db, table = keys_db
     threads: list[str] = []
