@@ -1,0 +1,25 @@
+"""The async storage layer the services keep their records in.
+
+One `Database` per configured backend: SQLite (the embedded default) or PostgreSQL through
+asyncpg. Services declare their tables with SQLAlchemy Core (`json_type()` for JSON columns),
+create them with `create_tables`, and go through `write()` / `read_with()` (a synchronous
+function run in one transaction) or the one-statement helpers. `read()` / `transaction()` give
+an async connection instead; on SQLite the async engine behind them (aiosqlite) is only built,
+and `sqlalchemy.ext.asyncio` only imported, when they are first used, which keeps start-up lean.
+
+The package's modules, from the contract down:
+
+- `database`: `Database`, `open_database`, `Storage`, the schema's creation and additive migrations;
+- `statements`: `Prepared` and `InsertRows` (the hot paths' statements), `caller_may` and
+  `for_caller` (the caller's rows), `json_type`;
+- `sqlite` and `postgres`: each database's own machinery (connections, group commit and
+  checkpoints; kept connections, autocommit and LISTEN);
+- `tasks`: a write run to its end whatever befalls its caller.
+
+A provider imports from `runtime.storage` only: the names below are the contract.
+"""
+
+from runtime.storage.database import PARTIAL_INDEX_WHERE, SMALL_WRITE_ROWS, Database, Storage, open_database, schema_lock
+from runtime.storage.statements import InsertRows, Prepared, Ran, caller_may, for_caller, insert_into, json_type, rows_of_json
+
+__all__ = ["PARTIAL_INDEX_WHERE", "SMALL_WRITE_ROWS", "Database", "InsertRows", "Prepared", "Ran", "Storage", "caller_may", "for_caller", "insert_into", "json_type", "open_database", "rows_of_json", "schema_lock"]
