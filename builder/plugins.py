@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 from dataclasses import dataclass
+from typing import Protocol
 
 from stevedore import DriverManager, ExtensionManager
 from stevedore.exception import NoMatches
@@ -40,7 +42,7 @@ class InstalledProvider:
 
 def provider_names(api: Api) -> list[str]:
     """The provider types installed for `api`, without importing them."""
-    return sorted(set(importlib.metadata.entry_points(group=entry_point_group(api)).names))
+    return sorted(set(_installed().select(group=entry_point_group(api)).names))
 
 
 def load_spec(api: Api, name: str) -> ProviderSpec:
@@ -49,8 +51,10 @@ def load_spec(api: Api, name: str) -> ProviderSpec:
     Raises PluginLoadError naming the entry point; an import error is chained as the cause.
     """
     group = entry_point_group(api)
-    owners = {ep.value: ep.dist.name if ep.dist else "?" for ep in importlib.metadata.entry_points(group=group) if ep.name == name}
-    if len(owners) > 1:
+    registered = _installed().select(group=group, name=name)
+    if len({ep.value for ep in registered}) > 1:
+        # Only now the distributions' names: each is read from its METADATA file (2 ms apiece).
+        owners = {ep.value: ep.dist.name if ep.dist else "?" for ep in registered}
         listing = ", ".join(f"{target} (from {dist})" for target, dist in sorted(owners.items()))
         raise PluginLoadError(f"provider {name!r} is registered more than once in group {group!r}: {listing}; uninstall one of them")
     try:
@@ -82,7 +86,7 @@ def installed_providers(api: Api) -> list[InstalledProvider]:
         entry_point_group(api), on_load_failure_callback=on_failure
     )
     # stevedore's cached entry points do not keep their distribution; importlib.metadata's do.
-    owners = {ep.name: ep.dist.name for ep in importlib.metadata.entry_points(group=entry_point_group(api)) if ep.dist}
+    owners = {ep.name: ep.dist.name for ep in _installed().select(group=entry_point_group(api)) if ep.dist}
     listing: list[InstalledProvider] = []
     for entry_point in manager.list_entry_points():
         dist = owners.get(entry_point.name)
@@ -99,15 +103,31 @@ def installed_providers(api: Api) -> list[InstalledProvider]:
 
 def provider_distribution(api: Api, name: str) -> str | None:
     """`name==version` of the installed package that registers provider `name`, if any."""
-    for entry_point in importlib.metadata.entry_points(group=entry_point_group(api)):
-        if entry_point.name == name and entry_point.dist is not None:
+    for entry_point in _installed().select(group=entry_point_group(api), name=name):
+        if entry_point.dist is not None:
             return f"{entry_point.dist.name}=={entry_point.dist.version}"
     return None
 
 
 def forget_cached_entry_points() -> None:
-    """Drop stevedore's per-process cache, so packages installed since are seen."""
+    """Drop the per-process caches (stevedore's and this module's), so packages installed since are seen."""
     ExtensionManager.ENTRY_POINT_CACHE.clear()
+    _installed.cache_clear()
+
+
+class _EntryPoints(Protocol):
+    """What `importlib.metadata.entry_points()` returns: on Python 3.11 a (deprecated) mapping of
+    groups, on later versions the list itself; `select` with parameters is the same on both."""
+
+    def select(self, *, name: str = ..., group: str = ...) -> importlib.metadata.EntryPoints: ...
+
+
+@functools.cache
+def _installed() -> _EntryPoints:
+    """Every installed entry point, with its distribution: read once per process, as stevedore
+    reads its own. Each read opens every installed distribution's entry_points.txt (3.5 ms here);
+    a stack of nine providers read them nine times before, 8 % of the starter's start-up."""
+    return importlib.metadata.entry_points()
 
 
 def _checked_spec(api: Api, name: str, target: str, loaded: object) -> ProviderSpec:
