@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import sqlalchemy as sa
 
 from runtime.apis.items import ItemText
-from runtime.auth import granted_owners, principal_id
+from runtime.auth import principal_id
 from runtime.errors import NotFoundError
 from runtime.storage import SMALL_WRITE_ROWS, Database, InsertRows, Prepared, caller_may, for_caller, insert_into, json_type
 
@@ -115,9 +115,10 @@ _PAGE_VERSION, _PAGE_VERSION_OWNED, _PAGE_SEQ_OF = Prepared(_VERSION), Prepared(
 _BEFORE_ALL, _AFTER_ALL = -1, 2**62
 
 
-def _scoped(plain: Any, owned: Any, params: dict[str, Any], action: str = "read") -> tuple[Any, dict[str, Any]]:
+def _scoped(plain: Any, owned: Any, params: dict[str, Any], action: str = "read",
+            among: Callable[[sa.ColumnElement[bool]], Any] | None = None) -> tuple[Any, dict[str, Any]]:
     """The statement and parameters for the caller to `action` a conversation (runtime.storage.for_caller)."""
-    return for_caller(plain, owned, conversations.c.principal, params, action)
+    return for_caller(plain, owned, conversations.c.principal, params, action, among=among)
 
 
 def _not_found(conversation_id: str) -> NotFoundError:
@@ -180,11 +181,7 @@ class ConversationStore:
             return
         block = {"cid": conversation_id, "count": len(items)}
         if self.db.dialect == "postgresql":
-            owners = granted_owners("update")
-            if owners is not None and len(owners) > 1:  # as for_caller builds it: per call, run by SQLAlchemy
-                both, params = Prepared(_reserve_and_insert(caller_may("update", conversations.c.principal)), on_driver=False), block
-            else:
-                both, params = _scoped(_APPEND_ANY, _APPEND_OWNED, block, "update")
+            both, params = _scoped(_APPEND_ANY, _APPEND_OWNED, block, "update", among=_reserve_and_insert)
 
             def in_one(connection: sa.Connection) -> int | None:
                 seqs = both.run(connection, {**params, "items": list(items)}).rows

@@ -86,9 +86,28 @@ def _finish_update(*status: sa.ColumnElement[bool]) -> sa.Update:
         status=sa.bindparam("new_status"), response=sa.bindparam("new_response"))
 
 
-_WAS = (responses.c.status == sa.bindparam("status_was"),)
-_WAS_ONE_OF = (responses.c.status.in_(sa.bindparam("statuses", expanding=True)),)
-_FINISH, _FINISH_IF, _FINISH_IF_WAS = Prepared(_finish_update()), Prepared(_finish_update(*_WAS_ONE_OF)), Prepared(_finish_update(*_WAS))
+# The conditions on the stored status a statement is built with, by `_if_status`'s names.
+_IF_STATUS: dict[str, tuple[sa.ColumnElement[bool], ...]] = {
+    "any": (),
+    "was": (responses.c.status == sa.bindparam("status_was"),),
+    "one_of": (responses.c.status.in_(sa.bindparam("statuses", expanding=True)),),
+}
+
+
+def _if_status(only_if_status: Sequence[str], params: dict[str, Any]) -> str:
+    """Which of `_IF_STATUS` checks that the stored status is one of `only_if_status` (any if
+    empty), with its parameter added to `params`. One status, the usual case, is a plain equality:
+    no IN list to expand at each run."""
+    if not only_if_status:
+        return "any"
+    if len(only_if_status) == 1:
+        params["status_was"] = only_if_status[0]
+        return "was"
+    params["statuses"] = list(only_if_status)
+    return "one_of"
+
+
+_FINISH = {name: Prepared(_finish_update(*status)) for name, status in _IF_STATUS.items()}
 _DROP_OUTPUT = Prepared(items.delete().where(items.c.response_id == sa.bindparam("rid"), items.c.kind == "output"))
 _ITEM_COLUMNS = ("response_id", "kind", "position", "item_id", "item")
 
@@ -105,18 +124,10 @@ def _finish_in_one(*status: sa.ColumnElement[bool]) -> sa.Select[Any]:
     return sa.select(sa.func.count()).select_from(done).add_cte(dropped, added)
 
 
-_FINISH_IN_ONE = {_FINISH: Prepared(_finish_in_one()), _FINISH_IF_WAS: Prepared(_finish_in_one(*_WAS)),
-                  _FINISH_IF: Prepared(_finish_in_one(*_WAS_ONE_OF))}
-
-
-def _status_update(*status: sa.ColumnElement[bool]) -> sa.Update:
-    """A background response's new state, if its stored status meets `status`; the caller's lease on it."""
-    return responses.update().where(responses.c.id == sa.bindparam("rid"), *status).values(
-        status=sa.bindparam("new_status"), response=sa.bindparam("new_response"), heartbeat_at=sa.bindparam("now"),
-        owner=sa.bindparam("owner"))
-
-
-_SET_STATUS_IF_WAS, _SET_STATUS_IF = Prepared(_status_update(*_WAS)), Prepared(_status_update(*_WAS_ONE_OF))
+_FINISH_IN_ONE = {name: Prepared(_finish_in_one(*status)) for name, status in _IF_STATUS.items()}
+# A background response's new state and the caller's lease on it, always conditioned on its status.
+_SET_STATUS = {name: Prepared(_finish_update(*status).values(heartbeat_at=sa.bindparam("now"), owner=sa.bindparam("owner")))
+               for name, status in _IF_STATUS.items() if status}
 _HEARTBEAT = Prepared(responses.update().where(responses.c.id == sa.bindparam("rid")).values(
     heartbeat_at=sa.bindparam("now"), owner=sa.bindparam("owner")).returning(responses.c.status))
 _RENEW = responses.update().where(responses.c.id.in_(sa.bindparam("ids", expanding=True)), sa.text(_OPEN_SQL)).values(
@@ -172,16 +183,14 @@ class ResponseStore:
     async def finish(self, response: dict[str, Any], output_items: Sequence[dict[str, Any]], *, only_if_status: Sequence[str] = ()) -> bool:
         """Record the final state and output of a response; with `only_if_status`, only if the
         stored status is one of those (so a cancel that won the race is not overwritten)."""
-        params = {"rid": response["id"], "new_status": response["status"], "new_response": response}
-        update = _FINISH
-        if len(only_if_status) == 1:  # the usual case, without an IN list to expand at each run
-            update, params["status_was"] = _FINISH_IF_WAS, only_if_status[0]
-        elif only_if_status:
-            update, params["statuses"] = _FINISH_IF, list(only_if_status)
+        params: dict[str, Any] = {"rid": response["id"], "new_status": response["status"], "new_response": response}
+        condition = _if_status(only_if_status, params)
         rows = _item_rows(response["id"], "output", output_items)
         if self.db.dialect == "postgresql":  # one round trip where a transaction of three statements takes five
-            finish = _FINISH_IN_ONE[update]
+            finish = _FINISH_IN_ONE[condition]
             return await self.db.write(lambda connection: bool(finish.run(connection, {**params, "rows": rows}).scalar()), one_statement=True)
+
+        update = _FINISH[condition]
 
         def work(connection: sa.Connection) -> bool:
             if not update.run(connection, params).rowcount:
@@ -277,12 +286,9 @@ class ResponseStore:
         `only_if_status` (whether it was), taking its lease for this process."""
         if not only_if_status:
             raise ValueError("set_status needs the statuses it may change")
-        params = {"rid": response_id, "new_status": status, "new_response": response, "now": time.time(), "owner": process_owner()}
-        update = _SET_STATUS_IF
-        if len(only_if_status) == 1:  # the usual case, without an IN list to expand at each run
-            update, params["status_was"] = _SET_STATUS_IF_WAS, only_if_status[0]
-        else:
-            params["statuses"] = list(only_if_status)
+        params: dict[str, Any] = {"rid": response_id, "new_status": status, "new_response": response, "now": time.time(),
+                                  "owner": process_owner()}
+        update = _SET_STATUS[_if_status(only_if_status, params)]
         changed = await self.db.write(lambda connection: update.run(connection, params).rowcount, small=True, one_statement=True)
         return changed > 0
 

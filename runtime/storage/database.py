@@ -78,7 +78,6 @@ class Database:
         self._file_lock = FileLock(sqlite_path.with_name(sqlite_path.name + ".write-lock")) if sqlite_path is not None else None
         self._machine = MachineSignals(sqlite_path.with_name(sqlite_path.name + ".signals"), self._deliver) \
             if sqlite_path is not None else None
-        self._system = "sqlite" if sqlite_path is not None else "postgresql"
         self._checkpointer: Checkpointer | None = None
         # On PostgreSQL, `write` and `read_with` keep up to half the pool's connections checked out
         # between uses (see PgConnections).
@@ -113,7 +112,7 @@ class Database:
         is then run in autocommit, without the BEGIN and COMMIT round trips of a transaction
         around it, and a `Prepared` one on asyncpg directly."""
         if (tracing := store_tracing()) is not None:
-            return await tracing.store("write", self._system, self.write(work, small=small, one_statement=one_statement))
+            return await tracing.store("write", self.dialect, self.write(work, small=small, one_statement=one_statement))
         if self._pg is not None:
             if isinstance(work, InsertRows) and (alone := work.alone_on_postgres()) is not None:
                 work, one_statement = cast(Callable[[sa.Connection], T], alone), True
@@ -192,7 +191,7 @@ class Database:
         rather than on a reading thread, whose hop there and back cost more than such a read (a
         reader in WAL mode never waits for a writer)."""
         if (tracing := store_tracing()) is not None:
-            return await tracing.store("read", self._system, self.read_with(work, small=small))
+            return await tracing.store("read", self.dialect, self.read_with(work, small=small))
         if self._pg is not None:
             return await self._pg.run(autocommitted_read, work)
         if self._sync is None or self._read_threads is None:

@@ -27,19 +27,22 @@ def caller_may(action: str, column: sa.ColumnElement[Any]) -> sa.ColumnElement[b
 
 
 def for_caller(plain: Any, owned: Any, column: sa.ColumnElement[Any], params: dict[str, Any], action: str = "read",
-               bind: str = "caller") -> tuple[Any, dict[str, Any]]:
+               bind: str = "caller", among: Callable[[sa.ColumnElement[bool]], Any] | None = None) -> tuple[Any, dict[str, Any]]:
     """A prebuilt statement (or `Prepared` one) and its parameters for the caller to `action` rows whose owner is in
     `column` (`caller_may` for statements built once, on hot paths): `plain` with auth off, `owned`
-    (filtered by owner = `:bind`) for the caller's own, else `plain` filtered by the owners the
-    access policy grants."""
+    (filtered by owner = `:bind`) for the caller's own, else the statement for the owners the access
+    policy grants: `plain` filtered by them, or `among(condition)` for a statement that holds the
+    condition inside it (an INSERT ... SELECT), built per call and run by SQLAlchemy."""
     owners = granted_owners(action)
     if owners is None:
         return plain, params
     if len(owners) == 1:
         return owned, {**params, bind: next(iter(owners))}
+    condition = column.in_(sorted(owners))
     if isinstance(plain, Prepared):
-        return Prepared(cast(Any, plain.statement).where(column.in_(sorted(owners))), on_driver=False), params
-    return plain.where(column.in_(sorted(owners))), params
+        statement = among(condition) if among is not None else cast(Any, plain.statement).where(condition)
+        return Prepared(statement, on_driver=False), params
+    return (among(condition) if among is not None else plain.where(condition)), params
 
 
 def json_type() -> sa.types.TypeEngine[Any]:

@@ -9,9 +9,10 @@ T = TypeVar("T")
 
 
 async def to_the_end(future: asyncio.Future[T]) -> T:
-    """A write's outcome from the writer thread. Cancelled meanwhile, it still waits for the thread
-    to be done before it raises, and so before the write lock is let go: until then the writing
-    connection is the thread's, and the next write, on the event loop perhaps, must not use it."""
+    """The outcome of `future`, a write under way. Cancelled meanwhile, it still waits for the write
+    to be done before it raises: on SQLite the writing connection is the writer thread's until then
+    (and the write lock with it), and the next write, on the event loop perhaps, must not use it; on
+    PostgreSQL the connection goes back to the pool or stays kept only once its work is over."""
     cancelled: asyncio.CancelledError | None = None
     while not future.done():
         try:
