@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx2
 import openai
@@ -61,6 +62,64 @@ def test_a_chat_answer_and_its_stream(client: openai.OpenAI) -> None:
     assert text.strip() and len({chunk.id for chunk in chunks}) == 1
     assert [chunk.choices[0].finish_reason for chunk in chunks if chunk.choices][-1] in ("stop", "length")
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens > 0
+
+
+def _generated_tokens(choices: list[tuple[str | None, int]], limit: int) -> tuple[int, int]:
+    """The least and most completion tokens `choices` (finish reason, tokens seen) can add up to:
+    a choice cut at the limit has exactly `limit`, one that stopped at least what was seen."""
+    low = sum(limit if finish == "length" else max(seen, 1) for finish, seen in choices)
+    high = sum(limit if finish == "length" else limit - 1 for finish, _ in choices)
+    return low, high
+
+
+def test_n_choices_are_generated_each_with_its_index(client: openai.OpenAI) -> None:
+    messages = [{"role": "user", "content": "Write a long story about a dragon."}]
+    one = client.chat.completions.create(model=CHAT, messages=messages, max_tokens=4)
+    answer = client.chat.completions.create(model=CHAT, messages=messages, max_tokens=4, n=3, seed=11)
+    assert [choice.index for choice in answer.choices] == [0, 1, 2]
+    assert all(choice.message.content and choice.finish_reason in ("stop", "length") for choice in answer.choices)
+    assert answer.usage is not None and one.usage is not None
+    assert answer.usage.prompt_tokens == one.usage.prompt_tokens  # the prompt counts once
+    low, high = _generated_tokens([(choice.finish_reason, 1) for choice in answer.choices], 4)
+    assert low <= answer.usage.completion_tokens <= high  # every choice's tokens, not the first's alone
+    assert answer.usage.total_tokens == answer.usage.prompt_tokens + answer.usage.completion_tokens
+
+
+def test_a_stream_of_n_choices_and_its_usage(client: openai.OpenAI) -> None:
+    messages = [{"role": "user", "content": "Write a long story about a dragon."}]
+    whole = client.chat.completions.create(model=CHAT, messages=messages, max_tokens=5)
+    chunks = list(client.chat.completions.create(model=CHAT, messages=messages, max_tokens=5, n=2, stream=True,
+                                                 stream_options={"include_usage": True}))
+    assert len({chunk.id for chunk in chunks}) == 1
+    by_index: dict[int, list[Any]] = {}
+    for chunk in chunks:
+        for choice in chunk.choices:
+            by_index.setdefault(choice.index, []).append(choice)
+    assert sorted(by_index) == [0, 1]
+    for choices in by_index.values():
+        assert choices[0].delta.role == "assistant" and choices[-1].finish_reason in ("stop", "length")
+        assert "".join(choice.delta.content or "" for choice in choices).strip()
+    usage = chunks[-1].usage
+    assert usage is not None and whole.usage is not None and not chunks[-1].choices
+    assert usage.prompt_tokens == whole.usage.prompt_tokens  # counted through the chat template, as a whole answer's is
+    seen = [(choices[-1].finish_reason, sum(1 for choice in choices if choice.delta.content)) for choices in by_index.values()]
+    low, high = _generated_tokens(seen, 5)
+    assert low <= usage.completion_tokens <= high
+
+
+@pytest.mark.parametrize(("extra", "param"), [
+    ({"logprobs": True}, "logprobs"),
+    ({"logprobs": True, "top_logprobs": 3, "stream": True}, "logprobs"),
+    ({"top_logprobs": 2}, "top_logprobs"),
+    ({"modalities": ["text", "audio"], "audio": {"voice": "alloy", "format": "wav"}}, "audio"),
+])
+def test_what_the_model_cannot_give_is_refused_not_ignored(client: openai.OpenAI, extra: dict[str, object], param: str) -> None:
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(model=CHAT, messages=[{"role": "user", "content": "hi"}], max_tokens=4, **extra)  # type: ignore[call-overload]
+    assert refused.value.body == {"message": f"Unsupported parameter: '{param}' is not supported with this model.",
+                                  "type": "invalid_request_error", "param": param, "code": "unsupported_parameter"}
+    assert client.chat.completions.create(model=CHAT, messages=[{"role": "user", "content": "hi"}], max_tokens=2,
+                                          logprobs=False).choices[0].message.content is not None
 
 
 def test_json_schema_output_always_parses_and_validates(client: openai.OpenAI) -> None:

