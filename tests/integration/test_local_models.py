@@ -122,6 +122,22 @@ def test_what_the_model_cannot_give_is_refused_not_ignored(client: openai.OpenAI
                                           logprobs=False).choices[0].message.content is not None
 
 
+@pytest.mark.parametrize("part", [
+    {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}},
+    {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}},
+    {"type": "file", "file": {"filename": "a.pdf", "file_data": "data:application/pdf;base64,JVBERi0="}},
+])
+def test_a_part_the_model_cannot_read_is_refused(client: openai.OpenAI, part: dict[str, Any]) -> None:
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": [{"type": "text", "text": "What is this?"}, part]}]
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(model=CHAT, messages=messages, max_tokens=4)  # type: ignore[arg-type]
+    assert refused.value.body["param"] == "messages.[1].content.[1].type"  # type: ignore[index]
+    assert refused.value.body["code"] == "unsupported_value" and part["type"] in refused.value.body["message"]  # type: ignore[index]
+    with pytest.raises(openai.BadRequestError, match="image_url is not supported with this model"):
+        client.responses.create(model=CHAT, max_output_tokens=16, input=[{"role": "user", "content": [
+            {"type": "input_text", "text": "What is this?"}, {"type": "input_image", "image_url": "https://example.com/a.png"}]}])
+
+
 def test_json_schema_output_always_parses_and_validates(client: openai.OpenAI) -> None:
     schema = {"type": "object", "properties": {"city": {"type": "string"}, "population": {"type": "integer"}},
               "required": ["city", "population"], "additionalProperties": False}

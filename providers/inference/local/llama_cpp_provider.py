@@ -9,7 +9,9 @@ another (a given `seed` moves by one for each, so they differ).
 
 Log probabilities are refused (400, `unsupported_parameter`): the binding computes them only for a
 model loaded to keep every position's logits, a context-by-vocabulary array (400 MB for SmolLM2
-at 2,048 tokens) held for the model's life. Audio is refused the same way.
+at 2,048 tokens) held for the model's life. Audio is refused the same way, and so are image, audio and
+file parts in the messages (the model reads text only; a file named by id in a Responses request is
+read in as text before it gets here).
 """
 
 from __future__ import annotations
@@ -168,6 +170,7 @@ class _Plan:
         if "audio" in (body.get("modalities") or ()):
             raise InvalidRequestError("Unsupported value: 'modalities' does not support 'audio' with this model.",
                                       param="modalities", code="unsupported_value")
+        _refuse_media(messages)
         n = body.get("n")
         self.n = n if isinstance(n, int) and n > 1 else 1
         tools = body.get("tools") or []
@@ -304,6 +307,17 @@ class _StreamedChoice:
             deltas.append(self.delta({"content": "".join(self.held)}))
         deltas.append(self.delta({}, self.finish))
         return deltas
+
+
+def _refuse_media(messages: list[Any]) -> None:
+    """A 400 for an image, audio or file part: a text model would answer as if it had seen it."""
+    for number, message in enumerate(messages):
+        content = message.get("content") if isinstance(message, Mapping) else None
+        for index, part in enumerate(content if isinstance(content, list) else ()):
+            kind = part.get("type") if isinstance(part, Mapping) else None
+            if kind in ("image_url", "input_audio", "file"):
+                raise InvalidRequestError(f"Invalid content type. {kind} is not supported with this model: it reads text only.",
+                                          param=f"messages.[{number}].content.[{index}].type", code="unsupported_value")
 
 
 def _prompt_tokens(model: Any, messages: list[dict[str, Any]]) -> int:
