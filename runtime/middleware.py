@@ -1,4 +1,4 @@
-"""The one ASGI middleware of the app: request ids, the body size limit, and the last-resort 500.
+"""The one ASGI middleware of the app: request ids, the body size limit and type, and the last-resort 500.
 
 Written against raw ASGI rather than Starlette's BaseHTTPMiddleware, which costs a task and a
 queue per request and would sit on every streamed chunk.
@@ -74,7 +74,8 @@ class Draining:
 
 
 class RequestGuard:
-    """Tags every response with `x-request-id`, refuses bodies over `max_body_bytes`, refuses new
+    """Tags every response with `x-request-id`, refuses bodies over `max_body_bytes` and bodies
+    that are neither JSON nor a multipart form (see `_takes`), refuses new
     requests while the server shuts down, and turns an exception that escaped every handler (a
     bug of ours) into a 500 naming the request id."""
 
@@ -134,9 +135,12 @@ class RequestGuard:
         task = asyncio.current_task()
         try:
             limit = self.route_limits.get((scope["method"], scope["path"]), self.max_body_bytes) if self.route_limits else self.max_body_bytes
-            declared = _content_length(scope)
+            declared, content_type, chunked = _body_headers(scope)
             if declared is not None and declared > limit:
                 await _send_error(send_with_id, _too_large(limit))
+                return
+            if (chunked or declared) and not _takes(content_type):
+                await _send_error(send_with_id, _unsupported_content_type(content_type))
                 return
             if task is not None:
                 self.draining.unanswered[task] = lambda: started
@@ -188,14 +192,45 @@ def _log_access(scope: Scope, status: int, elapsed_s: float) -> None:
     logs.log_access(scope["method"], scope["path"], status, round(elapsed_s * 1000, 2), principal.id if principal is not None else None)
 
 
-def _content_length(scope: Scope) -> int | None:
+def _body_headers(scope: Scope) -> tuple[int | None, bytes | None, bool]:
+    """The request's declared length (None if absent or unreadable), its content type, and
+    whether its body comes in chunks."""
+    length, content_type, chunked = None, None, False
     for name, value in scope["headers"]:
         if name == b"content-length":
             try:
-                return int(value)
+                length = int(value)
             except ValueError:
-                return None
-    return None
+                length = None
+        elif name == b"content-type":
+            content_type = value
+        elif name == b"transfer-encoding":
+            chunked = True
+    return length, content_type, chunked
+
+
+def _takes(content_type: bytes | None) -> bool:
+    """Whether a body of this type is read: JSON, or a multipart form (file uploads).
+
+    Nothing else, not even a body with no type that parses as JSON. A web page may make a
+    browser send text/plain, a form or an untyped body to any address without asking first (no
+    CORS preflight), so reading those as JSON would let any site a user visits run requests on a
+    server on their machine or network. FastAPI's `strict_content_type` refuses them for the
+    same reason; this applies it to every route, the hand-parsed ones too."""
+    if content_type is None:
+        return False
+    media = content_type.split(b";", 1)[0].strip().lower()
+    return media == b"application/json" or media == b"multipart/form-data" or (media.startswith(b"application/") and media.endswith(b"+json"))
+
+
+def _unsupported_content_type(content_type: bytes | None) -> tuple[int, dict[str, Any]]:
+    named = f"'{content_type.decode('latin-1')[:100]}'" if content_type is not None else "none"
+    return 415, error_body(
+        f"Unsupported content type: {named}. A request body must be JSON (Content-Type: application/json), "
+        "or multipart/form-data for file uploads.",
+        "invalid_request_error",
+        code="unsupported_content_type",
+    )
 
 
 def _too_large(limit: int) -> tuple[int, dict[str, Any]]:

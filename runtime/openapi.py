@@ -36,6 +36,7 @@ _ERRORS = {
     "401": "No valid credentials (auth on)",
     "404": "No such object, or one the caller may not reach",
     "413": "The body is over the size limit",
+    "415": "The body is not declared JSON (or, for an upload, a multipart form)",
     "429": "A quota is exhausted (auth on), or the upstream's rate limit",
     "500": "An error of the server's own (the message carries the request id)",
     "502": "The upstream answered something that is not a valid answer",
@@ -84,7 +85,7 @@ def _amend_operation(path: str, method: str, operation: dict[str, Any], *, auth:
     if any(parameter.get("in") == "path" for parameter in parameters) or (method, path) in _UPSTREAM:
         statuses.add("404")  # an unknown object; for a model call, an unknown model
     if has_body:
-        statuses.add("413")
+        statuses |= {"413", "415"}
     if auth:
         statuses.add("401")
     if quotas and auth:

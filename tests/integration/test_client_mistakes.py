@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import httpx2
@@ -42,6 +43,32 @@ def test_a_body_that_is_not_a_json_object_is_a_400(openai_client: openai.OpenAI,
         post_raw(openai_client, path, content)
     assert 400 <= error.value.status_code < 500
     assert isinstance(error.value.body, dict) and set(error.value.body) == {"message", "type", "param", "code"}
+
+
+@pytest.mark.parametrize("content_type", ["text/plain;charset=UTF-8", "application/x-www-form-urlencoded", None])
+@pytest.mark.parametrize("path", [*JSON_ROUTES, "/conversations", "/vector_stores"])
+def test_a_body_not_declared_json_is_a_415_and_nothing_runs(openai_client: openai.OpenAI, text_model: str, path: str,
+                                                            content_type: str | None) -> None:
+    # What a web page can make a browser send anywhere without a CORS preflight: the stored chat
+    # completion it asks for must not be made.
+    body = json.dumps({"model": text_model, "messages": [{"role": "user", "content": "csrf"}], "store": True,
+                       "metadata": {"probe": "csrf"}}).encode()
+    headers = {"content-type": content_type if content_type is not None else openai.Omit()}
+    with pytest.raises(openai.APIStatusError) as refused:
+        openai_client.post(path, cast_to=httpx2.Response, content=body, options={"headers": headers})
+    assert refused.value.status_code == 415
+    assert refused.value.body == {
+        "message": f"Unsupported content type: {repr(content_type) if content_type else 'none'}. A request body must be JSON "
+                   "(Content-Type: application/json), or multipart/form-data for file uploads.",
+        "type": "invalid_request_error", "param": None, "code": "unsupported_content_type"}
+    assert not openai_client.chat.completions.list(metadata={"probe": "csrf"}).data
+
+
+@pytest.mark.parametrize("content_type", ["application/json; charset=utf-8", "Application/JSON", "application/vnd.openai+json"])
+def test_json_is_read_whatever_its_parameters_and_case(openai_client: openai.OpenAI, content_type: str) -> None:
+    created = openai_client.post("/conversations", cast_to=httpx2.Response, content=b'{"metadata": {"k": "v"}}',
+                                 options={"headers": {"content-type": content_type}})
+    assert created.json()["metadata"] == {"k": "v"}
 
 
 @pytest.mark.parametrize(("path", "body"), WRONG_TYPES)

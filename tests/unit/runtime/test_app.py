@@ -9,7 +9,7 @@ from pathlib import Path
 
 import httpx2
 import pytest
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from pydantic import BaseModel
 
 from runtime.app import install_error_handlers
@@ -113,6 +113,40 @@ def test_a_streamed_oversized_body_is_refused_while_it_is_read(client: httpx2.Cl
 
     response = client.post("/v1/things", content=chunks(), headers={"content-type": "application/json"})
     assert response.status_code == 413
+
+
+@pytest.mark.parametrize("headers", [
+    {"content-type": "text/plain"}, {"content-type": "application/x-www-form-urlencoded"}, {"content-type": "application/jsonp"},
+    {"content-type": "text/json"}, {},
+], ids=lambda headers: headers.get("content-type", "none"))
+def test_a_body_not_declared_json_or_a_form_is_a_415_before_the_app_reads_it(headers: dict[str, str]) -> None:
+    calls: list[str] = []
+    app = build_app()
+
+    @app.post("/v1/raw")
+    async def raw(request: Request) -> dict[str, str]:
+        calls.append((await request.body()).decode())
+        return {}
+
+    with BackgroundLoop() as loop, httpx2.Client(transport=ThreadedASGITransport(app, loop), base_url="http://app") as client:
+        for content in (b'{"model": "m"}', iter([b'{"model": ', b'"m"}'])):  # declared length, then chunks
+            response = client.post("/v1/raw", content=content, headers=headers)
+            assert response.status_code == 415, response.text
+            assert response.json()["error"]["code"] == "unsupported_content_type"
+            assert response.headers["x-request-id"]
+    assert calls == []
+
+
+@pytest.mark.parametrize("content_type", ["application/json", "application/json; charset=utf-8", "APPLICATION/JSON",
+                                          "application/merge-patch+json"])
+def test_json_in_any_of_its_forms_is_read(client: httpx2.Client, content_type: str) -> None:
+    assert client.post("/v1/things", content=b'{"model": "m"}', headers={"content-type": content_type}).json() == {"model": "m"}
+
+
+def test_a_multipart_form_and_a_request_without_a_body_pass(client: httpx2.Client) -> None:
+    form = client.post("/v1/things", files={"file": ("a.txt", b"x")})  # let through: the route says what it takes
+    assert form.status_code == 400 and form.json()["error"]["code"] != "unsupported_content_type"
+    assert client.get("/v1/things/abc", headers={"content-type": "text/plain"}).status_code == 404
 
 
 def test_requests_that_arrive_during_a_shutdown_are_a_503_in_openais_shape() -> None:
