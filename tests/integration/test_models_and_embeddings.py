@@ -37,6 +37,20 @@ def test_embedding_dimensions_pass_through(openai_client: openai.OpenAI, embeddi
     assert len(result.data[0].embedding) == 4
 
 
+@pytest.mark.parametrize(("extra", "param", "message"), [
+    ({"input": ""}, "input", "Invalid 'input': expected a non-empty string or a non-empty array."),
+    ({"input": []}, "input", "Invalid 'input': expected a non-empty string or a non-empty array."),
+    ({"input": ["alpha", ""]}, "input[1]", "Invalid 'input[1]': expected a non-empty string or array of tokens."),
+    ({"input": [[1, 2], []]}, "input[1]", "Invalid 'input[1]': expected a non-empty string or array of tokens."),
+    ({"input": "alpha", "encoding_format": "hex"}, "encoding_format", "Invalid value: 'hex'. Supported values are: 'float' and 'base64'."),
+])
+def test_what_openai_refuses_in_an_embeddings_request_is_a_400_before_the_model(openai_client: openai.OpenAI, embedding_model: str,
+                                                                               extra: dict[str, object], param: str, message: str) -> None:
+    with pytest.raises(openai.BadRequestError) as refused:
+        openai_client.post("/embeddings", cast_to=object, body={"model": embedding_model, **extra})
+    assert refused.value.body == {"message": message, "type": "invalid_request_error", "param": param, "code": "invalid_value"}
+
+
 def test_health_reports_the_inference_provider(openai_client: openai.OpenAI) -> None:
     health = openai_client.get("/health", cast_to=object)
     assert health == {"status": "ok", "providers": {"inference/fake": {"status": "ok", "detail": None, "models": 3}}}

@@ -134,8 +134,7 @@ def router(impl: InferenceRouter, files: FilesProvider | None = None, safety: Sa
     async def create_embeddings(request: Request) -> Response:
         raw = await request.body()
         body = parse_json_object(raw)
-        if "input" not in body:
-            raise InvalidRequestError("Missing required parameter: 'input'.", param="input", code="missing_required_parameter")
+        _check_embeddings_body(body)
         return _json_or_gone(await unless_disconnected(request, impl.embeddings(body, raw)))
 
     @routes.get("/models", summary="List models")
@@ -148,6 +147,26 @@ def router(impl: InferenceRouter, files: FilesProvider | None = None, safety: Sa
         return JSONBytes((await impl.resolve(model_id)).public())
 
     return routes
+
+
+def _check_embeddings_body(body: dict[str, Any]) -> None:
+    """OpenAI's own checks of an embeddings request, made before any provider sees it: an empty
+    text would be embedded as a zero vector by some models (no direction: no similarity to
+    anything), and an unknown encoding read as floats."""
+    if "input" not in body:
+        raise InvalidRequestError("Missing required parameter: 'input'.", param="input", code="missing_required_parameter")
+    texts = body["input"]
+    if texts == "" or texts == []:
+        raise InvalidRequestError("Invalid 'input': expected a non-empty string or a non-empty array.", param="input", code="invalid_value")
+    if isinstance(texts, list):
+        for index, text in enumerate(texts):
+            if text == "" or text == []:
+                raise InvalidRequestError(f"Invalid 'input[{index}]': expected a non-empty string or array of tokens.",
+                                          param=f"input[{index}]", code="invalid_value")
+    encoding = body.get("encoding_format")
+    if encoding is not None and encoding not in ("float", "base64"):
+        raise InvalidRequestError(f"Invalid value: {str(encoding)[:40]!r}. Supported values are: 'float' and 'base64'.",
+                                  param="encoding_format", code="invalid_value")
 
 
 def _check_chat_body(body: dict[str, Any]) -> None:
