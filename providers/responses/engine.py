@@ -580,6 +580,17 @@ class ResponsesEngine:
             await self._persist_end(turn)
             finished = True
             yield self._event(turn, "response.failed")
+        except Exception:
+            # A fault of the server's own or of a provider (not an error in OpenAI's terms): the
+            # client still gets the response's end, the response is kept as failed, not as
+            # cancelled, and the log has the cause under the response's id.
+            log.exception("response %s failed", response["id"])
+            for event in loop.close():
+                yield self._numbered(turn, event)
+            _finalize(response, loop, "failed", error=SERVER_ERROR)
+            await self._persist_end(turn)
+            finished = True
+            yield self._event(turn, "response.failed")
         except asyncio.CancelledError:
             if not self._ending_streams or task is None or finished:
                 raise
@@ -675,6 +686,7 @@ class ResponsesEngine:
 
 CONTEXT_CACHE_SIZE = 1024
 SHUTDOWN_ERROR = {"code": "server_error", "message": "The server shut down before this response finished."}
+SERVER_ERROR = {"code": "server_error", "message": "The server had an error while producing this response; its log names the cause."}
 
 
 def response_error(error: APIError) -> dict[str, Any]:

@@ -125,3 +125,47 @@ async def test_a_queued_response_that_cannot_be_resumed_is_failed_and_the_sweep_
     finally:
         await engine.close()
         await db.close()
+
+
+class BrokenModel(SlowModel):
+    """A model whose stream breaks after its first token with an error that is not an APIError:
+    a bug of the server's own or of a provider."""
+
+    async def stream_chat_completion(self, body: dict[str, Any], raw: bytes | None = None, *, echo_model: bool = True) -> AsyncIterator[bytes]:
+        async def chunks() -> AsyncIterator[bytes]:
+            yield json.dumps({"choices": [{"index": 0, "delta": {"content": "t0 "}, "finish_reason": None}]}).encode()
+            raise KeyError("a bug")
+
+        return chunks()
+
+
+async def test_a_stream_broken_by_a_fault_ends_failed_for_the_client_and_in_the_store(
+        backend: SqliteBackend | PostgresBackend, caplog: Any) -> None:
+    db = open_database(backend)
+    store = ResponseStore(db)
+    await store.create_tables()
+    engine = ResponsesEngine(BrokenModel(tokens=1, delay_s=0), store)
+    try:
+        turn = await engine.prepare(CreateResponse(model="m", input="hello", stream=True))
+        events = [event async for event in engine.stream(turn)]
+        last = events[-1]
+        assert last["type"] == "response.failed" and last["response"]["status"] == "failed"
+        assert last["response"]["error"]["code"] == "server_error"
+        assert "KeyError" not in json.dumps(events) and "a bug" not in json.dumps(events)  # the cause goes to the log only
+        assert [event["sequence_number"] for event in events] == list(range(len(events)))
+        stored = await store.get(turn.response["id"])
+        assert stored.status == "failed" and stored.response["error"]["code"] == "server_error"
+        assert "t0" in json.dumps(stored.response["output"])  # what was produced is kept
+        assert any(turn.response["id"] in record.getMessage() and record.exc_info for record in caplog.records)
+
+        queued = await engine.prepare(CreateResponse(model="m", input="hello", background=True))
+        await engine.background.start(queued)
+        for _ in range(200):
+            ran = await store.get(queued.response["id"])
+            if ran.status not in ("queued", "in_progress"):
+                break
+            await asyncio.sleep(0.01)
+        assert ran.status == "failed" and ran.response["error"]["code"] == "server_error"  # not "cancelled": nobody cancelled it
+    finally:
+        await engine.close()
+        await db.close()
