@@ -138,6 +138,25 @@ def test_a_part_the_model_cannot_read_is_refused(client: openai.OpenAI, part: di
             {"type": "input_text", "text": "What is this?"}, {"type": "input_image", "image_url": "https://example.com/a.png"}]}])
 
 
+def test_a_prompt_over_the_context_is_a_400_and_truncation_auto_fits_it(client: openai.OpenAI) -> None:
+    long = "word " * 3000  # about 3,000 tokens, over local.yaml's 2,048
+    expected = {"type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}
+    for stream in (False, True):
+        with pytest.raises(openai.BadRequestError) as refused:
+            answer = client.chat.completions.create(model=CHAT, messages=[{"role": "user", "content": long}], max_tokens=4, stream=stream)
+            list(answer) if stream else None  # type: ignore[call-overload]
+        body = refused.value.body
+        assert isinstance(body, dict) and {key: body[key] for key in expected} == expected
+        assert body["message"].startswith("This model's maximum context length is 2048 tokens. However, your messages resulted in ")
+    with pytest.raises(openai.BadRequestError, match="maximum context length is 2048 tokens"):
+        client.responses.create(model=CHAT, input=long, max_output_tokens=16)
+    events = list(client.responses.create(model=CHAT, input=long, max_output_tokens=16, stream=True))
+    assert events[-1].type == "response.failed" and "maximum context length" in events[-1].response.error.message  # type: ignore[union-attr]
+    fitted = client.responses.create(model=CHAT, max_output_tokens=16, truncation="auto", input=[
+        {"role": "user", "content": long}, {"role": "assistant", "content": "Noted."}, {"role": "user", "content": "Say hi."}])
+    assert fitted.status in ("completed", "incomplete") and fitted.usage is not None and fitted.usage.input_tokens < 2048
+
+
 def test_json_schema_output_always_parses_and_validates(client: openai.OpenAI) -> None:
     schema = {"type": "object", "properties": {"city": {"type": "string"}, "population": {"type": "integer"}},
               "required": ["city", "population"], "additionalProperties": False}

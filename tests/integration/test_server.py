@@ -54,6 +54,12 @@ def test_starter_starts_with_no_keys_and_says_what_is_active(tmp_path: Path) -> 
                 time.sleep(0.05)
             hits = client.vector_stores.search(vector_store_id=store.id, query="payment docking boats").data
             assert [hit.file_id for hit in hits] == [fees.id]
+            # A coding agent's request (the Codex CLI sends web_search with every turn): the tool no
+            # runtime serves here is left out, not the request refused.
+            agent = client.responses.create(model="smollm2-135m-instruct", input="Hi", max_output_tokens=16, store=False,
+                                            tools=[{"type": "web_search"}, {"type": "function", "name": "exec_command",
+                                                                            "parameters": {"type": "object", "properties": {}}}])
+            assert agent.status in ("completed", "incomplete")
             client.close()
     finally:
         process.send_signal(signal.SIGTERM)
@@ -63,6 +69,8 @@ def test_starter_starts_with_no_keys_and_says_what_is_active(tmp_path: Path) -> 
     assert "inactive provider: inference openai (openai): set OPENAI_API_KEY to enable it" in output
     assert "stopped" in output
     assert "Traceback" not in output
+    if importlib.util.find_spec("llama_cpp") is not None:
+        assert "left out of the model's view: tools of types no tool runtime serves (web_search)" in output
 
 
 def test_tls_files_make_it_serve_https(tmp_path: Path) -> None:

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import os
+import re
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping
@@ -205,7 +207,8 @@ class _Plan:
 
     def complete(self, model: Any) -> dict[str, Any]:
         """The whole answer, its `n` choices generated one after another (on the model's thread)."""
-        completion: dict[str, Any] = model.create_chat_completion(**self.kwargs)
+        with _context_checked():
+            completion: dict[str, Any] = model.create_chat_completion(**self.kwargs)
         usage = completion.get("usage") or {}
         for index in range(1, self.n):
             more = model.create_chat_completion(**self._kwargs(index))
@@ -219,7 +222,10 @@ class _Plan:
         """The binding's chunks, choice after choice, each marked with its choice's index; then
         one with the prompt's token count (for the usage chunk). On the model's thread."""
         for index in range(self.n):
-            for chunk in model.create_chat_completion(**self._kwargs(index), stream=True):
+            chunks = iter(model.create_chat_completion(**self._kwargs(index), stream=True))
+            with _context_checked():  # the binding checks the prompt's length at the first chunk
+                first = next(chunks, None)
+            for chunk in itertools.chain((first,) if first is not None else (), chunks):
                 for choice in chunk.get("choices") or ():
                     choice["index"] = index
                 yield chunk
@@ -240,25 +246,29 @@ class _Plan:
         """OpenAI chunks: text as it comes; a tool call (which must be whole to be read) at its
         choice's end. With `n` choices, each choice's chunks follow the one before's."""
         head = {"id": f"chatcmpl-{random_hex(16)}", "object": "chat.completion.chunk", "created": int(time.time()), "model": model_id}
-        choice = _StreamedChoice(0, self.with_tools)
+        # Nothing is sent before the model's first chunk: a prompt it refuses (over its context) is
+        # then the request's error, answered with a status, not a stream cut short.
+        choice: _StreamedChoice | None = None
         completion_tokens, prompt_tokens = 0, 0
-        yield {**head, "choices": [choice.delta({"role": "assistant", "content": ""})]}
         async for chunk in chunks:
             if "prompt_tokens" in chunk:
                 prompt_tokens = chunk["prompt_tokens"]
                 continue
             generated = (chunk.get("choices") or [{}])[0]
             index = generated.get("index", 0)
-            if index != choice.index:
-                for delta in choice.end():
-                    yield {**head, "choices": [delta]}
-                completion_tokens += choice.tokens
+            if choice is None or index != choice.index:
+                if choice is not None:
+                    for delta in choice.end():
+                        yield {**head, "choices": [delta]}
+                    completion_tokens += choice.tokens
                 choice = _StreamedChoice(index, self.with_tools)
                 yield {**head, "choices": [choice.delta({"role": "assistant", "content": ""})]}
             choice.finish = generated.get("finish_reason") or choice.finish
             text = choice.text((generated.get("delta") or {}).get("content"))
             if text:
                 yield {**head, "choices": [choice.delta({"content": text})]}
+        if choice is None:
+            return
         for delta in choice.end():
             yield {**head, "choices": [delta]}
         completion_tokens += choice.tokens
@@ -307,6 +317,24 @@ class _StreamedChoice:
             deltas.append(self.delta({"content": "".join(self.held)}))
         deltas.append(self.delta({}, self.finish))
         return deltas
+
+
+_OVER_CONTEXT = re.compile(r"Requested tokens \((\d+)\) exceed context window of (\d+)")
+
+
+@contextlib.contextmanager
+def _context_checked() -> Iterator[None]:
+    """The binding's refusal of a prompt longer than the model's context (a ValueError, told by
+    its words) as OpenAI answers it: a 400, `context_length_exceeded`."""
+    try:
+        yield
+    except ValueError as error:
+        over = _OVER_CONTEXT.search(str(error))
+        if over is None:
+            raise
+        raise InvalidRequestError(
+            f"This model's maximum context length is {over[2]} tokens. However, your messages resulted in {over[1]} tokens. "
+            "Please reduce the length of the messages.", param="messages", code="context_length_exceeded") from None
 
 
 def _refuse_media(messages: list[Any]) -> None:
