@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
@@ -37,7 +38,10 @@ if TYPE_CHECKING:
 __all__ = ["router"]
 
 JSON = "application/json"
+log = logging.getLogger("stack")
+
 SHUTDOWN_ERROR = error_body("The server shut down before this completion finished.", "server_error", code="server_shutting_down")
+STREAM_FAULT = error_body("The server had an error while streaming this completion; its log names the cause.", "server_error")
 # OpenAI documents no maximum `limit` for stored chat completions (clients ask for 1,000).
 CHAT_LIST_MAX = 1000
 _ROLES = ("system", "developer", "user", "assistant", "tool", "function")
@@ -304,6 +308,12 @@ async def _frames(first: bytes | None, rest: AsyncIterator[bytes], draining: Dra
                 except APIError as error:
                     # The status line may be gone; the SDK raises on a data event that carries an error.
                     yield sse_frame(json.dumps(error.body()).encode())
+                    return
+                except Exception:
+                    # A fault of the server's own or of a provider: the client is told, not cut off;
+                    # the log has the cause.
+                    log.exception("a chat completion stream failed")
+                    yield sse_frame(json.dumps(STREAM_FAULT).encode())
                     return
                 except asyncio.CancelledError:
                     if draining is None or not draining.ending or task is None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -172,3 +173,15 @@ async def test_a_shutdown_that_comes_between_chunks_ends_the_stream_with_its_err
     assert seen[:2] == [b'data: {"role": "assistant"}\n\n', b'data: {"n": 0}\n\n']
     assert b"server_shutting_down" in seen[2] and len(seen) == 3  # no [DONE]: the answer was cut short
     assert closed.is_set()
+
+
+async def test_a_stream_broken_by_a_fault_ends_with_an_error_event_not_a_cut(caplog: pytest.LogCaptureFixture) -> None:
+    async def upstream() -> AsyncIterator[bytes]:
+        yield b'{"n": 0}'
+        raise KeyError("a bug")
+
+    seen = [frame async for frame in routes._frames(b'{"role": "assistant"}', upstream(), None)]
+    assert seen[:2] == [b'data: {"role": "assistant"}\n\n', b'data: {"n": 0}\n\n'] and len(seen) == 3
+    event = json.loads(seen[2].removeprefix(b"data: "))
+    assert event["error"]["type"] == "server_error" and "KeyError" not in seen[2].decode()  # no [DONE]: the answer was cut short
+    assert any(record.exc_info for record in caplog.records)
