@@ -23,6 +23,7 @@ from runtime.metrics import CONTENT_TYPE, Metrics
 from runtime.tracing import Tracing
 from runtime.quotas import Quotas
 from runtime.errors import APIError, error_body, validation_error_body
+from runtime.forms import FormFields
 from runtime.direct_routes import DirectRoutes, api_error_response, direct_routes
 from runtime.middleware import Draining, RequestGuard
 from runtime.stack import Stack
@@ -86,21 +87,25 @@ def create_app(stack: Stack) -> FastAPI:
             expose_headers=["x-request-id"],
         )
     limits: dict[tuple[str, str], int] = {}
+    forms: dict[str, FormFields] = {}
     for api in stack.plan.served_apis:
         surface = SURFACES.get(api)
         if surface is not None and surface.body_limits is not None:
             limits.update(surface.body_limits(stack.impls[api]))
+        if surface is not None:
+            forms.update(surface.form_bodies)
     app.state.draining = Draining()
     # Outermost, and it counts requests when metrics are on: refusals (401, 413, 429, 503) are counted too.
     app.state.tracing = Tracing(server.tracing) if server.tracing is not None else None
-    app.add_middleware(RequestGuard, max_body_bytes=server.max_request_bytes, route_limits=limits, draining=app.state.draining,
+    app.add_middleware(RequestGuard, max_body_bytes=server.max_request_bytes, route_limits=limits, form_paths=forms,
+                       draining=app.state.draining,
                        metrics=metrics, tracing=app.state.tracing, log_context=server.logging is not None,
                        access_log=server.logging is not None and server.logging.access_log)
-    _document_as_served(app, stack)
+    _document_as_served(app, stack, frozenset(forms))
     return app
 
 
-def _document_as_served(app: FastAPI, stack: Stack) -> None:
+def _document_as_served(app: FastAPI, stack: Stack, form_paths: frozenset[str]) -> None:
     """`app.openapi()` (and /openapi.json) amended to the server's behaviour (runtime.openapi),
     built once, on first use."""
     auth = stack.plan.config.server.auth
@@ -119,7 +124,7 @@ def _document_as_served(app: FastAPI, stack: Stack) -> None:
             document = amend(built(), auth=auth is not None, quotas=auth is not None and auth.quotas is not None,
                              open_paths=frozenset(open_paths),
                              list_limits={"/v1/chat/completions": CHAT_LIST_MAX, "/v1/chat/completions/{completion_id}/messages": CHAT_LIST_MAX,
-                                          "/v1/files": FILE_LIST_MAX})
+                                          "/v1/files": FILE_LIST_MAX}, form_paths=form_paths)
         return document
 
     app.openapi = openapi  # type: ignore[method-assign]

@@ -15,8 +15,9 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from runtime import logs
+from runtime import fastjson, logs
 from runtime.errors import PayloadTooLargeError, error_body
+from runtime.forms import FormFields, form_document
 from runtime.metrics import Metrics, route_template
 from runtime.tracing import Tracing
 from runtime.ids import random_hex
@@ -80,12 +81,14 @@ class RequestGuard:
     bug of ours) into a 500 naming the request id."""
 
     def __init__(self, app: ASGIApp, max_body_bytes: int, route_limits: Mapping[tuple[str, str], int] | None = None,
-                 draining: Draining | None = None, metrics: Metrics | None = None, tracing: Tracing | None = None,
-                 log_context: bool = False, access_log: bool = False) -> None:
+                 form_paths: Mapping[str, FormFields] | None = None, draining: Draining | None = None, metrics: Metrics | None = None,
+                 tracing: Tracing | None = None, log_context: bool = False, access_log: bool = False) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
         self.route_limits = dict(route_limits or {})
         """Limits of their own for some (method, path), such as file uploads."""
+        self.form_paths = dict(form_paths or {})
+        """POST paths whose body may also be a form, read as the JSON object it stands for."""
         self.draining = draining or Draining()
         self.metrics = metrics
         """Set: every request is counted and timed here (a middleware of its own would cost a layer)."""
@@ -135,16 +138,23 @@ class RequestGuard:
         task = asyncio.current_task()
         try:
             limit = self.route_limits.get((scope["method"], scope["path"]), self.max_body_bytes) if self.route_limits else self.max_body_bytes
-            declared, content_type, chunked = _body_headers(scope)
+            declared, content_type, chunked, authorized = _body_headers(scope)
             if declared is not None and declared > limit:
                 await _send_error(send_with_id, _too_large(limit))
                 return
+            receive = self._limited(receive, limit)
             if (chunked or declared) and not _takes(content_type):
-                await _send_error(send_with_id, _unsupported_content_type(content_type))
-                return
+                if not _is_form(content_type):
+                    await _send_error(send_with_id, _unsupported_content_type(content_type))
+                    return
+                fields = self.form_paths.get(scope["path"]) if scope["method"] == "POST" else None
+                if fields is None or not authorized:
+                    await _send_error(send_with_id, _form_refused(self.form_paths))
+                    return
+                receive = await _form_as_json(scope, receive, fields)
             if task is not None:
                 self.draining.unanswered[task] = lambda: started
-            await self.app(scope, self._limited(receive, limit), send_with_id)
+            await self.app(scope, receive, send_with_id)
         except asyncio.CancelledError:
             if not self.draining.ending or started or task is None:
                 raise
@@ -192,10 +202,10 @@ def _log_access(scope: Scope, status: int, elapsed_s: float) -> None:
     logs.log_access(scope["method"], scope["path"], status, round(elapsed_s * 1000, 2), principal.id if principal is not None else None)
 
 
-def _body_headers(scope: Scope) -> tuple[int | None, bytes | None, bool]:
-    """The request's declared length (None if absent or unreadable), its content type, and
-    whether its body comes in chunks."""
-    length, content_type, chunked = None, None, False
+def _body_headers(scope: Scope) -> tuple[int | None, bytes | None, bool, bool]:
+    """The request's declared length (None if absent or unreadable), its content type, whether
+    its body comes in chunks, and whether it carries an Authorization header."""
+    length, content_type, chunked, authorized = None, None, False, False
     for name, value in scope["headers"]:
         if name == b"content-length":
             try:
@@ -206,7 +216,9 @@ def _body_headers(scope: Scope) -> tuple[int | None, bytes | None, bool]:
             content_type = value
         elif name == b"transfer-encoding":
             chunked = True
-    return length, content_type, chunked
+        elif name == b"authorization":
+            authorized = True
+    return length, content_type, chunked, authorized
 
 
 def _takes(content_type: bytes | None) -> bool:
@@ -221,6 +233,49 @@ def _takes(content_type: bytes | None) -> bool:
         return False
     media = content_type.split(b";", 1)[0].strip().lower()
     return media == b"application/json" or media == b"multipart/form-data" or (media.startswith(b"application/") and media.endswith(b"+json"))
+
+
+def _is_form(content_type: bytes | None) -> bool:
+    return content_type is not None and content_type.split(b";", 1)[0].strip().lower() == b"application/x-www-form-urlencoded"
+
+
+async def _form_as_json(scope: Scope, receive: Receive, fields: FormFields) -> Receive:
+    """A form body read whole and handed on as the JSON object it stands for (runtime.forms).
+    The request's headers then say JSON, so every layer below reads it as one."""
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return receive  # the client left: what follows finds out
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    document = form_document(b"".join(chunks), fields)
+    body = fastjson.dumps(document)
+    scope["headers"] = [*((name, value) for name, value in scope["headers"]
+                          if name not in (b"content-type", b"content-length", b"transfer-encoding")),
+                        (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    pending = True
+
+    async def replay() -> Message:
+        nonlocal pending
+        if pending:
+            pending = False
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
+def _form_refused(form_paths: Mapping[str, FormFields]) -> tuple[int, dict[str, Any]]:
+    where = ", ".join(f"POST {path}" for path in sorted(form_paths)) or "no route of this stack"
+    return 415, error_body(
+        "Unsupported content type: 'application/x-www-form-urlencoded'. A form body is read only on "
+        f"{where}, and only with an Authorization header (any value when auth is off): any web page can make a browser "
+        "send a form, but not that header. Send JSON (Content-Type: application/json) otherwise.",
+        "invalid_request_error",
+        code="unsupported_content_type",
+    )
 
 
 def _unsupported_content_type(content_type: bytes | None) -> tuple[int, dict[str, Any]]:

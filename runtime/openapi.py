@@ -36,7 +36,7 @@ _ERRORS = {
     "401": "No valid credentials (auth on)",
     "404": "No such object, or one the caller may not reach",
     "413": "The body is over the size limit",
-    "415": "The body is not declared JSON (or, for an upload, a multipart form)",
+    "415": "The body is neither JSON nor, where the route takes one, a multipart form or (with an Authorization header) a URL-encoded form",
     "429": "A quota is exhausted (auth on), or the upstream's rate limit",
     "500": "An error of the server's own (the message carries the request id)",
     "502": "The upstream answered something that is not a valid answer",
@@ -52,9 +52,10 @@ _UPSTREAM = frozenset({("post", "/v1/chat/completions"), ("post", "/v1/embedding
                        ("post", "/v1/responses/compact"), ("post", "/v1/responses/input_tokens")})
 
 def amend(document: Mapping[str, Any], *, auth: bool, quotas: bool, open_paths: frozenset[str],
-          list_limits: Mapping[str, int]) -> dict[str, Any]:
+          list_limits: Mapping[str, int], form_paths: frozenset[str] = frozenset()) -> dict[str, Any]:
     """`document` (FastAPI's) as the server behaves: see the module's docstring. `list_limits`:
-    the largest `limit` of list routes whose bound is not the common 100, by path."""
+    the largest `limit` of list routes whose bound is not the common 100, by path; `form_paths`:
+    the POST routes that also read a form body (runtime.forms)."""
     amended = copy.deepcopy(dict(document))
     schemas = amended.setdefault("components", {}).setdefault("schemas", {})
     schemas.pop("HTTPValidationError", None)
@@ -64,6 +65,9 @@ def amend(document: Mapping[str, Any], *, auth: bool, quotas: bool, open_paths: 
         for method, operation in operations.items():
             _amend_operation(path, method, operation, auth=auth and path not in open_paths, quotas=quotas,
                              limit=list_limits.get(path, 100))
+            content = operation.get("requestBody", {}).get("content", {})
+            if method == "post" and path in form_paths and "application/json" in content:
+                content["application/x-www-form-urlencoded"] = content["application/json"]
     return amended
 
 

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter
 
 from providers.spec import Api
+from runtime.forms import FormFields
 
 if TYPE_CHECKING:
     from builder.resolve import StackPlan
@@ -50,6 +51,9 @@ class ApiSurface:
     uses: tuple[Api, ...] = ()
     """Other APIs its routes read when the stack serves them, given to `router` as keyword
     arguments named after them (None when not served): chat reads files named by id."""
+    form_bodies: Mapping[str, FormFields] = field(default_factory=dict)
+    """POST paths whose JSON body may also come as a form (application/x-www-form-urlencoded),
+    and how their fields read (runtime.forms)."""
 
 
 def _inference() -> ApiSurface:
@@ -64,7 +68,12 @@ def _responses() -> ApiSurface:
     from runtime.apis.responses import routes
     from runtime.apis.responses.protocol import ResponsesProvider
 
-    return ApiSurface(Api.responses, routes.router, protocol=ResponsesProvider)
+    # The Open Responses specification lets these take a form too.
+    fields = FormFields(texts=frozenset({"model", "input", "instructions", "previous_response_id", "conversation", "prompt_cache_key",
+                                         "safety_identifier", "user", "service_tier", "truncation", "tool_choice"}),
+                        lists=frozenset({"include", "tools"}))
+    forms = {path: fields for path in ("/v1/responses", "/v1/responses/compact", "/v1/responses/input_tokens")}
+    return ApiSurface(Api.responses, routes.router, protocol=ResponsesProvider, form_bodies=forms)
 
 
 def _conversations() -> ApiSurface:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from urllib.parse import urlencode
 
 import httpx2
 import openai
@@ -49,19 +50,45 @@ def test_a_body_that_is_not_a_json_object_is_a_400(openai_client: openai.OpenAI,
 @pytest.mark.parametrize("path", [*JSON_ROUTES, "/conversations", "/vector_stores"])
 def test_a_body_not_declared_json_is_a_415_and_nothing_runs(openai_client: openai.OpenAI, text_model: str, path: str,
                                                             content_type: str | None) -> None:
-    # What a web page can make a browser send anywhere without a CORS preflight: the stored chat
-    # completion it asks for must not be made.
+    # What a web page can make a browser send anywhere without a CORS preflight (no Authorization
+    # header among it): the stored chat completion it asks for must not be made.
     body = json.dumps({"model": text_model, "messages": [{"role": "user", "content": "csrf"}], "store": True,
                        "metadata": {"probe": "csrf"}}).encode()
-    headers = {"content-type": content_type if content_type is not None else openai.Omit()}
+    headers = {"content-type": content_type if content_type is not None else openai.Omit(), "authorization": openai.Omit()}
     with pytest.raises(openai.APIStatusError) as refused:
         openai_client.post(path, cast_to=httpx2.Response, content=body, options={"headers": headers})
     assert refused.value.status_code == 415
-    assert refused.value.body == {
-        "message": f"Unsupported content type: {repr(content_type) if content_type else 'none'}. A request body must be JSON "
-                   "(Content-Type: application/json), or multipart/form-data for file uploads.",
-        "type": "invalid_request_error", "param": None, "code": "unsupported_content_type"}
+    body_error = refused.value.body
+    assert isinstance(body_error, dict) and (body_error["type"], body_error["param"], body_error["code"]) == (
+        "invalid_request_error", None, "unsupported_content_type")
+    if content_type == "application/x-www-form-urlencoded":
+        assert "only with an Authorization header" in body_error["message"]
+    else:
+        assert body_error["message"] == (f"Unsupported content type: {repr(content_type) if content_type else 'none'}. A request "
+                                         "body must be JSON (Content-Type: application/json), or multipart/form-data for file uploads.")
     assert not openai_client.chat.completions.list(metadata={"probe": "csrf"}).data
+
+
+def test_a_form_body_is_read_on_the_responses_routes_with_an_authorization_header(openai_client: openai.OpenAI,
+                                                                                   text_model: str) -> None:
+    form = {"content-type": "application/x-www-form-urlencoded"}
+    body = urlencode({"model": text_model, "input": "[tokens:3] hi", "max_output_tokens": "16", "metadata": '{"via": "form"}',
+                      "include": "reasoning.encrypted_content", "store": "true"}).encode()
+    created = openai_client.post("/responses", cast_to=httpx2.Response, content=body, options={"headers": form})  # the SDK sends its key
+    response = created.json()
+    assert response["status"] == "completed" and response["metadata"] == {"via": "form"} and response["max_output_tokens"] == 16
+    assert openai_client.responses.retrieve(response["id"]).output_text == response["output"][0]["content"][0]["text"]
+    counted = openai_client.post("/responses/input_tokens", cast_to=httpx2.Response, options={"headers": form},
+                                 content=urlencode({"model": text_model, "input": "42"}).encode())
+    assert counted.json()["input_tokens"] > 0  # "42" read as the text it is
+    # Without an Authorization header a form is what any web page can make a browser send: refused.
+    with pytest.raises(openai.APIStatusError) as refused:
+        openai_client.post("/responses", cast_to=httpx2.Response, content=body,
+                           options={"headers": {**form, "authorization": openai.Omit()}})
+    assert refused.value.status_code == 415 and "only with an Authorization header" in refused.value.message
+    with pytest.raises(openai.APIStatusError) as elsewhere:  # and forms are read on those routes only
+        openai_client.post("/conversations", cast_to=httpx2.Response, content=b"metadata=%7B%7D", options={"headers": form})
+    assert elsewhere.value.status_code == 415 and "POST /v1/responses," in elsewhere.value.message
 
 
 @pytest.mark.parametrize("content_type", ["application/json; charset=utf-8", "Application/JSON", "application/vnd.openai+json"])

@@ -82,6 +82,11 @@ def test_enforced_ids_limits_and_enums_are_in_the_document(http: httpx2.Client) 
         assert bodies[route] is not None, route
     chat = bodies[("/v1/chat/completions", "post")]["content"]["application/json"]["schema"]
     assert chat["properties"]["temperature"]["maximum"] == 2 and chat["required"] == ["model", "messages"]
+    # The Responses routes that also read a form say so, with the same schema; others do not.
+    for route in [("/v1/responses", "post"), ("/v1/responses/compact", "post"), ("/v1/responses/input_tokens", "post")]:
+        content = bodies[route]["content"]
+        assert content["application/x-www-form-urlencoded"] == content["application/json"], route
+    assert "application/x-www-form-urlencoded" not in bodies[("/v1/chat/completions", "post")]["content"]
 
 
 def _fill(path: str, parameters: list[dict[str, Any]], wrong: bool) -> str:
