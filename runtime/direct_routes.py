@@ -36,7 +36,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from runtime import fastjson
 from runtime.errors import APIError
 
-__all__ = ["DirectRoutes", "direct", "direct_routes", "direct_with_body"]
+__all__ = ["DirectRoutes", "direct", "direct_routes", "direct_with_body", "replay_body"]
 
 Endpoint = Callable[..., Awaitable[Response]]
 E = TypeVar("E", bound=Endpoint)
@@ -182,7 +182,7 @@ class DirectRoutes:
                 raw = await request.body()
                 body = _parsed(call.body, scope, raw)
                 if body is None:  # not the common case: FastAPI parses it, and words any mistake
-                    await self.app(scope, _replay(raw, receive), send)
+                    await self.app(scope, replay_body(raw, receive), send)
                     return
                 arguments[call.body_param or ""] = body
             response = await call.endpoint(**arguments)
@@ -249,7 +249,7 @@ def _declares_json(scope: Scope) -> bool:
     return False
 
 
-def _replay(raw: bytes, receive: Receive) -> Receive:
+def replay_body(raw: bytes, receive: Receive) -> Receive:
     """A `receive` that gives the body already read, then defers to the connection's."""
     pending = True
 

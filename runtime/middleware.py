@@ -16,6 +16,7 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from runtime import fastjson, logs
+from runtime.direct_routes import replay_body
 from runtime.errors import PayloadTooLargeError, error_body
 from runtime.forms import FormFields, form_document
 from runtime.metrics import Metrics, route_template
@@ -255,16 +256,7 @@ async def _form_as_json(scope: Scope, receive: Receive, fields: FormFields) -> R
     scope["headers"] = [*((name, value) for name, value in scope["headers"]
                           if name not in (b"content-type", b"content-length", b"transfer-encoding")),
                         (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    pending = True
-
-    async def replay() -> Message:
-        nonlocal pending
-        if pending:
-            pending = False
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return replay
+    return replay_body(body, receive)
 
 
 def _form_refused(form_paths: Mapping[str, FormFields]) -> tuple[int, dict[str, Any]]:
