@@ -94,7 +94,7 @@ def _files() -> ApiSurface:
     from runtime.apis.files import routes
     from runtime.apis.files.protocol import FilesProvider
 
-    return ApiSurface(Api.files, routes.router, protocol=FilesProvider, body_limits=routes.upload_limits)
+    return ApiSurface(Api.files, routes.router, protocol=FilesProvider, body_limits=routes.upload_limits, uses=(Api.vector_stores,))
 
 
 def _vector_stores() -> ApiSurface:

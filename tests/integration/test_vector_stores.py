@@ -87,3 +87,22 @@ def test_ogx_clients_extensions_are_accepted(openai_client: openai.OpenAI) -> No
     with pytest.raises(openai.BadRequestError) as bad:
         openai_client.vector_stores.search(vector_store_id=store.id, query="anything", extra_body={"search_mode": "psychic"})
     assert bad.value.body["param"] == "search_mode"  # type: ignore[index]
+
+
+def test_a_deleted_file_leaves_every_store_that_held_it(openai_client: openai.OpenAI) -> None:
+    # OpenAI: "Delete a file and remove it from all vector stores." Its text must not stay searchable.
+    secret, kept = upload(openai_client, b"The vault code is lighthouse seven.", "vault.txt"), upload(openai_client, GUIDE.encode(), "guide.md")
+    stores = [openai_client.vector_stores.create(file_ids=[secret, kept]) for _ in range(2)]
+    for store in stores:
+        wait_done(openai_client, store.id, secret), wait_done(openai_client, store.id, kept)
+        assert [hit.file_id for hit in openai_client.vector_stores.search(store.id, query="vault code lighthouse").data][:1] == [secret]
+    assert openai_client.files.delete(secret).deleted
+    for store in stores:
+        assert [f.id for f in openai_client.vector_stores.files.list(vector_store_id=store.id)] == [kept]
+        assert secret not in [hit.file_id for hit in openai_client.vector_stores.search(store.id, query="vault code lighthouse").data]
+        counts = openai_client.vector_stores.retrieve(store.id).file_counts
+        assert (counts.total, counts.completed) == (1, 1)
+        with pytest.raises(openai.NotFoundError):
+            openai_client.vector_stores.files.retrieve(file_id=secret, vector_store_id=store.id)
+    with pytest.raises(openai.NotFoundError):  # deleted once: a second delete is the file's 404, as before
+        openai_client.files.delete(secret)

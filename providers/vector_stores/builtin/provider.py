@@ -207,6 +207,13 @@ class BuiltinVectorStores:
         await self.db.write(write)
         return {"id": file_id, "object": "vector_store.file.deleted", "deleted": True}
 
+    async def forget_file(self, file_id: str) -> None:
+        def write(conn: sa.Connection) -> None:
+            conn.execute(chunks.delete().where(chunks.c.file_id == file_id))
+            conn.execute(files.delete().where(files.c.file_id == file_id))
+
+        await self.db.write(write)
+
     async def file_content(self, store_id: str, file_id: str) -> list[str]:
         row = await self._file(store_id, file_id)
         rows = await self.db.fetch_all(sa.select(chunks.c.text).where(

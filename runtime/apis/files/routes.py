@@ -10,6 +10,7 @@ from starlette.datastructures import UploadFile
 
 from runtime.apis.common import JSONBytes, cursor_page, validate_limit, validate_order
 from runtime.apis.files.protocol import PURPOSES, FilesProvider
+from runtime.apis.vector_stores.protocol import VectorStoresProvider
 from runtime.errors import InvalidRequestError
 
 __all__ = ["router", "upload_limits"]
@@ -23,7 +24,7 @@ def upload_limits(impl: FilesProvider) -> dict[tuple[str, str], int]:
     return {("POST", "/v1/files"): impl.max_file_bytes + 64 * 1024}
 
 
-def router(impl: FilesProvider) -> APIRouter:
+def router(impl: FilesProvider, vector_stores: VectorStoresProvider | None = None) -> APIRouter:
     routes = APIRouter()
 
     @routes.post("/files", summary="Upload a file (multipart: file, purpose, expires_after)", openapi_extra={"requestBody": {
@@ -60,8 +61,13 @@ def router(impl: FilesProvider) -> APIRouter:
         headers = {"content-length": str(content.size), "content-disposition": _disposition(content.filename)}
         return StreamingResponse(content.chunks, media_type="application/octet-stream", headers=headers)
 
-    @routes.delete("/files/{file_id}", summary="Delete a file")
+    @routes.delete("/files/{file_id}", summary="Delete a file, and remove it from every vector store")
     async def delete_file(file_id: str) -> Response:
+        if vector_stores is not None:
+            await impl.get_file(file_id)  # the caller's file (else its 404), before any store loses it
+            # Out of the stores first: should the deletion then fail, the file is still there to
+            # delete again, rather than gone from the Files API while its text stays searchable.
+            await vector_stores.forget_file(file_id)
         return JSONBytes(await impl.delete_file(file_id))
 
     return routes

@@ -71,6 +71,11 @@ class VectorStoresProvider(Protocol):
 
     async def detach_file(self, store_id: str, file_id: str) -> dict[str, Any]: ...
 
+    async def forget_file(self, file_id: str) -> None:
+        """Remove the file from every store that holds it, whoever's stores they are: the Files
+        API is deleting it (OpenAI: "Delete a file and remove it from all vector stores"), and its
+        text must not stay searchable. A file no store holds is no error."""
+
     async def file_content(self, store_id: str, file_id: str) -> list[str]:
         """The text of the file's chunks, in order."""
 
