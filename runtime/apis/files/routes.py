@@ -63,12 +63,12 @@ def router(impl: FilesProvider, vector_stores: VectorStoresProvider | None = Non
 
     @routes.delete("/files/{file_id}", summary="Delete a file, and remove it from every vector store")
     async def delete_file(file_id: str) -> Response:
+        # The files provider decides whether this caller may delete the file (else its 404); only
+        # then do the stores, whoever's they are, let it go.
+        deleted = await impl.delete_file(file_id)
         if vector_stores is not None:
-            await impl.get_file(file_id)  # the caller's file (else its 404), before any store loses it
-            # Out of the stores first: should the deletion then fail, the file is still there to
-            # delete again, rather than gone from the Files API while its text stays searchable.
             await vector_stores.forget_file(file_id)
-        return JSONBytes(await impl.delete_file(file_id))
+        return JSONBytes(deleted)
 
     return routes
 
