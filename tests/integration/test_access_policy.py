@@ -149,3 +149,13 @@ def test_a_rule_for_one_principal_grants_only_it(callers: Callers) -> None:
 def _responses(client: openai.OpenAI) -> list[str]:
     # The SDK's list of responses is not public API in every version: the route, read directly.
     return [response["id"] for response in client.get("/responses", cast_to=dict, options={"params": {"limit": 100}})["data"]]
+
+
+def test_a_file_only_readable_by_a_caller_stays_in_its_stores_when_that_caller_tries_to_delete_it(callers: Callers) -> None:
+    upload = callers.alice.files.create(file=("roster.txt", b"The blue team meets at the harbour."), purpose="assistants")
+    store = callers.alice.vector_stores.create(name="roster", file_ids=[upload.id])
+    with pytest.raises(openai.NotFoundError):
+        callers.carol.files.delete(upload.id)  # carol may read alice's file, not delete it
+    assert [entry.id for entry in callers.alice.vector_stores.files.list(vector_store_id=store.id)] == [upload.id]
+    assert callers.alice.files.delete(upload.id).deleted  # its owner may: then it leaves the store too
+    assert [entry.id for entry in callers.alice.vector_stores.files.list(vector_store_id=store.id)] == []
