@@ -90,10 +90,11 @@ def create_app(stack: Stack) -> FastAPI:
     forms: dict[str, FormFields] = {}
     for api in stack.plan.served_apis:
         surface = SURFACES.get(api)
-        if surface is not None and surface.body_limits is not None:
+        if surface is None:
+            continue
+        if surface.body_limits is not None:
             limits.update(surface.body_limits(stack.impls[api]))
-        if surface is not None:
-            forms.update(surface.form_bodies)
+        forms.update(surface.form_bodies)
     app.state.draining = Draining()
     # Outermost, and it counts requests when metrics are on: refusals (401, 413, 429, 503) are counted too.
     app.state.tracing = Tracing(server.tracing) if server.tracing is not None else None

@@ -144,8 +144,8 @@ class RequestGuard:
                 await _send_error(send_with_id, _too_large(limit))
                 return
             receive = self._limited(receive, limit)
-            if (chunked or declared) and not _takes(content_type):
-                if not _is_form(content_type):
+            if (chunked or declared) and not _takes(media := _media_type(content_type)):
+                if media != _FORM:
                     await _send_error(send_with_id, _unsupported_content_type(content_type))
                     return
                 fields = self.form_paths.get(scope["path"]) if scope["method"] == "POST" else None
@@ -222,22 +222,25 @@ def _body_headers(scope: Scope) -> tuple[int | None, bytes | None, bool, bool]:
     return length, content_type, chunked, authorized
 
 
-def _takes(content_type: bytes | None) -> bool:
-    """Whether a body of this type is read: JSON, or a multipart form (file uploads).
+_FORM = b"application/x-www-form-urlencoded"
+
+
+def _media_type(content_type: bytes | None) -> bytes | None:
+    """The type without its parameters, lowercased: `application/json` of `Application/JSON; charset=utf-8`."""
+    return content_type.split(b";", 1)[0].strip().lower() if content_type is not None else None
+
+
+def _takes(media: bytes | None) -> bool:
+    """Whether a body of this media type is read: JSON, or a multipart form (file uploads).
 
     Nothing else, not even a body with no type that parses as JSON. A web page may make a
     browser send text/plain, a form or an untyped body to any address without asking first (no
     CORS preflight), so reading those as JSON would let any site a user visits run requests on a
     server on their machine or network. FastAPI's `strict_content_type` refuses them for the
     same reason; this applies it to every route, the hand-parsed ones too."""
-    if content_type is None:
+    if media is None:
         return False
-    media = content_type.split(b";", 1)[0].strip().lower()
     return media == b"application/json" or media == b"multipart/form-data" or (media.startswith(b"application/") and media.endswith(b"+json"))
-
-
-def _is_form(content_type: bytes | None) -> bool:
-    return content_type is not None and content_type.split(b";", 1)[0].strip().lower() == b"application/x-www-form-urlencoded"
 
 
 async def _form_as_json(scope: Scope, receive: Receive, fields: FormFields) -> Receive:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import itertools
 import os
 import re
 import threading
@@ -222,13 +221,11 @@ class _Plan:
         """The binding's chunks, choice after choice, each marked with its choice's index; then
         one with the prompt's token count (for the usage chunk). On the model's thread."""
         for index in range(self.n):
-            chunks = iter(model.create_chat_completion(**self._kwargs(index), stream=True))
             with _context_checked():  # the binding checks the prompt's length at the first chunk
-                first = next(chunks, None)
-            for chunk in itertools.chain((first,) if first is not None else (), chunks):
-                for choice in chunk.get("choices") or ():
-                    choice["index"] = index
-                yield chunk
+                for chunk in model.create_chat_completion(**self._kwargs(index), stream=True):
+                    for choice in chunk.get("choices") or ():
+                        choice["index"] = index
+                    yield chunk
         yield {"prompt_tokens": _prompt_tokens(model, self.kwargs["messages"])}
 
     def finish(self, completion: dict[str, Any], model_id: str) -> dict[str, Any]:
