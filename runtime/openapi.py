@@ -48,7 +48,7 @@ _ERRORS = {
 ID_PREFIXES = {"response_id": "resp_", "conversation_id": "conv_", "store_id": "vs_", "batch_id": "vsfb_"}
 
 # The routes whose answer comes from an upstream model, which may fail in its own ways.
-_UPSTREAM = frozenset({("post", "/v1/chat/completions"), ("post", "/v1/embeddings"), ("post", "/v1/responses"),
+_UPSTREAM = frozenset({("post", "/v1/chat/completions"), ("post", "/v1/completions"), ("post", "/v1/embeddings"), ("post", "/v1/responses"),
                        ("post", "/v1/responses/compact"), ("post", "/v1/responses/input_tokens")})
 
 def amend(document: Mapping[str, Any], *, auth: bool, quotas: bool, open_paths: frozenset[str],

@@ -49,7 +49,7 @@ class OpenAICompatAdapter:
         self.timeout_s = timeout_s
         self.stream_gap_timeout_s = stream_gap_timeout_s
         base = base_url.rstrip("/") + "/"
-        self._urls = {path: httpx2.URL(base + path) for path in ("chat/completions", "embeddings", "models")}
+        self._urls = {path: httpx2.URL(base + path) for path in ("chat/completions", "completions", "embeddings", "models")}
         # Host first, as httpx2 would put it (every path shares the base URL's host).
         self._headers = [(b"host", self._urls["models"].netloc),
                          *((k.lower().encode(), v.encode()) for k, v in {**headers, **_JSON_HEADERS}.items())]
@@ -62,8 +62,17 @@ class OpenAICompatAdapter:
     async def embeddings(self, request: UpstreamRequest) -> bytes:
         return await self._post("embeddings", request)
 
-    async def stream_chat_completion(self, request: UpstreamRequest) -> AsyncIterator[bytes]:
-        upstream = self._request("POST", "chat/completions", request.payload(), self._stream_timeout)
+    def stream_chat_completion(self, request: UpstreamRequest) -> AsyncIterator[bytes]:
+        return self._stream("chat/completions", request)
+
+    async def completion(self, request: UpstreamRequest) -> bytes:
+        return await self._post("completions", request)
+
+    def stream_completion(self, request: UpstreamRequest) -> AsyncIterator[bytes]:
+        return self._stream("completions", request)
+
+    async def _stream(self, path: str, request: UpstreamRequest) -> AsyncIterator[bytes]:
+        upstream = self._request("POST", path, request.payload(), self._stream_timeout)
         response = await self._send(upstream)
         try:
             async for data in iter_sse_data(_chunks(response)):

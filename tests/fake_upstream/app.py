@@ -795,6 +795,76 @@ def answer_chat(raw: bytes) -> Reply | StreamReply:
     return StreamReply(tuple(events), plan.slow_ms, plan.cut)
 
 
+# ---------------------------------------------------------------------------------------------
+# Legacy completions (/v1/completions): each prompt answered as a user message would be
+
+
+TEXT_COMPLETION_MAX_TOKENS = 16  # OpenAI's default `max_tokens` for the legacy API
+
+
+def completion_prompts(value: object) -> list[str]:
+    """The prompts of a completions request as texts (a token prompt reads as its numbers)."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list) and value:
+        if _is_token_array(value):
+            return [" ".join(map(str, value))]
+        if all(isinstance(v, str) for v in value):
+            return list(value)
+        if all(_is_token_array(v) for v in value):
+            return [" ".join(map(str, v)) for v in value]
+    if value is None:
+        raise missing_parameter("prompt")
+    raise invalid_value("prompt", "'prompt' must be a string, an array of strings, or token arrays")
+
+
+def render_text_completion(body: object, digest: str) -> tuple[JSON, list[JSON], Directives]:
+    """The Completion body, its stream's chunks (usage not included), and the first prompt's directives."""
+    if not isinstance(body, dict):
+        raise invalid_value("body", "The request body must be a JSON object")
+    model = check_model(body.get("model"), CHAT_MODELS, "chat")
+    prompts = completion_prompts(body.get("prompt"))
+    n = _choice_count(body)
+    limit = _int_field(body, "max_tokens")
+    head = {"id": f"cmpl-{digest[:29]}", "object": "text_completion", "created": CREATED, "model": model}
+    choices: list[JSON] = []
+    chunks: list[JSON] = []
+    completion_tokens = 0
+    first = parse_directives(prompts[0])
+    for number, prompt in enumerate(prompts):
+        directives = parse_directives(prompt)
+        if directives.error is not None:
+            raise status_error(directives.error)
+        for choice in range(n):
+            index = number * n + choice
+            text = base_text(directives, None) + (f" (choice {choice})" if choice else "")
+            pieces, finish = shape_content(text, _stops(body), TEXT_COMPLETION_MAX_TOKENS if limit is None else limit)
+            completion_tokens += len(pieces)
+            if body.get("echo") is True:
+                pieces = [prompt, *pieces]
+            choices.append({"text": "".join(pieces), "index": index, "logprobs": None, "finish_reason": finish})
+            chunks += [{**head, "choices": [{"text": piece, "index": index, "logprobs": None, "finish_reason": None}]} for piece in pieces]
+            chunks.append({**head, "choices": [{"text": "", "index": index, "logprobs": None, "finish_reason": finish}]})
+    prompt_tokens = sum(count_tokens(prompt) for prompt in prompts)
+    usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": prompt_tokens + completion_tokens}
+    return {**head, "choices": choices, "usage": usage, "system_fingerprint": "fp_fake"}, chunks, first
+
+
+def answer_text_completion(raw: bytes) -> Reply | StreamReply:
+    """The whole answer to a legacy completions request body."""
+    try:
+        body = parse_body(raw)
+        completion, chunks, directives = render_text_completion(body, request_digest(raw))
+    except UpstreamError as error:
+        return error_reply(error)
+    if body.get("stream") is not True:
+        return Reply(200, dumps(completion), slow_ms=directives.slow_ms)
+    options = body.get("stream_options")
+    if isinstance(options, dict) and options.get("include_usage") is True:
+        chunks.append({**{key: completion[key] for key in ("id", "object", "created", "model")}, "choices": [], "usage": completion["usage"]})
+    return StreamReply((*map(sse_event, chunks), _DONE), directives.slow_ms, directives.cut)
+
+
 MODERATION_CATEGORIES = ("harassment", "harassment/threatening", "hate", "hate/threatening", "illicit", "illicit/violent", "self-harm",
                          "self-harm/instructions", "self-harm/intent", "sexual", "sexual/minors", "violence", "violence/graphic")
 
@@ -911,6 +981,7 @@ class FakeUpstreamApp:
         self._recorded = recorded
         self._abandoned = abandoned
         self._chat = ReplyCache(answer_chat)
+        self._text_completions = ReplyCache(answer_text_completion)
         self._embeddings = ReplyCache(answer_embeddings)
 
     def _admit(self, request: Request, raw: bytes | None) -> Reply | None:
@@ -934,6 +1005,10 @@ class FakeUpstreamApp:
     async def chat_completions(self, request: Request) -> Response:
         raw = await request.body()
         return await respond(self._admit(request, raw) or self._chat(raw), request, lambda: self._left(request))
+
+    async def completions(self, request: Request) -> Response:
+        raw = await request.body()
+        return await respond(self._admit(request, raw) or self._text_completions(raw), request, lambda: self._left(request))
 
     def _left(self, request: Request) -> None:
         if self._abandoned is not None:
@@ -965,13 +1040,14 @@ _UNAUTHORIZED = error_reply(
 
 def create_app(api_key: str | None = None, recorded: list[RecordedRequest] | None = None,
                abandoned: list[str] | None = None) -> Starlette:
-    """The fake upstream as an ASGI app, serving /v1/models, /v1/chat/completions and /v1/embeddings.
+    """The fake upstream as an ASGI app, serving /v1/models, /v1/chat/completions, /v1/completions and /v1/embeddings.
     `abandoned` receives the path of every answer whose client left before it was whole."""
     logging.getLogger("uvicorn.error").addFilter(_HIDE_DELIBERATE_DROPS)
     handlers = FakeUpstreamApp(api_key, recorded, abandoned)
     return Starlette(
         routes=[
             Route("/v1/chat/completions", handlers.chat_completions, methods=["POST"]),
+            Route("/v1/completions", handlers.completions, methods=["POST"]),
             Route("/v1/embeddings", handlers.embeddings, methods=["POST"]),
             Route("/v1/moderations", handlers.moderations, methods=["POST"]),
             Route("/v1/models", handlers.list_models, methods=["GET"]),

@@ -11,7 +11,7 @@ import openai
 import pytest
 
 MALFORMED_BODIES = [b"", b"null", b"[]", b"123", b"{", b'"text"', b"\xff\xfe"]
-JSON_ROUTES = ["/responses", "/chat/completions", "/embeddings", "/conversations/conv_x/items", "/responses/input_tokens"]
+JSON_ROUTES = ["/responses", "/chat/completions", "/completions", "/embeddings", "/conversations/conv_x/items", "/responses/input_tokens"]
 
 WRONG_TYPES: list[tuple[str, dict[str, Any]]] = [
     ("/responses", {"model": "fake-model", "input": 5}),

@@ -157,6 +157,58 @@ def test_a_prompt_over_the_context_is_a_400_and_truncation_auto_fits_it(client: 
     assert fitted.status in ("completed", "incomplete") and fitted.usage is not None and fitted.usage.input_tokens < 2048
 
 
+def test_a_prompt_is_continued_whole_or_streamed_with_the_same_usage(client: openai.OpenAI) -> None:
+    prompt = "The capital of France is"
+    whole = client.completions.create(model=CHAT, prompt=prompt, max_tokens=6, seed=3, temperature=0)
+    [choice] = whole.choices
+    assert whole.object == "text_completion" and whole.model == CHAT and choice.text and choice.finish_reason in ("stop", "length")
+    assert whole.usage is not None and whole.usage.prompt_tokens > 0 and 0 < whole.usage.completion_tokens <= 6
+    chunks = list(client.completions.create(model=CHAT, prompt=prompt, max_tokens=6, seed=3, temperature=0, stream=True,
+                                            stream_options={"include_usage": True}))
+    assert "".join(chunk.choices[0].text for chunk in chunks if chunk.choices) == choice.text  # greedy: the same text
+    usage = chunks[-1].usage
+    assert usage is not None and not chunks[-1].choices
+    assert (usage.prompt_tokens, usage.completion_tokens) == (whole.usage.prompt_tokens, whole.usage.completion_tokens)
+
+
+def test_prompts_times_n_choices_echo_and_no_tokens(client: openai.OpenAI) -> None:
+    answer = client.completions.create(model=CHAT, prompt=["Once upon a time", "In a galaxy"], n=2, max_tokens=3, seed=5)
+    assert [choice.index for choice in answer.choices] == [0, 1, 2, 3]
+    one = client.completions.create(model=CHAT, prompt="Once upon a time", max_tokens=3)
+    other = client.completions.create(model=CHAT, prompt="In a galaxy", max_tokens=3)
+    assert answer.usage is not None and one.usage is not None and other.usage is not None
+    assert answer.usage.prompt_tokens == one.usage.prompt_tokens + other.usage.prompt_tokens  # each prompt once, not n times
+    echoed = client.completions.create(model=CHAT, prompt="Once upon a time", max_tokens=2, echo=True)
+    assert echoed.choices[0].text.startswith("Once upon a time")
+    nothing = client.completions.create(model=CHAT, prompt="Once upon a time", max_tokens=0, echo=True)
+    assert nothing.choices[0].text == "Once upon a time" and nothing.choices[0].finish_reason == "length"
+    assert nothing.usage is not None and nothing.usage.completion_tokens == 0 and nothing.usage.prompt_tokens == one.usage.prompt_tokens
+
+
+@pytest.mark.parametrize(("extra", "param"), [({"logprobs": 2}, "logprobs"), ({"suffix": " the end."}, "suffix"),
+                                              ({"best_of": 2}, "best_of")])
+def test_what_a_completion_cannot_give_is_refused(client: openai.OpenAI, extra: dict[str, Any], param: str) -> None:
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.completions.create(model=CHAT, prompt="Once", max_tokens=2, **extra)
+    assert refused.value.body["param"] == param and refused.value.body["code"] == "unsupported_parameter"  # type: ignore[index]
+
+
+def test_a_prompt_over_the_context_is_a_400_streamed_or_not(client: openai.OpenAI) -> None:
+    for stream in (False, True):
+        with pytest.raises(openai.BadRequestError) as refused:
+            answer = client.completions.create(model=CHAT, prompt="word " * 3000, max_tokens=4, stream=stream)
+            list(answer) if stream else None  # type: ignore[call-overload]
+        body = refused.value.body
+        assert isinstance(body, dict) and body["code"] == "context_length_exceeded" and body["param"] == "prompt"
+        assert body["message"].startswith("This model's maximum context length is 2048 tokens. However, your prompt resulted in ")
+
+
+def test_the_embedding_model_serves_no_completions(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.completions.create(model=EMBED, prompt="Once")
+    assert refused.value.body["code"] == "unsupported_model" and "chat completions" not in refused.value.body["message"]  # type: ignore[index]
+
+
 def test_json_schema_output_always_parses_and_validates(client: openai.OpenAI) -> None:
     schema = {"type": "object", "properties": {"city": {"type": "string"}, "population": {"type": "integer"}},
               "required": ["city", "population"], "additionalProperties": False}

@@ -56,6 +56,20 @@ def test_known_traffic_shows_in_the_metrics(client: openai.OpenAI) -> None:
     assert value(after, "stack_open_streams") == 0  # every stream has ended
 
 
+def test_legacy_completions_are_counted_as_text_completions(client: openai.OpenAI) -> None:
+    before = scrape(client)
+    client.completions.create(model="fake-model", prompt="[tokens:2] a")
+    list(client.completions.create(model="fake-model", prompt="[tokens:3] b", stream=True))  # usage asked of the upstream, not shown
+    after = scrape(client)
+
+    def grew(name: str, **labels: str) -> float:
+        return value(after, name, **labels) - value(before, name, **labels)
+
+    assert grew("stack_requests_total", route="/v1/completions", method="POST", status="200") == 2
+    assert grew("stack_upstream_duration_seconds_count", provider="fake", kind="text_completion") == 2
+    assert grew("stack_tokens_total", provider="fake", direction="out") == 2 + 3
+
+
 def test_metrics_are_off_unless_configured(tmp_path: Path) -> None:
     with running_fake_upstream() as upstream, served("library", run_yaml(tmp_path, upstream.base_url)) as client:
         assert client._client.get(str(client.base_url).replace("/v1/", "/metrics")).status_code == 404

@@ -28,12 +28,13 @@ def quota_yaml(redis_url: str | None = None) -> str:
     return f"""server:
   auth:
     api_keys:
-{keys("rpm", "tpm", "stream", "resp", "free")}
+{keys("rpm", "tpm", "stream", "legacy", "resp", "free")}
     quotas:
       requests_per_minute: 3{redis}
       principals:
         tpm-{RUN}: {{tokens_per_minute: 30, requests_per_minute: 100}}
         stream-{RUN}: {{tokens_per_minute: 30, requests_per_minute: 100}}
+        legacy-{RUN}: {{tokens_per_minute: 30, requests_per_minute: 100}}
         resp-{RUN}: {{tokens_per_minute: 30, requests_per_minute: 100}}
         free-{RUN}: {{requests_per_minute: 1000}}
 """
@@ -92,6 +93,15 @@ def test_a_stream_that_did_not_ask_for_usage_is_counted_without_seeing_it(client
     assert chunks and all(chunk.usage is None for chunk in chunks) and all(chunk.choices for chunk in chunks)
     with pytest.raises(openai.RateLimitError):
         streamer.chat.completions.create(model="fake-model", messages=[{"role": "user", "content": "[tokens:1] more"}])
+
+
+def test_a_legacy_completion_stream_is_counted_without_showing_its_usage(client: openai.OpenAI) -> None:
+    fresh_window()
+    legacy = as_(client, "legacy")
+    chunks = list(legacy.completions.create(model="fake-model", prompt="[tokens:40] spend", max_tokens=40, stream=True))
+    assert chunks and all(chunk.usage is None for chunk in chunks) and all(chunk.choices for chunk in chunks)
+    with pytest.raises(openai.RateLimitError):
+        legacy.completions.create(model="fake-model", prompt="[tokens:1] more")
 
 
 def test_a_responses_model_calls_count_against_the_principal(client: openai.OpenAI) -> None:

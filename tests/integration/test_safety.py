@@ -229,3 +229,29 @@ def test_a_chat_output_guard_that_fails_closed_ends_the_stream_with_an_error(gua
     with pytest.raises(openai.APIStatusError) as refused:
         guarded.client.chat.completions.create(model="fake-model", messages=[{"role": "user", "content": _answer("[moderation-error:500] x")}])
     assert refused.value.status_code == 503 and refused.value.body["code"] == "guardrail_unavailable"  # type: ignore[index]
+
+
+def test_a_flagged_prompt_of_the_legacy_api_is_answered_as_filtered_and_no_model_sees_it(stack: Stack) -> None:
+    before = len(stack.upstream.bodies("/v1/completions"))
+    completion = stack.client.completions.create(model="fake-model", prompt=["[flag:violence] hurt", "calm"], n=2)
+    assert [(choice.index, choice.text, choice.finish_reason) for choice in completion.choices] == [
+        (index, "", "content_filter") for index in range(4)]
+    chunks = list(stack.client.completions.create(model="fake-model", prompt="[flag:hate] words", stream=True,
+                                                  stream_options={"include_usage": True}))
+    assert chunks[0].choices[0].finish_reason == "content_filter" and chunks[-1].usage is not None
+    assert len(stack.upstream.bodies("/v1/completions")) == before
+    clean = stack.client.completions.create(model="fake-model", prompt="[tokens:2] calm")
+    assert clean.choices[0].text == "tok1 tok2" and len(stack.upstream.bodies("/v1/completions")) == before + 1
+
+
+def test_legacy_completion_output_is_checked_streamed_or_not(guarded: Stack) -> None:
+    flagged = CALM + " Then [flag:violence] something terrible. " + CALM
+    chunks = list(guarded.client.completions.create(model="fake-model", prompt=_answer(flagged), max_tokens=500, stream=True))
+    sent = "".join(chunk.choices[0].text for chunk in chunks if chunk.choices)
+    assert "[flag:violence]" not in sent and sent and CALM.startswith(sent)
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["content_filter"]
+    withheld = guarded.client.completions.create(model="fake-model", prompt=_answer("[flag:hate] words"), n=2)
+    assert [(choice.text, choice.finish_reason) for choice in withheld.choices] == [("", "content_filter")] * 2
+    clean = list(guarded.client.completions.create(model="fake-model", prompt=_answer(CALM), max_tokens=500, stream=True))
+    assert "".join(chunk.choices[0].text for chunk in clean if chunk.choices) == CALM
+    assert [c.choices[0].finish_reason for c in clean if c.choices and c.choices[0].finish_reason] == ["stop"]

@@ -34,4 +34,8 @@ def test_apis_without_an_active_provider_answer_503s_saying_what_to_set(tmp_path
         assert response.value.status_code == 503 and "enable a provider of inference" in response.value.message
         with pytest.raises(openai.InternalServerError):
             client.chat.completions.list()
+        for stream in (False, True):
+            with pytest.raises(openai.InternalServerError) as legacy:
+                client.completions.create(model="any", prompt="hi", stream=stream)
+            assert legacy.value.status_code == 503 and legacy.value.code == "no_active_provider"
         assert client.conversations.create().id.startswith("conv_")  # an API with its provider works as ever

@@ -5,9 +5,11 @@ Instruct, 98 MB); nothing is downloaded. It loads on first use, on the model's o
 stack that never calls it pays nothing at start-up. Chat uses the model's own chat template;
 `response_format` (json_object, json_schema) and tool calls are held to a grammar, so their
 output always parses and validates against its schema. `n` choices are generated one after
-another (a given `seed` moves by one for each, so they differ).
+another (a given `seed` moves by one for each, so they differ). The legacy completions API
+(`/v1/completions`) continues a prompt as it is, without the template.
 
-Log probabilities are refused (400, `unsupported_parameter`): the binding computes them only for a
+Log probabilities are refused (400, `unsupported_parameter`), as are a completion's `suffix` (the
+binding appends it to the answer, where OpenAI inserts the answer before it) and a `best_of` above `n`: the binding computes them only for a
 model loaded to keep every position's logits, a context-by-vocabulary array (400 MB for SmolLM2
 at 2,048 tokens) held for the model's life. Audio is refused the same way, and so are image, audio and
 file parts in the messages (the model reads text only; a file named by id in a Responses request is
@@ -125,10 +127,37 @@ class LlamaCppModel:
         finally:
             await chunks.aclose()  # stops the generation now, not when the generator is collected
 
-    def _plan(self, body: Mapping[str, Any]) -> _Plan:
+    # --- legacy completions ---------------------------------------------------------------------
+
+    async def completion(self, request: UpstreamRequest) -> bytes:
+        self._plan_check()
+        plan = _TextPlan(request.body)
+        completion: dict[str, Any] = await self.worker.call(plan.complete)
+        return fastjson.dumps({**completion, "id": f"cmpl-{random_hex(16)}", "model": self.model_id})
+
+    async def stream_completion(self, request: UpstreamRequest) -> AsyncIterator[bytes]:
+        self._plan_check()
+        plan = _TextPlan(request.body)
+        include_usage = bool((request.body.get("stream_options") or {}).get("include_usage"))
+        head = {"id": f"cmpl-{random_hex(16)}", "object": "text_completion", "created": int(time.time()), "model": self.model_id}
+        chunks = self.worker.stream(plan.generate)
+        try:
+            async for chunk in chunks:
+                if "usage" in chunk:
+                    if include_usage:
+                        yield fastjson.dumps({**head, "choices": [], "usage": chunk["usage"]})
+                    continue
+                yield fastjson.dumps({**head, "choices": chunk["choices"]})
+        finally:
+            await chunks.aclose()
+
+    def _plan_check(self) -> None:
         if self.config.embedding:
             raise InvalidRequestError(f"The model '{self.model_id}' is an embedding model: it answers /v1/embeddings only.",
                                       param="model", code="invalid_value")
+
+    def _plan(self, body: Mapping[str, Any]) -> _Plan:
+        self._plan_check()
         return _Plan(body)
 
     # --- embeddings ---------------------------------------------------------------------------
@@ -274,6 +303,87 @@ class _Plan:
             yield {**head, "choices": [], "usage": usage}
 
 
+class _TextPlan:
+    """One legacy completions request in the binding's terms: each prompt (a text, or tokens)
+    answered `n` times, one after another; choice `index` is prompt `index // n`'s."""
+
+    def __init__(self, body: Mapping[str, Any]) -> None:
+        for name in ("logprobs", "suffix"):
+            if body.get(name) is not None:
+                # A suffix is read by the binding as text to append, not as what follows an insertion (OpenAI's meaning).
+                raise InvalidRequestError(f"Unsupported parameter: '{name}' is not supported with this model.", param=name,
+                                          code="unsupported_parameter")
+        n, best_of = body.get("n"), body.get("best_of")
+        self.n = n if isinstance(n, int) and n > 1 else 1
+        if isinstance(best_of, int) and best_of > self.n:
+            raise InvalidRequestError("Unsupported parameter: 'best_of' greater than 'n' is not supported with this model.",
+                                      param="best_of", code="unsupported_parameter")
+        prompt = body.get("prompt")
+        single = isinstance(prompt, str) or (isinstance(prompt, list) and bool(prompt) and isinstance(prompt[0], int))
+        self.prompts: list[Any] = [prompt] if single else list(prompt or ())
+        kwargs: dict[str, Any] = {name: body[argument] for argument, name in _SAMPLING.items() if body.get(argument) is not None}
+        if body.get("max_tokens") is not None:
+            kwargs["max_tokens"] = body["max_tokens"]
+        kwargs["echo"] = body.get("echo") is True
+        self.kwargs = kwargs
+        # `max_tokens: 0` asks for no tokens (the prompt alone, echoed); to the binding it means "no limit".
+        self.nothing = body.get("max_tokens") == 0
+
+    def _create(self, model: Any, kwargs: dict[str, Any], stream: bool) -> Any:
+        if not self.nothing:
+            return model.create_completion(**kwargs, stream=stream)
+        prompt = kwargs["prompt"]
+        echoed = prompt if isinstance(prompt, str) else model.detokenize(prompt).decode(errors="replace")
+        choice = {"text": echoed if kwargs["echo"] else "", "index": 0, "logprobs": None, "finish_reason": "length"}
+        if stream:
+            return iter([{"choices": [choice]}])
+        return {"choices": [choice], "usage": {"prompt_tokens": _text_prompt_tokens(model, prompt), "completion_tokens": 0}}
+
+    def _calls(self) -> Iterator[tuple[int, dict[str, Any]]]:
+        seed = self.kwargs.get("seed")
+        for number, prompt in enumerate(self.prompts):
+            for choice in range(self.n):
+                index = number * self.n + choice
+                yield index, {**self.kwargs, "prompt": prompt, **({"seed": seed + index} if index and isinstance(seed, int) else {})}
+
+    def complete(self, model: Any) -> dict[str, Any]:
+        """The whole answer (on the model's thread)."""
+        choices, prompt_tokens, completion_tokens = [], 0, 0
+        completion: dict[str, Any] = {}
+        for index, kwargs in self._calls():
+            with _context_checked("prompt"):
+                completion = self._create(model, kwargs, False)
+            choices += [{**choice, "index": index} for choice in completion.get("choices") or ()]
+            usage = completion.get("usage") or {}
+            completion_tokens += usage.get("completion_tokens") or 0
+            if index % self.n == 0:
+                prompt_tokens += usage.get("prompt_tokens") or 0
+        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": prompt_tokens + completion_tokens}
+        return {"object": "text_completion", "created": completion.get("created") or int(time.time()), "choices": choices, "usage": usage}
+
+    def generate(self, model: Any) -> Iterator[dict[str, Any]]:
+        """Each choice's chunks in turn (`choices` as OpenAI streams them), then one with the usage.
+        On the model's thread."""
+        prompt_tokens, completion_tokens = 0, 0
+        for index, kwargs in self._calls():
+            with _context_checked("prompt"):  # the binding checks the prompt's length at the first chunk
+                for chunk in self._create(model, kwargs, True):
+                    choices = [{**choice, "index": index} for choice in chunk.get("choices") or ()]
+                    completion_tokens += sum(1 for choice in choices if choice.get("text"))
+                    yield {"choices": choices}
+            if index % self.n == 0:
+                prompt_tokens += _text_prompt_tokens(model, kwargs["prompt"])
+        yield {"usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                         "total_tokens": prompt_tokens + completion_tokens}}
+
+
+def _text_prompt_tokens(model: Any, prompt: str | list[int]) -> int:
+    """A prompt's length in tokens as the binding counts it for a whole answer's usage."""
+    if isinstance(prompt, list):
+        return len(prompt)
+    return len(model.tokenize(prompt.encode(), add_bos=True, special=True))
+
+
 class _StreamedChoice:
     """One choice of a stream as it is generated: its text goes out as it comes, unless it may be
     the start of a tool call, which is held until it is whole."""
@@ -320,7 +430,7 @@ _OVER_CONTEXT = re.compile(r"Requested tokens \((\d+)\) exceed context window of
 
 
 @contextlib.contextmanager
-def _context_checked() -> Iterator[None]:
+def _context_checked(param: str = "messages") -> Iterator[None]:
     """The binding's refusal of a prompt longer than the model's context (a ValueError, told by
     its words) as OpenAI answers it: a 400, `context_length_exceeded`."""
     try:
@@ -329,9 +439,10 @@ def _context_checked() -> Iterator[None]:
         over = _OVER_CONTEXT.search(str(error))
         if over is None:
             raise
+        what = "messages" if param == "messages" else "prompt"
         raise InvalidRequestError(
-            f"This model's maximum context length is {over[2]} tokens. However, your messages resulted in {over[1]} tokens. "
-            "Please reduce the length of the messages.", param="messages", code="context_length_exceeded") from None
+            f"This model's maximum context length is {over[2]} tokens. However, your {what} resulted in {over[1]} tokens. "
+            f"Please reduce the length of the {what}.", param=param, code="context_length_exceeded") from None
 
 
 def _refuse_media(messages: list[Any]) -> None:

@@ -1,4 +1,4 @@
-"""The output guardrail of chat completions: what a model answers is checked by the stack's safety
+"""The output guardrail of chat (and legacy) completions: what a model answers is checked by the stack's safety
 provider before any client sees it, and before a `store: true` completion is stored.
 
 A whole completion is checked at once, each choice on its own. A stream is held from its first
@@ -18,7 +18,7 @@ from typing import Any
 from runtime.apis.safety.guard import flagged_outputs
 from runtime.apis.safety.protocol import SafetyProvider
 
-__all__ = ["OUTPUT_BATCH_CHARS", "guard_completion", "guard_stream"]
+__all__ = ["OUTPUT_BATCH_CHARS", "guard_completion", "guard_stream", "guard_text_completion"]
 
 OUTPUT_BATCH_CHARS = 400  # text held before it is checked: a few sentences, not every token
 _TEXT_FIELDS = ("content", "reasoning_content", "reasoning")  # what a client reads: the answer and its reasoning
@@ -43,11 +43,30 @@ async def guard_completion(safety: SafetyProvider, completion: dict[str, Any]) -
                           logprobs=None)
 
 
+async def guard_text_completion(safety: SafetyProvider, completion: dict[str, Any]) -> None:
+    """Check every choice of a legacy Completion; a flagged one keeps no text (content_filter)."""
+    choices = [choice for choice in completion.get("choices") or () if isinstance(choice, dict) and _choice_text(choice, True).strip()]
+    if not choices:
+        return
+    for choice, flagged in zip(choices, await flagged_outputs(safety, [choice["text"] for choice in choices]), strict=True):
+        if flagged:
+            choice.update(text="", finish_reason="content_filter", logprobs=None)
+
+
+def _choice_text(choice: dict[str, Any], text_completion: bool) -> str:
+    """The text a chunk's or answer's choice adds: a legacy completion's `text`, a chat chunk's delta."""
+    if text_completion:
+        text = choice.get("text")
+        return text if isinstance(text, str) else ""
+    return _text(choice.get("delta"))
+
+
 class _Hold:
     """Chunks held since the first unchecked text, and the text of each choice not yet checked."""
 
-    def __init__(self, choices: int) -> None:
+    def __init__(self, choices: int, text_completion: bool = False) -> None:
         self.choices = choices
+        self.text_completion = text_completion
         self.held: list[dict[str, Any]] = []
         self.unchecked: dict[int, list[str]] = {}
         self.ended: set[int] = set()
@@ -72,7 +91,7 @@ class _Hold:
                 return []
             chunk["choices"] = kept
         texts = [(int(choice.get("index", 0)), text) for choice in chunk.get("choices") or ()
-                 if isinstance(choice, dict) and (text := _text(choice.get("delta")))]
+                 if isinstance(choice, dict) and (text := _choice_text(choice, self.text_completion))]
         if not texts and not self.held:
             return [chunk]
         self.held.append(chunk)
@@ -115,12 +134,16 @@ class _Hold:
             kept.append(chunk)
         self.held = kept
         base = {key: self.last[key] for key in _CHUNK_FIELDS if key in self.last}
+        if self.text_completion:
+            return {**base, "choices": [{"index": index, "text": "", "logprobs": None, "finish_reason": "content_filter"}]}
         return {**base, "choices": [{"index": index, "delta": {}, "logprobs": None, "finish_reason": "content_filter"}]}
 
 
-async def guard_stream(safety: SafetyProvider, chunks: AsyncIterator[dict[str, Any]], choices: int = 1) -> AsyncIterator[dict[str, Any]]:
-    """The chunks of a ChatCompletionChunk stream that pass the output guardrail, in order."""
-    hold = _Hold(choices)
+async def guard_stream(safety: SafetyProvider, chunks: AsyncIterator[dict[str, Any]], choices: int = 1, *,
+                       text_completion: bool = False) -> AsyncIterator[dict[str, Any]]:
+    """The chunks of a ChatCompletionChunk stream (or, with `text_completion`, of a legacy
+    Completion stream) that pass the output guardrail, in order."""
+    hold = _Hold(choices, text_completion)
     pending: tuple[asyncio.Future[list[bool]], list[int], int] | None = None
     try:
         async for chunk in chunks:

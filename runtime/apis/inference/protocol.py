@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
-__all__ = ["InferenceProvider", "UpstreamModel", "UpstreamRequest"]
+__all__ = ["InferenceProvider", "TextCompletionProvider", "UpstreamModel", "UpstreamRequest"]
 
 
 @dataclass(frozen=True)
@@ -57,4 +57,20 @@ class InferenceProvider(Protocol):
         ...
 
     async def list_models(self) -> list[UpstreamModel]:
+        ...
+
+
+@runtime_checkable
+class TextCompletionProvider(Protocol):
+    """A provider that also serves the legacy `/v1/completions` API (a prompt in, text out).
+
+    Optional: the stack answers a model whose provider lacks these methods with a 400
+    naming the model. Errors as for `InferenceProvider`."""
+
+    async def completion(self, request: UpstreamRequest) -> bytes:
+        """The Completion JSON (`object: text_completion`) for a non-streamed request."""
+        ...
+
+    def stream_completion(self, request: UpstreamRequest) -> AsyncIterator[bytes]:
+        """The data payload of each streamed Completion event, without the final `[DONE]`."""
         ...

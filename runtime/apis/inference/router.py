@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 from builder.config import ModelConfig
 from runtime import fastjson
 from runtime.apis.inference.chunks import ChunkAccumulator
-from runtime.apis.inference.guarded import guard_completion, guard_stream
-from runtime.apis.inference.protocol import InferenceProvider, UpstreamModel, UpstreamRequest
+from runtime.apis.inference.guarded import guard_completion, guard_stream, guard_text_completion
+from runtime.apis.inference.protocol import InferenceProvider, TextCompletionProvider, UpstreamModel, UpstreamRequest
 from runtime.apis.inference.store import ChatCompletionStore, new_completion_id
 from runtime.apis.safety.protocol import SafetyProvider
 from runtime.errors import APIError, InvalidRequestError, NotFoundError, UpstreamError
@@ -69,7 +69,7 @@ class ProviderState:
 
 
 class InferenceRouter:
-    """Routes chat completions and embeddings to the provider serving the requested model."""
+    """Routes chat completions, legacy completions and embeddings to the provider serving the requested model."""
 
     def __init__(self, providers: Mapping[str, InferenceProvider], registered: Sequence[ModelConfig], store: ChatCompletionStore) -> None:
         self.providers = dict(providers)
@@ -238,6 +238,67 @@ class InferenceRouter:
         if stored:
             await self.store.save(folded.completion(), list(body.get("messages") or ()), body.get("metadata"), _text_or_none(upstream_id))
 
+    # --- legacy completions -----------------------------------------------------------------
+
+    async def text_completion(self, body: Mapping[str, Any], raw: bytes | None = None, *, guard: SafetyProvider | None = None) -> bytes:
+        """The upstream's Completion JSON (`/v1/completions`), with the client's model id; with a
+        `guard`, each choice's text passes the output guardrail first."""
+        provider_id, request, requested = await self._route(body, raw)
+        provider = self._text_provider(provider_id, body["model"])
+        metrics, started = current_metrics(), time.perf_counter()
+        result = await self._call(provider_id, provider.completion(request), "text_completion", request)
+        if result[:1] != b"{" or result.rstrip()[-1:] != b"}":
+            raise _malformed(provider_id, result)
+        if metrics is not None or token_meter() is not None:
+            await _account(result, provider_id, request, "text_completion", metrics, started)
+        if guard is None:
+            return _with_model(result, requested) if requested is not None else result
+        completion = _completion(result, provider_id)
+        await guard_text_completion(guard, completion)
+        if requested is not None:
+            completion["model"] = requested
+        return fastjson.dumps(completion)
+
+    async def stream_text_completion(self, body: Mapping[str, Any], raw: bytes | None = None, *,
+                                     guard: SafetyProvider | None = None) -> AsyncIterator[bytes]:
+        """The upstream's Completion chunk payloads, with the client's model id (as for chat)."""
+        hidden_usage = False
+        metrics, tracing = current_metrics(), current_tracing()
+        if (token_meter() is not None or metrics is not None or tracing is not None) and not (body.get("stream_options") or {}).get("include_usage"):
+            body, raw, hidden_usage = {**body, "stream_options": {**(body.get("stream_options") or {}), "include_usage": True}}, None, True
+        provider_id, request, requested = await self._route(body, raw)
+        chunks = self._text_provider(provider_id, body["model"]).stream_completion(request)
+        if token_meter() is not None or metrics is not None or tracing is not None:
+            chunks = _metered(chunks, hidden_usage, metrics, provider_id, request, tracing, "text_completion")
+        if guard is not None:
+            return self._guarded_text_stream(chunks, body, requested, provider_id, guard)
+        if requested is not None:
+            chunks = _chunks_with_model(chunks, requested, provider_id)
+        return chunks
+
+    async def _guarded_text_stream(self, chunks: AsyncIterator[bytes], body: Mapping[str, Any], model: str | None, provider_id: str,
+                                   guard: SafetyProvider) -> AsyncIterator[bytes]:
+        async def parsed() -> AsyncIterator[dict[str, Any]]:
+            async for raw in chunks:
+                chunk = _chunk(raw, provider_id)
+                if model is not None:
+                    chunk["model"] = model
+                yield chunk
+
+        async for chunk in guard_stream(guard, parsed(), text_completion_choices(body), text_completion=True):
+            yield fastjson.dumps(chunk)
+
+    def _text_provider(self, provider_id: str, model: str) -> TextCompletionProvider:
+        provider = self.providers[provider_id]
+        if isinstance(provider, TextCompletionProvider):
+            return provider
+        entry = self._lookup(model)
+        if entry is not None and entry.model_type == "embedding":
+            raise InvalidRequestError(f"The model '{model}' is an embedding model: it does not serve the completions API.", param="model",
+                                      code="unsupported_model")
+        raise InvalidRequestError(f"The model '{model}' does not serve the legacy completions API (its provider, '{provider_id}', does "
+                                  "not implement it): use /v1/chat/completions.", param="model", code="unsupported_model")
+
     async def embeddings(self, body: Mapping[str, Any], raw: bytes | None = None) -> bytes:
         """Embeddings JSON. base64 (the SDK's default) is encoded here from floats, since not
         every OpenAI-compatible server implements it."""
@@ -269,6 +330,13 @@ class InferenceRouter:
 
     def health(self) -> dict[str, dict[str, Any]]:
         return {pid: {"status": state.status, "detail": state.detail, "models": state.models} for pid, state in self.states.items()}
+
+
+def text_completion_choices(body: Mapping[str, Any]) -> int:
+    """How many choices a completions request asks for: `n` for each of its prompts."""
+    prompt, n = body.get("prompt"), body.get("n")
+    prompts = len(prompt) if isinstance(prompt, list) and prompt and not isinstance(prompt[0], int) else 1
+    return prompts * (n if isinstance(n, int) and n > 0 else 1)
 
 
 def _reshaped_embeddings(result: bytes, *, base64_vectors: bool, model: str | None) -> bytes:
@@ -323,14 +391,14 @@ async def _account(result: bytes, provider_id: str, request: UpstreamRequest, ki
 
 
 async def _metered(chunks: AsyncIterator[bytes], hide_usage: bool, metrics: Metrics | None, provider: str, request: UpstreamRequest,
-                   tracing: Tracing | None) -> AsyncIterator[bytes]:
+                   tracing: Tracing | None, kind: str = "chat") -> AsyncIterator[bytes]:
     """The chunks, with the tokens of the usage chunk recorded against the request's quota and in
     the metrics (that chunk left out when only they asked for it), the stream's timings, and its
     model call span."""
     model = str(request.body.get("model"))
     started = time.perf_counter()
     first = True
-    span = tracing.start_model_call("chat", provider, model, request.body) if tracing is not None else None
+    span = tracing.start_model_call(kind, provider, model, request.body) if tracing is not None else None
     try:
         finish: list[bytes] = []
         async for raw in chunks:
@@ -359,7 +427,7 @@ async def _metered(chunks: AsyncIterator[bytes], hide_usage: bool, metrics: Metr
         if span is not None:
             span.end()
     if metrics is not None:
-        metrics.upstream_seconds.observe((provider, model, "chat"), time.perf_counter() - started)
+        metrics.upstream_seconds.observe((provider, model, kind), time.perf_counter() - started)
 
 
 async def _chunks_with_model(chunks: AsyncIterator[bytes], model: str, provider_id: str) -> AsyncIterator[bytes]:

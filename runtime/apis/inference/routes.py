@@ -1,4 +1,4 @@
-"""Routes of the inference API: /v1/chat/completions, /v1/embeddings, /v1/models.
+"""Routes of the inference API: /v1/chat/completions, /v1/completions (legacy), /v1/embeddings, /v1/models.
 
 The create routes read the raw body and hand it on: the upstream validates the parameters it
 knows, so every field the SDK sends (and any `extra_body` field) reaches it unchanged, and a
@@ -22,6 +22,7 @@ from runtime.apis.common import (
 )
 from runtime.apis.files.inline import chat_messages_with_files
 from runtime.apis.inference.checks import SHAPES, check_message
+from runtime.apis.inference.router import text_completion_choices
 from runtime.apis.files.protocol import FilesProvider
 from runtime.apis.inference.store import new_completion_id
 from runtime.apis.safety.guard import guard_input
@@ -29,6 +30,7 @@ from runtime.apis.safety.protocol import SafetyProvider
 from runtime.direct_routes import direct
 from runtime import fastjson
 from runtime.errors import APIError, InvalidRequestError, error_body
+from runtime.ids import random_hex
 from runtime.middleware import Draining
 from runtime.sse import DONE, EventStreamResponse, close_frames, sse_frame
 
@@ -68,6 +70,24 @@ CHAT_BODY = json_body(["model", "messages"], {
     "max_completion_tokens": {"type": ["integer", "null"], "minimum": 1},
     "top_logprobs": {"type": ["integer", "null"], "minimum": 0, "maximum": 20},
 })
+COMPLETIONS_BODY = json_body(["model", "prompt"], {
+    "model": {"type": "string", "description": "provider_id/model, a bare model name, or a registered model id"},
+    "prompt": {"anyOf": [{"type": "string"}, {"type": "array", "minItems": 1, "items": {"type": "string"}},
+                         {"type": "array", "minItems": 1, "items": {"type": "integer"}},
+                         {"type": "array", "minItems": 1, "items": {"type": "array", "minItems": 1, "items": {"type": "integer"}}}]},
+    "stream": {"type": ["boolean", "null"]},
+    "stream_options": {"type": ["object", "null"]},
+    "echo": {"type": ["boolean", "null"]},
+    "suffix": {"type": ["string", "null"]},
+    "temperature": {"type": ["number", "null"], "minimum": 0, "maximum": 2},
+    "top_p": {"type": ["number", "null"], "minimum": 0, "maximum": 1},
+    "presence_penalty": {"type": ["number", "null"], "minimum": -2, "maximum": 2},
+    "frequency_penalty": {"type": ["number", "null"], "minimum": -2, "maximum": 2},
+    "n": {"type": ["integer", "null"], "minimum": 1, "maximum": 128},
+    "best_of": {"type": ["integer", "null"], "minimum": 0, "maximum": 20},
+    "logprobs": {"type": ["integer", "null"], "minimum": 0, "maximum": 5},
+    "max_tokens": {"type": ["integer", "null"], "minimum": 0},
+})
 EMBEDDINGS_BODY = json_body(["model", "input"], {
     "model": {"type": "string"},
     "input": {"oneOf": [{"type": "string"}, {"type": "array"}]},
@@ -98,6 +118,20 @@ def router(impl: InferenceRouter, files: FilesProvider | None = None, safety: Sa
         if body.get("stream") is True:
             return await _sse_response(request, await impl.stream_chat_completion(body, forwarded, guard=output_guard))
         return _json_or_gone(await unless_disconnected(request, impl.chat_completion(body, forwarded, guard=output_guard)))
+
+    @routes.post("/completions", summary="Create a completion (the legacy API; streamed with `stream: true`)", openapi_extra=COMPLETIONS_BODY)
+    @direct
+    async def create_completion(request: Request) -> Response:
+        raw = await request.body()
+        body = parse_json_object(raw)
+        _check_completions_body(body)
+        if guarded is not None:
+            refusal = await guard_input(guarded, None, [{"role": "user", "content": text} for text in _prompt_texts(body["prompt"])])
+            if refusal is not None:
+                return _refused_text(body)
+        if body.get("stream") is True:
+            return await _sse_response(request, await impl.stream_text_completion(body, raw, guard=output_guard))
+        return _json_or_gone(await unless_disconnected(request, impl.text_completion(body, raw, guard=output_guard)))
 
     @routes.get("/chat/completions", summary="List stored chat completions")
     async def list_chat_completions(
@@ -173,6 +207,60 @@ def _check_embeddings_body(body: dict[str, Any]) -> None:
                                   param="encoding_format", code="invalid_value")
 
 
+def _check_completions_body(body: dict[str, Any]) -> None:
+    """OpenAI's checks of a legacy completions request, before any provider sees it."""
+    if "prompt" not in body or body["prompt"] is None:
+        raise InvalidRequestError("Missing required parameter: 'prompt'.", param="prompt", code="missing_required_parameter")
+    prompt = body["prompt"]
+    if not (isinstance(prompt, str) or (isinstance(prompt, list) and prompt and (
+            all(isinstance(item, str) for item in prompt) or all(_is_token(item) for item in prompt)
+            or all(isinstance(item, list) and item and all(_is_token(token) for token in item) for item in prompt)))):
+        raise InvalidRequestError("Invalid 'prompt': expected a string, an array of strings, an array of tokens, or an array of "
+                                  "token arrays (none of them empty).", param="prompt", code="invalid_value")
+    for flag in ("stream", "echo"):
+        if body.get(flag) is not None and not isinstance(body[flag], bool):
+            raise InvalidRequestError(f"Invalid type for '{flag}': expected a boolean.", param=flag, code="invalid_type")
+    if body.get("suffix") is not None and not isinstance(body["suffix"], str):
+        raise InvalidRequestError("Invalid type for 'suffix': expected a string.", param="suffix", code="invalid_type")
+    if body.get("stream_options") is not None and not isinstance(body["stream_options"], dict):
+        raise InvalidRequestError("Invalid type for 'stream_options': expected an object.", param="stream_options", code="invalid_type")
+    for name in _TEXT_NUMBERS.keys() & body.keys():
+        _check_number(name, body[name], _TEXT_NUMBERS)
+    best_of, n = body.get("best_of"), body.get("n")
+    if isinstance(best_of, int) and best_of < (n if isinstance(n, int) else 1):
+        raise InvalidRequestError("Invalid 'best_of': it must be at least 'n'.", param="best_of", code="invalid_value")
+    if body.get("stream") is True and isinstance(best_of, int) and best_of > (n if isinstance(n, int) else 1):
+        raise InvalidRequestError("Invalid 'best_of': a stream cannot be given with 'best_of' greater than 'n'.", param="best_of",
+                                  code="invalid_value")
+
+
+def _is_token(value: Any) -> bool:
+    return value.__class__ is int
+
+
+def _prompt_texts(prompt: Any) -> list[str]:
+    """The text prompts of a request (token prompts carry no text the guardrail could read)."""
+    if isinstance(prompt, str):
+        return [prompt]
+    return [item for item in prompt if isinstance(item, str)] if isinstance(prompt, list) else []
+
+
+def _refused_text(body: dict[str, Any]) -> Response:
+    """The answer to a flagged prompt: each choice empty, `finish_reason: content_filter` (as
+    Azure OpenAI answers a filtered completion: the legacy API has no refusal field)."""
+    created, model, count = int(time.time()), str(body.get("model")), text_completion_choices(body)
+    usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+    base = {"id": f"cmpl-{random_hex(16)}", "object": "text_completion", "created": created, "model": model}
+    choices = [{"text": "", "index": index, "logprobs": None, "finish_reason": "content_filter"} for index in range(count)]
+    if body.get("stream") is not True:
+        return JSONBytes({**base, "choices": choices, "usage": usage})
+    chunks = [{**base, "choices": [choice]} for choice in choices]
+    if (body.get("stream_options") or {}).get("include_usage"):
+        chunks.append({**base, "choices": [], "usage": usage})
+    frames = b"".join(b"data: " + fastjson.dumps(chunk) + b"\n\n" for chunk in chunks) + b"data: [DONE]\n\n"
+    return Response(frames, media_type="text/event-stream")
+
+
 def _check_chat_body(body: dict[str, Any]) -> None:
     messages = body.get("messages")
     if messages is None:
@@ -216,10 +304,17 @@ _NUMBERS: dict[str, tuple[bool, float, float | None]] = {
 }
 
 
-def _check_number(name: str, value: Any) -> None:
+# The legacy completions API's own bounds (`max_tokens` may be 0 there: with `echo`, the prompt alone).
+_TEXT_NUMBERS: dict[str, tuple[bool, float, float | None]] = {
+    **{name: _NUMBERS[name] for name in ("temperature", "top_p", "presence_penalty", "frequency_penalty", "n")},
+    "max_tokens": (True, 0, None), "best_of": (True, 0, 20), "logprobs": (True, 0, 5),
+}
+
+
+def _check_number(name: str, value: Any, bounds: dict[str, tuple[bool, float, float | None]] = _NUMBERS) -> None:
     if value is None:
         return
-    integer, low, high = _NUMBERS[name]
+    integer, low, high = bounds[name]
     kind = "integer" if integer else "decimal"
     if value.__class__ is not int and (integer or value.__class__ is not float):
         got = _JSON_TYPES.get(value.__class__, "null")

@@ -15,7 +15,7 @@ from builder.config import ModelConfig, SqliteBackend
 from runtime.apis.inference.protocol import UpstreamModel, UpstreamRequest
 from runtime.apis.inference.router import InferenceRouter
 from runtime.apis.inference.store import ChatCompletionStore
-from runtime.errors import NotFoundError, UpstreamError
+from runtime.errors import InvalidRequestError, NotFoundError, UpstreamError
 from runtime.storage import open_database
 
 
@@ -192,3 +192,39 @@ async def test_base64_embeddings_are_encoded_from_the_upstream_floats(store: Cha
     result = json.loads(await router.embeddings({"model": "embed", "input": "x", "encoding_format": "base64"}))
     assert vllm.requests[-1].body["encoding_format"] == "float"
     assert struct.unpack("<2f", base64.b64decode(result["data"][0]["embedding"])) == (0.5, -1.0)
+
+
+class TextProvider(FakeProvider):
+    """A provider that also serves the legacy completions API."""
+
+    async def completion(self, request: UpstreamRequest) -> bytes:
+        self.requests.append(request)
+        return json.dumps({"id": "cmpl-1", "object": "text_completion", "model": request.body["model"],
+                           "choices": [{"index": 0, "text": "hi", "finish_reason": "stop", "logprobs": None}]}).encode()
+
+    async def stream_completion(self, request: UpstreamRequest) -> AsyncIterator[bytes]:
+        self.requests.append(request)
+        for piece in ("a", "b"):
+            yield json.dumps({"id": "cmpl-s", "object": "text_completion", "model": request.body["model"],
+                              "choices": [{"index": 0, "text": piece, "finish_reason": None, "logprobs": None}]}).encode()
+
+
+async def test_a_legacy_completion_reaches_its_provider_with_the_upstreams_name_and_answers_with_the_clients(
+        store: ChatCompletionStore) -> None:
+    text = TextProvider("vllm", ["llama"])
+    router = await make_router(store, text)
+    raw = b'{"model":"llama","prompt":"x"}'
+    assert await router.text_completion({"model": "llama", "prompt": "x"}, raw) == await text.completion(UpstreamRequest({"model": "llama"}))
+    assert text.requests[0].raw == raw  # the client's own bytes, untouched
+    answer = json.loads(await router.text_completion({"model": "vllm/llama", "prompt": "x"}))
+    assert answer["model"] == "vllm/llama" and text.requests[-1].body["model"] == "llama"
+    chunks = [json.loads(chunk) async for chunk in await router.stream_text_completion({"model": "vllm/llama", "prompt": "x", "stream": True})]
+    assert [chunk["choices"][0]["text"] for chunk in chunks] == ["a", "b"] and {chunk["model"] for chunk in chunks} == {"vllm/llama"}
+
+
+async def test_a_provider_without_the_legacy_api_is_a_400_naming_the_model(store: ChatCompletionStore) -> None:
+    router = await make_router(store, FakeProvider("plugin", ["chatty"]))
+    for call in (router.text_completion, router.stream_text_completion):
+        with pytest.raises(InvalidRequestError) as refused:
+            await call({"model": "chatty", "prompt": "x"})
+        assert refused.value.code == "unsupported_model" and "'chatty'" in refused.value.message and "/v1/chat/completions" in refused.value.message
