@@ -4,7 +4,9 @@ no model and hybrid search (vectors and keywords, fused) for stores with an embe
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -16,6 +18,8 @@ from providers.vector_stores.builtin.tables import create_tables
 from providers.vector_stores.builtin.vectors import require_pgvector
 
 __all__ = ["BUILTIN", "BuiltinVectorStores", "BuiltinVectorStoresConfig"]
+
+log = logging.getLogger("stack")
 
 
 class BuiltinVectorStoresConfig(BaseModel):
@@ -31,6 +35,8 @@ class BuiltinVectorStoresConfig(BaseModel):
         "only. On PostgreSQL, vectors need the pgvector extension"))
     embedding_dimension: int | None = Field(default=None, ge=1, le=16_000, description=(
         "The size of those vectors, asked of the model (`dimensions`); default: the model's own"))
+    sweep_s: float = Field(default=60.0, gt=0, description=(
+        "How often files that expired or were deleted in the Files API without the stores being told are taken out of every store"))
 
 
 @contextlib.asynccontextmanager
@@ -46,10 +52,25 @@ async def create(context: ProviderContext[BuiltinVectorStoresConfig]) -> AsyncIt
     ingestor = Ingestor(db, context.deps[Api.files], inference, workers=config.ingestion_workers, lease_s=config.lease_s,
                         poll_s=config.poll_s)
     await ingestor.start()
+    provider = BuiltinVectorStores(db, context.deps[Api.files], ingestor, inference, config.embedding_model, config.embedding_dimension)
+    sweeper = asyncio.get_running_loop().create_task(_sweep(provider, config.sweep_s))
     try:
-        yield BuiltinVectorStores(db, context.deps[Api.files], ingestor, inference, config.embedding_model, config.embedding_dimension)
+        yield provider
     finally:
+        sweeper.cancel()
         await ingestor.stop()
+
+
+async def _sweep(provider: BuiltinVectorStores, every_s: float) -> None:
+    while True:
+        try:
+            gone = await provider.forget_gone_files()
+        except Exception:
+            log.exception("the sweep of files gone from the Files API failed; it runs again in %.0f s", every_s)
+        else:
+            if gone:
+                log.info("files expired or deleted in the Files API, taken out of every vector store: %s", ", ".join(gone))
+        await asyncio.sleep(every_s)
 
 
 BUILTIN = ProviderSpec(

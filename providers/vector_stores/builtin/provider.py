@@ -29,6 +29,7 @@ __all__ = ["BuiltinVectorStores"]
 DAY_S = 86_400
 ACTIVE_EVERY_S = 60  # last_active_at is written at most this often per store
 VECTOR_CANDIDATES = 100  # nearest chunks fetched per query vector, before the files' filters
+GONE_CHECK_BATCH = 200  # files whose existence a sweep checks with the Files API
 DEFAULT_WEIGHTS = (0.5, 0.5)  # embedding, text: hybrid search's weights when the request gives none
 
 
@@ -44,11 +45,12 @@ class BuiltinVectorStores:
         self.embedding_model = embedding_model
         self.embedding_dimension = embedding_dimension
         self._probed: dict[tuple[str, int | None], EmbeddingModel] = {}
+        self._checked_after: str | None = None
 
     # --- stores ----------------------------------------------------------------------------------
 
     async def create_store(self, request: CreateStore) -> dict[str, Any]:
-        named = await self._filenames(request.files)
+        named = await self._file_objects(request.files)
         embedding = await self._embedding_model(request)
         now = int(time.time())
         store_id = f"vs_{random_hex(16)}"
@@ -58,8 +60,8 @@ class BuiltinVectorStores:
 
         def write(conn: sa.Connection) -> None:
             conn.execute(stores.insert().values(row))
-            for spec, filename in zip(request.files, named, strict=True):
-                conn.execute(files.insert().values(_file_row(store_id, spec, filename, now, None)))
+            for spec, file_object in zip(request.files, named, strict=True):
+                conn.execute(files.insert().values(_file_row(store_id, spec, file_object, now, None)))
 
         await self.db.write(write)
         if request.files:
@@ -139,29 +141,27 @@ class BuiltinVectorStores:
 
     # --- files -----------------------------------------------------------------------------------
 
-    async def _filenames(self, specs: Sequence[FileSpec]) -> list[str]:
-        """Each file's name, from the Files API (an unknown file is a 404, before anything is written)."""
-        names = await asyncio.gather(*(self.files_api.get_file(spec.file_id) for spec in specs))
-        return [str(meta["filename"]) for meta in names]
+    async def _file_objects(self, specs: Sequence[FileSpec]) -> list[dict[str, Any]]:
+        """Each file's FileObject, from the Files API (an unknown file is a 404, before anything is written)."""
+        return list(await asyncio.gather(*(self.files_api.get_file(spec.file_id) for spec in specs)))
 
     async def attach_file(self, store_id: str, spec: FileSpec) -> dict[str, Any]:
         await self._store(store_id, "update")
-        (filename,) = await self._filenames([spec])
-        await self._attach(store_id, [spec], [filename], None)
+        await self._attach(store_id, [spec], await self._file_objects([spec]), None)
         return await self.get_file(store_id, spec.file_id)
 
-    async def _attach(self, store_id: str, specs: Sequence[FileSpec], names: Sequence[str], batch_id: str | None,
+    async def _attach(self, store_id: str, specs: Sequence[FileSpec], objects: Sequence[Mapping[str, Any]], batch_id: str | None,
                       batch_row: Mapping[str, Any] | None = None) -> None:
         now = int(time.time())
 
         def write(conn: sa.Connection) -> None:
             if batch_row is not None:
                 conn.execute(batches.insert().values(dict(batch_row)))
-            for spec, filename in zip(specs, names, strict=True):
+            for spec, file_object in zip(specs, objects, strict=True):
                 # Attaching again starts over: the old attempt's chunks go, the new attempt writes its own.
                 conn.execute(chunks.delete().where(chunks.c.vector_store_id == store_id, chunks.c.file_id == spec.file_id))
                 conn.execute(files.delete().where(files.c.vector_store_id == store_id, files.c.file_id == spec.file_id))
-                conn.execute(files.insert().values(_file_row(store_id, spec, filename, now, batch_id)))
+                conn.execute(files.insert().values(_file_row(store_id, spec, file_object, now, batch_id)))
             conn.execute(stores.update().where(stores.c.id == store_id).values(last_active_at=now))
 
         await self.db.write(write)
@@ -209,10 +209,39 @@ class BuiltinVectorStores:
 
     async def forget_file(self, file_id: str) -> None:
         def write(conn: sa.Connection) -> None:
-            conn.execute(chunks.delete().where(chunks.c.file_id == file_id))
-            conn.execute(files.delete().where(files.c.file_id == file_id))
+            held = [row[0] for row in conn.execute(sa.select(files.c.vector_store_id).where(files.c.file_id == file_id))]
+            if held:  # the chunks are found through their stores (the chunks' index starts with the store)
+                conn.execute(chunks.delete().where(chunks.c.vector_store_id.in_(held), chunks.c.file_id == file_id))
+                conn.execute(files.delete().where(files.c.file_id == file_id))
 
         await self.db.write(write)
+
+    async def forget_gone_files(self, checked: int = GONE_CHECK_BATCH) -> list[str]:
+        """Take out of every store the files the Files API no longer serves, and return their ids:
+        the expired ones (by the `expires_at` the file had when attached), and of the next
+        `checked` files in turn, those the Files API answers 404 for (deleted while the stores were
+        not told: a fault between the file's deletion and their `forget_file`, or a stack that
+        served no vector stores then). Called periodically, outside any request: the server's own
+        work, which sees every caller's files."""
+        now = int(time.time())
+        expired = [row["file_id"] for row in await self.db.fetch_all(
+            sa.select(files.c.file_id).where(files.c.file_expires_at <= now).distinct())]
+        query = sa.select(files.c.file_id).distinct().order_by(files.c.file_id).limit(checked)
+        if self._checked_after is not None:
+            query = query.where(files.c.file_id > self._checked_after)
+        ids = [row["file_id"] for row in await self.db.fetch_all(query)]
+        self._checked_after = ids[-1] if len(ids) == checked else None  # the next call goes on from here, or starts over
+        gone = []
+        for file_id in ids:
+            if file_id in expired:
+                continue
+            try:
+                await self.files_api.get_file(file_id)
+            except NotFoundError:
+                gone.append(file_id)
+        for file_id in expired + gone:
+            await self.forget_file(file_id)
+        return expired + gone
 
     async def file_content(self, store_id: str, file_id: str) -> list[str]:
         row = await self._file(store_id, file_id)
@@ -225,10 +254,10 @@ class BuiltinVectorStores:
 
     async def create_batch(self, store_id: str, request: CreateBatch) -> dict[str, Any]:
         await self._store(store_id, "update")
-        names = await self._filenames(request.files)
+        objects = await self._file_objects(request.files)
         batch_id = f"vsfb_{random_hex(16)}"
         batch = {"id": batch_id, "vector_store_id": store_id, "created_at": int(time.time()), "cancelled": False}
-        await self._attach(store_id, request.files, names, batch_id, batch)
+        await self._attach(store_id, request.files, objects, batch_id, batch)
         return await self.get_batch(store_id, batch_id)
 
     async def get_batch(self, store_id: str, batch_id: str) -> dict[str, Any]:
@@ -377,11 +406,13 @@ def _weights(request: Search) -> tuple[float, float]:
     return ranking.embedding_weight, ranking.text_weight
 
 
-def _file_row(store_id: str, spec: FileSpec, filename: str, now: int, batch_id: str | None) -> dict[str, Any]:
-    return {"vector_store_id": store_id, "file_id": spec.file_id, "filename": filename, "created_at": now, "status": "in_progress",
-            "last_error": None, "usage_bytes": 0, "attributes": spec.attributes or {}, "chunk_tokens": spec.chunking.max_tokens,
-            "overlap_tokens": spec.chunking.overlap_tokens, "batch_id": batch_id, "attempt": random_hex(12), "lease_owner": None,
-            "lease_until": None}
+def _file_row(store_id: str, spec: FileSpec, file_object: Mapping[str, Any], now: int, batch_id: str | None) -> dict[str, Any]:
+    expires_at = file_object.get("expires_at")
+    return {"vector_store_id": store_id, "file_id": spec.file_id, "filename": str(file_object["filename"]), "created_at": now,
+            "status": "in_progress", "last_error": None, "usage_bytes": 0, "attributes": spec.attributes or {},
+            "chunk_tokens": spec.chunking.max_tokens, "overlap_tokens": spec.chunking.overlap_tokens, "batch_id": batch_id,
+            "attempt": random_hex(12), "lease_owner": None, "lease_until": None,
+            "file_expires_at": expires_at if isinstance(expires_at, int) else None}
 
 
 async def _page(db: Database, table: sa.Table, where: sa.ColumnElement[bool], id_column: sa.Column[Any], page: Page,

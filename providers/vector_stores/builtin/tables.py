@@ -57,8 +57,11 @@ files = sa.Table(
     sa.Column("attempt", sa.String(32), nullable=False),
     sa.Column("lease_owner", sa.String(160), nullable=True),
     sa.Column("lease_until", sa.Float, nullable=True),
+    # When the Files API's file expires (its `expires_at`): the file then leaves every store.
+    sa.Column("file_expires_at", sa.BigInteger, nullable=True, index=True),
     sa.UniqueConstraint("vector_store_id", "file_id", name="uq_vector_store_files_store_file"),
     sa.Index("ix_vector_store_files_jobs", "status", "lease_until"),
+    sa.Index("ix_vector_store_files_file", "file_id"),  # a file's stores, when it leaves them all
 )
 
 batches = sa.Table(
