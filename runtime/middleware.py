@@ -144,7 +144,10 @@ class RequestGuard:
                 await _send_error(send_with_id, _too_large(limit))
                 return
             receive = self._limited(receive, limit)
-            if (chunked or declared) and not _takes(media := _media_type(content_type)):
+            if (chunked or declared) and not _takes(media := _media_type(content_type), authorized):
+                if media == _MULTIPART:
+                    await _send_error(send_with_id, _MULTIPART_REFUSED)
+                    return
                 if media != _FORM:
                     await _send_error(send_with_id, _unsupported_content_type(content_type))
                     return
@@ -223,6 +226,7 @@ def _body_headers(scope: Scope) -> tuple[int | None, bytes | None, bool, bool]:
 
 
 _FORM = b"application/x-www-form-urlencoded"
+_MULTIPART = b"multipart/form-data"
 
 
 def _media_type(content_type: bytes | None) -> bytes | None:
@@ -230,17 +234,22 @@ def _media_type(content_type: bytes | None) -> bytes | None:
     return content_type.split(b";", 1)[0].strip().lower() if content_type is not None else None
 
 
-def _takes(media: bytes | None) -> bool:
-    """Whether a body of this media type is read: JSON, or a multipart form (file uploads).
+def _takes(media: bytes | None, authorized: bool) -> bool:
+    """Whether a body of this media type is read: JSON, or a multipart form (file uploads) from a
+    request with an Authorization header.
 
     Nothing else, not even a body with no type that parses as JSON. A web page may make a
-    browser send text/plain, a form or an untyped body to any address without asking first (no
-    CORS preflight), so reading those as JSON would let any site a user visits run requests on a
-    server on their machine or network. FastAPI's `strict_content_type` refuses them for the
-    same reason; this applies it to every route, the hand-parsed ones too."""
+    browser send text/plain, a form (URL-encoded or multipart) or an untyped body to any address
+    without asking first (no CORS preflight), so reading those would let any site a user visits
+    run requests on a server on their machine or network (store files on it, when auth is off).
+    FastAPI's `strict_content_type` refuses them for the same reason; this applies it to every
+    route, the hand-parsed ones too. Such a page cannot add an Authorization header without a
+    preflight, which this server does not grant, so a form is read only from a request with one."""
     if media is None:
         return False
-    return media == b"application/json" or media == b"multipart/form-data" or (media.startswith(b"application/") and media.endswith(b"+json"))
+    if media == _MULTIPART:
+        return authorized
+    return media == b"application/json" or (media.startswith(b"application/") and media.endswith(b"+json"))
 
 
 async def _form_as_json(scope: Scope, receive: Receive, fields: FormFields) -> Receive:
@@ -271,6 +280,15 @@ def _form_refused(form_paths: Mapping[str, FormFields]) -> tuple[int, dict[str, 
         "invalid_request_error",
         code="unsupported_content_type",
     )
+
+
+_MULTIPART_REFUSED = (415, error_body(
+    "Unsupported content type: 'multipart/form-data' without an Authorization header. A multipart body (a file upload) is read "
+    "only from a request with one (any value when auth is off, e.g. 'Authorization: Bearer none'): any web page can make a "
+    "browser send a multipart form, but not that header.",
+    "invalid_request_error",
+    code="unsupported_content_type",
+))
 
 
 def _unsupported_content_type(content_type: bytes | None) -> tuple[int, dict[str, Any]]:

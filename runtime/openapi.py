@@ -36,7 +36,7 @@ _ERRORS = {
     "401": "No valid credentials (auth on)",
     "404": "No such object, or one the caller may not reach",
     "413": "The body is over the size limit",
-    "415": "The body is neither JSON nor, where the route takes one, a multipart form or (with an Authorization header) a URL-encoded form",
+    "415": "The body is neither JSON nor, where the route takes one and with an Authorization header, a multipart or URL-encoded form",
     "429": "A quota is exhausted (auth on), or the upstream's rate limit",
     "500": "An error of the server's own (the message carries the request id)",
     "502": "The upstream answered something that is not a valid answer",

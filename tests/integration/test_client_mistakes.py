@@ -69,6 +69,19 @@ def test_a_body_not_declared_json_is_a_415_and_nothing_runs(openai_client: opena
     assert not openai_client.chat.completions.list(metadata={"probe": "csrf"}).data
 
 
+def test_a_file_upload_without_an_authorization_header_is_refused_and_stores_nothing(openai_client: openai.OpenAI) -> None:
+    # A multipart form is what any web page can make a browser send to a server on the user's machine.
+    before = {file.id for file in openai_client.files.list()}
+    with pytest.raises(openai.APIStatusError) as refused:
+        openai_client.post("/files", cast_to=httpx2.Response, body={"purpose": "assistants"},
+                           files=[("file", ("csrf.txt", b"planted", "text/plain"))],
+                           options={"headers": {"authorization": openai.Omit(), "content-type": "multipart/form-data"}})
+    assert refused.value.status_code == 415 and refused.value.body["code"] == "unsupported_content_type"  # type: ignore[index]
+    assert {file.id for file in openai_client.files.list()} == before
+    uploaded = openai_client.files.create(file=("fine.txt", b"fine"), purpose="assistants")  # the SDK sends its key
+    assert uploaded.filename == "fine.txt" and openai_client.files.delete(uploaded.id).deleted
+
+
 def test_a_form_body_is_read_on_the_responses_routes_with_an_authorization_header(openai_client: openai.OpenAI,
                                                                                    text_model: str) -> None:
     form = {"content-type": "application/x-www-form-urlencoded"}

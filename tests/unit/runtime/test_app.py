@@ -143,10 +143,17 @@ def test_json_in_any_of_its_forms_is_read(client: httpx2.Client, content_type: s
     assert client.post("/v1/things", content=b'{"model": "m"}', headers={"content-type": content_type}).json() == {"model": "m"}
 
 
-def test_a_multipart_form_and_a_request_without_a_body_pass(client: httpx2.Client) -> None:
-    form = client.post("/v1/things", files={"file": ("a.txt", b"x")})  # let through: the route says what it takes
-    assert form.status_code == 400 and form.json()["error"]["code"] != "unsupported_content_type"
+def test_a_multipart_form_with_an_authorization_header_and_a_request_without_a_body_pass(client: httpx2.Client) -> None:
+    form = client.post("/v1/things", files={"file": ("a.txt", b"x")}, headers={"authorization": "Bearer none"})
+    assert form.status_code == 400 and form.json()["error"]["code"] != "unsupported_content_type"  # let through: the route says what it takes
     assert client.get("/v1/things/abc", headers={"content-type": "text/plain"}).status_code == 404
+
+
+def test_a_multipart_form_without_an_authorization_header_is_a_415(client: httpx2.Client) -> None:
+    # What a cross-site page can make a browser send (no preflight): it cannot add the header.
+    refused = client.post("/v1/things", files={"file": ("a.txt", b"x")})
+    assert refused.status_code == 415 and refused.json()["error"]["code"] == "unsupported_content_type"
+    assert "without an Authorization header" in refused.json()["error"]["message"]
 
 
 def test_requests_that_arrive_during_a_shutdown_are_a_503_in_openais_shape() -> None:
