@@ -194,16 +194,12 @@ class InferenceRouter:
         `store: true` every chunk carries the id of ours the completion is stored under, and the
         folded completion is stored after the last chunk, before the caller sends `[DONE]`. With
         a `guard`, chunks pass the output guardrail (held and checked in batches) first."""
-        hidden_usage = False
-        metrics = current_metrics()
-        watched = token_meter() is not None or metrics is not None or current_tracing() is not None
-        if watched and not (body.get("stream_options") or {}).get("include_usage"):
-            # Quotas count tokens: the upstream is asked for usage, and its usage chunk kept from a client that did not ask.
-            body, raw, hidden_usage = {**body, "stream_options": {**(body.get("stream_options") or {}), "include_usage": True}}, None, True
+        metrics, tracing = current_metrics(), current_tracing()
+        watched = token_meter() is not None or metrics is not None or tracing is not None
+        body, raw, hidden_usage = _asking_usage(body, raw) if watched else (body, raw, False)
         provider_id, request, requested = await self._route(body, raw)
         chunks = self.providers[provider_id].stream_chat_completion(request)
-        tracing = current_tracing()
-        if token_meter() is not None or metrics is not None or tracing is not None:
+        if watched:
             chunks = _metered(chunks, hidden_usage, metrics, provider_id, request, tracing)
         if body.get("store") is True or guard is not None:
             return self._rewritten_stream(chunks, body, requested, provider_id, guard)
@@ -262,13 +258,12 @@ class InferenceRouter:
     async def stream_text_completion(self, body: Mapping[str, Any], raw: bytes | None = None, *,
                                      guard: SafetyProvider | None = None) -> AsyncIterator[bytes]:
         """The upstream's Completion chunk payloads, with the client's model id (as for chat)."""
-        hidden_usage = False
         metrics, tracing = current_metrics(), current_tracing()
-        if (token_meter() is not None or metrics is not None or tracing is not None) and not (body.get("stream_options") or {}).get("include_usage"):
-            body, raw, hidden_usage = {**body, "stream_options": {**(body.get("stream_options") or {}), "include_usage": True}}, None, True
+        watched = token_meter() is not None or metrics is not None or tracing is not None
+        body, raw, hidden_usage = _asking_usage(body, raw) if watched else (body, raw, False)
         provider_id, request, requested = await self._route(body, raw)
         chunks = self._text_provider(provider_id, body["model"]).stream_completion(request)
-        if token_meter() is not None or metrics is not None or tracing is not None:
+        if watched:
             chunks = _metered(chunks, hidden_usage, metrics, provider_id, request, tracing, "text_completion")
         if guard is not None:
             return self._guarded_text_stream(chunks, body, requested, provider_id, guard)
@@ -330,6 +325,14 @@ class InferenceRouter:
 
     def health(self) -> dict[str, dict[str, Any]]:
         return {pid: {"status": state.status, "detail": state.detail, "models": state.models} for pid, state in self.states.items()}
+
+
+def _asking_usage(body: Mapping[str, Any], raw: bytes | None) -> tuple[Mapping[str, Any], bytes | None, bool]:
+    """A stream's request with the upstream asked for usage (quotas, metrics and traces count its
+    tokens), and whether the client did not ask for it (its usage chunk is then kept from it)."""
+    if (body.get("stream_options") or {}).get("include_usage"):
+        return body, raw, False
+    return {**body, "stream_options": {**(body.get("stream_options") or {}), "include_usage": True}}, None, True
 
 
 def text_completion_choices(body: Mapping[str, Any]) -> int:
