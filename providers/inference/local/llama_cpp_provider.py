@@ -133,7 +133,8 @@ class LlamaCppModel:
         self._plan_check()
         plan = _TextPlan(request.body)
         completion: dict[str, Any] = await self.worker.call(plan.complete)
-        return fastjson.dumps({**completion, "id": f"cmpl-{random_hex(16)}", "model": self.model_id})
+        return fastjson.dumps({"id": f"cmpl-{random_hex(16)}", "object": "text_completion", "created": completion["created"],
+                               "model": self.model_id, "choices": completion["choices"], "usage": completion["usage"]})
 
     async def stream_completion(self, request: UpstreamRequest) -> AsyncIterator[bytes]:
         self._plan_check()
@@ -359,7 +360,7 @@ class _TextPlan:
             if index % self.n == 0:
                 prompt_tokens += usage.get("prompt_tokens") or 0
         usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": prompt_tokens + completion_tokens}
-        return {"object": "text_completion", "created": completion.get("created") or int(time.time()), "choices": choices, "usage": usage}
+        return {"created": completion.get("created") or int(time.time()), "choices": choices, "usage": usage}
 
     def generate(self, model: Any) -> Iterator[dict[str, Any]]:
         """Each choice's chunks in turn (`choices` as OpenAI streams them), then one with the usage.
