@@ -231,6 +231,20 @@ def test_a_forced_tool_call_is_well_formed(client: openai.OpenAI, choice: object
     assert set(arguments) == {"city", "unit"} and isinstance(arguments["city"], str) and arguments["unit"] in ("celsius", "fahrenheit")
 
 
+def test_a_call_cut_off_by_the_token_limit_is_not_shown_as_text(client: openai.OpenAI) -> None:
+    messages: Any = [{"role": "user", "content": "Weather in Paris?"}]
+    answer = client.chat.completions.create(model=CHAT, messages=messages, tools=[WEATHER], tool_choice="required", max_tokens=5)
+    assert answer.choices[0].finish_reason == "length"
+    assert answer.choices[0].message.content is None and not answer.choices[0].message.tool_calls
+    chunks = list(client.chat.completions.create(model=CHAT, messages=messages, tools=[WEATHER], tool_choice="required", max_tokens=5,
+                                                 stream=True))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == ""
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["length"]
+    response = client.responses.create(model=CHAT, input="Weather in Paris?", tool_choice="required", max_output_tokens=16, tools=[
+        {"type": "function", "name": "get_weather", "parameters": WEATHER["function"]["parameters"]}])  # type: ignore[index]
+    assert response.status == "incomplete" and "tool_call" not in response.output_text
+
+
 def test_with_tool_choice_auto_the_answer_is_text_or_a_well_formed_call(client: openai.OpenAI) -> None:
     for question in ("Weather in Oslo?", "Tell me a joke."):
         answer = client.chat.completions.create(model=CHAT, messages=[{"role": "user", "content": question}], tools=[WEATHER],

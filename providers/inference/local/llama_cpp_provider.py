@@ -267,6 +267,9 @@ class _Plan:
             if call is not None:
                 choice["message"] = {"role": "assistant", "content": None, "tool_calls": [_tool_call(*call)]}
                 choice["finish_reason"] = "tool_calls"
+            elif self.with_tools and tool_calls.unfinished_call(message.get("content") or ""):
+                # A call cut off by the token limit is no answer: its markup is not shown as text.
+                choice["message"] = {"role": "assistant", "content": None}
         return completion
 
     async def stream(self, chunks: AsyncIterator[dict[str, Any]], model_id: str, include_usage: bool) -> AsyncIterator[dict[str, Any]]:
@@ -417,12 +420,13 @@ class _StreamedChoice:
     def end(self) -> list[dict[str, Any]]:
         """The choice's last deltas: a held tool call or text, then the finish reason."""
         deltas = []
-        call = tool_calls.parse_call("".join(self.held)) if self.held else None
+        held = "".join(self.held)
+        call = tool_calls.parse_call(held) if held else None
         if call is not None:
             self.finish = "tool_calls"
             deltas.append(self.delta({"tool_calls": [{"index": 0, **_tool_call(*call)}]}))
-        elif self.held:
-            deltas.append(self.delta({"content": "".join(self.held)}))
+        elif held and not tool_calls.unfinished_call(held):  # a call cut off by the token limit is not shown as text
+            deltas.append(self.delta({"content": held}))
         deltas.append(self.delta({}, self.finish))
         return deltas
 

@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["OPEN", "grammar", "parse_call", "tool_message", "tools_prompt"]
+__all__ = ["OPEN", "grammar", "parse_call", "tool_message", "tools_prompt", "unfinished_call"]
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 _ROOT = re.compile(r"^root\s*::=", re.MULTILINE)
@@ -72,6 +72,13 @@ def parse_call(text: str) -> tuple[str, str] | None:
     if not isinstance(call, dict) or not isinstance(call.get("name"), str):
         return None
     return call["name"], json.dumps(call.get("arguments") or {}, ensure_ascii=False)
+
+
+def unfinished_call(text: str) -> bool:
+    """Whether `text`, which `parse_call` did not read as a call, is one cut off (the token limit
+    reached mid-call): the grammar lets text begin like a call only when it is one."""
+    stripped = text.lstrip()
+    return bool(stripped) and (stripped.startswith(OPEN) or OPEN.startswith(stripped))
 
 
 def tool_message(message: Mapping[str, Any]) -> dict[str, Any]:
