@@ -174,6 +174,26 @@ def test_chat_numbers_out_of_range_are_400s_as_openai_words_them(openai_client: 
     assert error.value.param == field and error.value.code == code
 
 
+@pytest.mark.parametrize("path", ["/chat/completions", "/completions"])
+@pytest.mark.parametrize(("field", "value", "code"), [
+    ("stop", 5, "invalid_type"),
+    ("stop", ["end", 2], "invalid_type"),
+    ("seed", "42", "invalid_type"),
+    ("seed", 1.5, "invalid_type"),
+    ("logit_bias", [1], "invalid_type"),
+    ("logit_bias", {"token": 5}, "invalid_value"),
+    ("logit_bias", {"50256": -101}, "invalid_value"),
+    ("user", 7, "invalid_type"),
+])
+def test_stop_seed_logit_bias_and_user_of_the_wrong_shape_are_400s(openai_client: openai.OpenAI, text_model: str, path: str, field: str,
+                                                                   value: Any, code: str) -> None:
+    """Checked before any provider: the embedded model's binding failed on them with a 500."""
+    body = {"model": text_model, field: value, **({"prompt": "hi"} if path == "/completions" else {"messages": [{"role": "user", "content": "hi"}]})}
+    with pytest.raises(openai.BadRequestError) as error:
+        openai_client.post(path, cast_to=object, body=body)
+    assert error.value.param == field and error.value.code == code, error.value.message
+
+
 def test_chat_numbers_at_their_bounds_pass(openai_client: openai.OpenAI, text_model: str) -> None:
     completion = openai_client.chat.completions.create(model=text_model, messages=[{"role": "user", "content": "bounds"}],
                                                        temperature=2, top_p=0, presence_penalty=-2, frequency_penalty=2.0, n=1,

@@ -245,6 +245,18 @@ def test_a_call_cut_off_by_the_token_limit_is_not_shown_as_text(client: openai.O
     assert response.status == "incomplete" and "tool_call" not in response.output_text
 
 
+def test_a_schema_the_grammar_cannot_follow_is_a_400_not_ignored(client: openai.OpenAI) -> None:
+    broken: Any = {"type": "object", "properties": {"city": {"$ref": "#/definitions/missing"}}}
+    with pytest.raises(openai.BadRequestError) as tools:
+        client.chat.completions.create(model=CHAT, messages=[{"role": "user", "content": "hi"}], max_tokens=4,
+                                       tools=[{"type": "function", "function": {"name": "f", "parameters": broken}}])
+    assert (tools.value.body["param"], tools.value.body["code"]) == ("tools", "invalid_function_parameters")  # type: ignore[index]
+    with pytest.raises(openai.BadRequestError) as formatted:  # the binding alone would answer any JSON instead
+        client.chat.completions.create(model=CHAT, messages=[{"role": "user", "content": "hi"}], max_tokens=4, response_format={
+            "type": "json_schema", "json_schema": {"name": "x", "schema": broken}})
+    assert formatted.value.body["param"] == "response_format.json_schema.schema"  # type: ignore[index]
+
+
 def test_with_tool_choice_auto_the_answer_is_text_or_a_well_formed_call(client: openai.OpenAI) -> None:
     for question in ("Weather in Oslo?", "Tell me a joke."):
         answer = client.chat.completions.create(model=CHAT, messages=[{"role": "user", "content": question}], tools=[WEATHER],

@@ -218,14 +218,18 @@ class _Plan:
         if limit is not None:
             kwargs["max_tokens"] = limit
         if self.with_tools:
-            text = tool_calls.grammar(tools, choice)
-            if text is not None:
-                from llama_cpp.llama_grammar import LlamaGrammar
-
-                kwargs["grammar"] = LlamaGrammar.from_string(text, verbose=False)
+            grammar = _grammar(lambda: tool_calls.grammar(tools, choice), "tools", "Invalid schema for a function in 'tools'",
+                               "invalid_function_parameters")
+            if grammar is not None:
+                kwargs["grammar"] = grammar
         else:
             response_format = _response_format(body.get("response_format"))
-            if response_format is not None:
+            if response_format is not None and "schema" in response_format:
+                # Built here, not by the binding, which falls back to any JSON when it cannot read the schema.
+                schema = fastjson.dumps(response_format["schema"]).decode()
+                kwargs["grammar"] = _grammar(lambda: _schema_grammar(schema), "response_format.json_schema.schema",
+                                             "Invalid schema for 'response_format'")
+            elif response_format is not None:
                 kwargs["response_format"] = response_format
         self.kwargs = kwargs
 
@@ -483,6 +487,25 @@ def _chat_formatter(template: str, eos_token: str, bos_token: str) -> Any:
 
 def _tool_call(name: str, arguments: str) -> dict[str, Any]:
     return {"id": f"call_{random_hex(12)}", "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def _grammar(text: Any, param: str, what: str, code: str = "invalid_value") -> Any:
+    """The binding's grammar from `text()` (GBNF, or None for none), built from a client's JSON
+    Schema: a schema the converter cannot read is the client's 400, not a server error."""
+    from llama_cpp.llama_grammar import LlamaGrammar
+
+    try:
+        gbnf = text()
+        return None if gbnf is None else LlamaGrammar.from_string(gbnf, verbose=False)
+    except Exception as error:  # the converter's own errors: AssertionError for a $ref, ValueError, KeyError...
+        raise InvalidRequestError(f"{what}: this model cannot hold its output to it ({str(error)[:200] or type(error).__name__}).",
+                                  param=param, code=code) from None
+
+
+def _schema_grammar(schema: str) -> str:
+    from llama_cpp.llama_grammar import json_schema_to_gbnf
+
+    return str(json_schema_to_gbnf(schema))
 
 
 def _response_format(value: Any) -> dict[str, Any] | None:

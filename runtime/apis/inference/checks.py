@@ -1,6 +1,6 @@
 """The shapes of chat completions' structured parameters (`tools`, `tool_choice`,
-`response_format`) and of a message's content parts, checked as OpenAI checks them, each mistake
-a 400 naming the field.
+`response_format`, `stop`, `seed`, `logit_bias`, `user`) and of a message's content parts,
+checked as OpenAI checks them, each mistake a 400 naming the field.
 
 Only the standard shapes are checked; what a vendor adds inside them (or beside them, through
 `extra_body`) passes on. Each check runs only when its parameter is present.
@@ -14,7 +14,7 @@ from typing import Any
 
 from runtime.errors import InvalidRequestError
 
-__all__ = ["SHAPES", "check_message"]
+__all__ = ["COMMON_SHAPES", "SHAPES", "check_message", "json_type_name"]
 
 _FUNCTION_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _TOOL_TYPES = ("function", "custom")
@@ -93,10 +93,55 @@ def _check_response_format(value: Any, body: Mapping[str, Any]) -> None:
                            "response_format.json_schema.name", "invalid_value" if name is not None else "missing_required_parameter")
 
 
-SHAPES: dict[str, Callable[[Any, Mapping[str, Any]], None]] = {
-    "tools": _check_tools, "tool_choice": _check_tool_choice, "response_format": _check_response_format,
+# Parsed JSON holds exactly these classes (a bool is not looked up as an int).
+_JSON_TYPES = {bool: "a boolean", str: "a string", list: "an array", dict: "an object", float: "a decimal", int: "an integer"}
+
+
+def json_type_name(value: Any) -> str:
+    """What a parsed JSON value is, as OpenAI's messages say it ("an integer", "a string"...)."""
+    return _JSON_TYPES.get(value.__class__, "null")
+
+
+def _check_stop(stop: Any, body: Mapping[str, Any]) -> None:
+    # OpenAI allows 4 stop sequences; vLLM and others more, so their number is left to the upstream.
+    if stop is None or stop.__class__ is str:
+        return
+    if stop.__class__ is not list or not all(item.__class__ is str for item in stop):
+        raise _invalid(f"Invalid type for 'stop': expected a string or an array of strings, but got {json_type_name(stop)} instead."
+                       if stop.__class__ is not list else "Invalid type for 'stop': expected an array of strings.", "stop", "invalid_type")
+
+
+def _check_seed(seed: Any, body: Mapping[str, Any]) -> None:
+    if seed is not None and seed.__class__ is not int:
+        raise _invalid(f"Invalid type for 'seed': expected an integer, but got {json_type_name(seed)} instead.", "seed", "invalid_type")
+
+
+def _check_logit_bias(bias: Any, body: Mapping[str, Any]) -> None:
+    if bias is None:
+        return
+    if bias.__class__ is not dict:
+        raise _invalid(f"Invalid type for 'logit_bias': expected an object, but got {json_type_name(bias)} instead.", "logit_bias", "invalid_type")
+    for token, value in bias.items():
+        if not token.isdigit():
+            raise _invalid(f"Invalid key in 'logit_bias': {token[:40]!r}. Keys are token ids, integers given as strings.", "logit_bias")
+        if value.__class__ not in (int, float) or not -100 <= value <= 100:
+            raise _invalid(f"Invalid value for 'logit_bias[{token}]': expected a number from -100 to 100.", "logit_bias")
+
+
+def _check_user(user: Any, body: Mapping[str, Any]) -> None:
+    if user is not None and user.__class__ is not str:
+        raise _invalid(f"Invalid type for 'user': expected a string, but got {json_type_name(user)} instead.", "user", "invalid_type")
+
+
+COMMON_SHAPES: dict[str, Callable[[Any, Mapping[str, Any]], None]] = {
+    "stop": _check_stop, "seed": _check_seed, "logit_bias": _check_logit_bias, "user": _check_user,
 }
-"""Parameter name -> its check (given the value and the whole body)."""
+"""The checks chat and legacy completions share: parameter name -> its check (given the value and the whole body)."""
+
+SHAPES: dict[str, Callable[[Any, Mapping[str, Any]], None]] = {
+    "tools": _check_tools, "tool_choice": _check_tool_choice, "response_format": _check_response_format, **COMMON_SHAPES,
+}
+"""Chat's checks: parameter name -> its check (given the value and the whole body)."""
 
 
 # The parts OpenAI's roles may send (a part type no role of OpenAI's knows, such as vLLM's

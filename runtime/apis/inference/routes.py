@@ -21,7 +21,7 @@ from runtime.apis.common import (
     MAX_STRING, METADATA_SCHEMA, JSONBytes, json_body, cursor_page, parse_json_object, unless_disconnected, validate_limit, validate_metadata, validate_order,
 )
 from runtime.apis.files.inline import chat_messages_with_files
-from runtime.apis.inference.checks import SHAPES, check_message
+from runtime.apis.inference.checks import COMMON_SHAPES, SHAPES, check_message, json_type_name
 from runtime.apis.inference.router import text_completion_choices
 from runtime.apis.files.protocol import FilesProvider
 from runtime.apis.inference.store import new_completion_id
@@ -226,6 +226,8 @@ def _check_completions_body(body: dict[str, Any]) -> None:
         raise InvalidRequestError("Invalid type for 'stream_options': expected an object.", param="stream_options", code="invalid_type")
     for name in _TEXT_NUMBERS.keys() & body.keys():
         _check_number(name, body[name], _TEXT_NUMBERS)
+    for name in COMMON_SHAPES.keys() & body.keys():
+        COMMON_SHAPES[name](body[name], body)
     best_of, n = body.get("best_of"), body.get("n")
     if isinstance(best_of, int) and best_of < (n if isinstance(n, int) else 1):
         raise InvalidRequestError("Invalid 'best_of': it must be at least 'n'.", param="best_of", code="invalid_value")
@@ -317,7 +319,7 @@ def _check_number(name: str, value: Any, bounds: dict[str, tuple[bool, float, fl
     integer, low, high = bounds[name]
     kind = "integer" if integer else "decimal"
     if value.__class__ is not int and (integer or value.__class__ is not float):
-        got = _JSON_TYPES.get(value.__class__, "null")
+        got = json_type_name(value)
         raise InvalidRequestError(f"Invalid type for '{name}': expected {'an' if integer else 'a'} {kind}, but got {got} instead.",
                                   param=name, code="invalid_type")
     if value < low:
@@ -327,9 +329,6 @@ def _check_number(name: str, value: Any, bounds: dict[str, tuple[bool, float, fl
         raise InvalidRequestError(f"Invalid '{name}': {kind} above maximum value. Expected a value <= {high:g}, but got {value} instead.",
                                   param=name, code=f"{kind}_above_max_value")
 
-
-# Parsed JSON holds exactly these classes (a bool is not looked up as an int).
-_JSON_TYPES = {bool: "a boolean", str: "a string", list: "an array", dict: "an object", float: "a decimal", int: "an integer"}
 
 
 def _new_messages(messages: Any) -> list[Any]:
