@@ -194,6 +194,13 @@ def test_stop_seed_logit_bias_and_user_of_the_wrong_shape_are_400s(openai_client
     assert error.value.param == field and error.value.code == code, error.value.message
 
 
+@pytest.mark.parametrize(("value", "code"), [(True, "invalid_type"), (["text", 5], "invalid_type"), (["video"], "invalid_value")])
+def test_chat_modalities_of_the_wrong_shape_are_400s(openai_client: openai.OpenAI, text_model: str, value: Any, code: str) -> None:
+    with pytest.raises(openai.BadRequestError) as error:
+        openai_client.chat.completions.create(model=text_model, messages=[{"role": "user", "content": "hi"}], extra_body={"modalities": value})
+    assert error.value.param == "modalities" and error.value.code == code
+
+
 def test_chat_numbers_at_their_bounds_pass(openai_client: openai.OpenAI, text_model: str) -> None:
     completion = openai_client.chat.completions.create(model=text_model, messages=[{"role": "user", "content": "bounds"}],
                                                        temperature=2, top_p=0, presence_penalty=-2, frequency_penalty=2.0, n=1,

@@ -1,5 +1,5 @@
 """The shapes of chat completions' structured parameters (`tools`, `tool_choice`,
-`response_format`, `stop`, `seed`, `logit_bias`, `user`) and of a message's content parts,
+`response_format`, `modalities`, `stop`, `seed`, `logit_bias`, `user`) and of a message's content parts,
 checked as OpenAI checks them, each mistake a 400 naming the field.
 
 Only the standard shapes are checked; what a vendor adds inside them (or beside them, through
@@ -133,13 +133,27 @@ def _check_user(user: Any, body: Mapping[str, Any]) -> None:
         raise _invalid(f"Invalid type for 'user': expected a string, but got {json_type_name(user)} instead.", "user", "invalid_type")
 
 
+_MODALITIES = ("text", "audio")
+
+
+def _check_modalities(modalities: Any, body: Mapping[str, Any]) -> None:
+    if modalities is None:
+        return
+    if modalities.__class__ is not list or not all(item.__class__ is str for item in modalities):
+        raise _invalid("Invalid type for 'modalities': expected an array of strings.", "modalities", "invalid_type")
+    for item in modalities:
+        if item not in _MODALITIES:
+            raise _invalid(f"Invalid value for 'modalities': {item[:40]!r} (expected one of: text, audio).", "modalities")
+
+
 COMMON_SHAPES: dict[str, Callable[[Any, Mapping[str, Any]], None]] = {
     "stop": _check_stop, "seed": _check_seed, "logit_bias": _check_logit_bias, "user": _check_user,
 }
 """The checks chat and legacy completions share: parameter name -> its check (given the value and the whole body)."""
 
 SHAPES: dict[str, Callable[[Any, Mapping[str, Any]], None]] = {
-    "tools": _check_tools, "tool_choice": _check_tool_choice, "response_format": _check_response_format, **COMMON_SHAPES,
+    "tools": _check_tools, "tool_choice": _check_tool_choice, "response_format": _check_response_format, "modalities": _check_modalities,
+    **COMMON_SHAPES,
 }
 """Chat's checks: parameter name -> its check (given the value and the whole body)."""
 
