@@ -168,9 +168,12 @@ def normalize_item(item: Any, where: str) -> dict[str, Any]:
         _require(item, where, ("call_id", "output"))
         return {"status": "completed", **item, "output": _normalize_output(item["output"], f"{where}.output"), "id": item.get("id") or new_id("fco")}
     if kind == "reasoning":
+        _check_reasoning(item, where)
         return {"summary": [], **item, "id": item.get("id") or new_id("rs")}
     if kind == "item_reference":
         _require(item, where, ("id",))
+        if not isinstance(item["id"], str):
+            raise InvalidRequestError(f"Invalid type for '{where}.id': expected a string.", param=f"{where}.id", code="invalid_type")
         return {"type": "item_reference", "id": item["id"]}
     if kind in _CLIENT_CALL_TYPES:
         prefix, required = _CLIENT_CALL_TYPES[kind]
@@ -179,6 +182,24 @@ def normalize_item(item: Any, where: str) -> dict[str, Any]:
     if kind in _PASSIVE_TYPES:
         return {**item, "id": item.get("id") or new_id(_PASSIVE_TYPES[kind])}
     raise InvalidRequestError(f"Invalid value for '{where}.type': unknown input item type {kind!r}.", param=f"{where}.type", code="invalid_value")
+
+
+def _check_reasoning(item: Mapping[str, Any], where: str) -> None:
+    """A reasoning item's `summary` (`summary_text` parts) and `content` (`reasoning_text` parts) are
+    arrays of parts carrying text, and its `encrypted_content` a string, as OpenAI requires."""
+    for field in ("summary", "content"):
+        parts = item.get(field)
+        if parts is None:
+            continue
+        if not isinstance(parts, list):
+            raise InvalidRequestError(f"Invalid type for '{where}.{field}': expected an array.", param=f"{where}.{field}", code="invalid_type")
+        for index, part in enumerate(parts):
+            if not isinstance(part, Mapping) or not isinstance(part.get("text"), str):
+                raise InvalidRequestError(f"Invalid '{where}.{field}[{index}]': expected an object with a string 'text'.",
+                                          param=f"{where}.{field}[{index}]", code="invalid_value")
+    if item.get("encrypted_content") is not None and not isinstance(item["encrypted_content"], str):
+        raise InvalidRequestError(f"Invalid type for '{where}.encrypted_content': expected a string.", param=f"{where}.encrypted_content",
+                                  code="invalid_type")
 
 
 def _normalize_output(output: Any, where: str) -> Any:

@@ -24,6 +24,10 @@ WRONG_TYPES: list[tuple[str, dict[str, Any]]] = [
     ("/responses", {"model": "fake-model", "input": [5]}),
     ("/responses", {"model": "fake-model", "input": [{"role": "user", "content": [{"type": "input_image", "image_url": None}]}]}),
     ("/responses", {"model": ["fake-model"], "input": "x"}),
+    ("/responses", {"model": "fake-model", "input": [{"type": "reasoning", "summary": True}]}),
+    ("/responses", {"model": "fake-model", "input": [{"type": "reasoning", "summary": [], "content": [5]}]}),
+    ("/responses", {"model": "fake-model", "input": [{"type": "reasoning", "summary": [], "encrypted_content": 5}]}),
+    ("/responses", {"model": "fake-model", "input": [{"type": "item_reference", "id": []}]}),
     ("/chat/completions", {"model": "fake-model", "messages": {}}),
     ("/chat/completions", {"model": "fake-model", "messages": [{"role": "user", "content": "x"}], "store": True, "metadata": {"k": 5}}),
     ("/chat/completions", {"model": 5, "messages": [{"role": "user", "content": "x"}]}),
@@ -206,3 +210,20 @@ def test_chat_numbers_at_their_bounds_pass(openai_client: openai.OpenAI, text_mo
                                                        temperature=2, top_p=0, presence_penalty=-2, frequency_penalty=2.0, n=1,
                                                        max_tokens=64, extra_body={"vendor_knob": 7})
     assert completion.choices[0].message.content
+
+
+def test_a_past_mcp_call_of_any_shape_is_read_not_a_500(openai_client: openai.OpenAI, text_model: str) -> None:
+    # Items a client replays are its own: fields of odd shapes are read as far as they make sense.
+    response = openai_client.responses.create(model=text_model, store=False, input=[
+        {"type": "mcp_call", "id": "mcp_odd", "server_label": "docs", "name": "lookup", "arguments": "{}", "output": None,
+         "content": True, "error": "the server went away"},
+        {"role": "user", "content": "[tokens:2] go on"}])  # type: ignore[list-item]
+    assert response.status == "completed" and response.output_text == "tok1 tok2"
+
+
+def test_past_search_calls_of_any_shape_are_read_not_a_500(openai_client: openai.OpenAI, text_model: str) -> None:
+    response = openai_client.responses.create(model=text_model, store=False, input=[
+        {"type": "file_search_call", "id": "fs_odd", "status": "completed", "queries": True, "results": [5, {"text": "kept"}]},
+        {"type": "web_search_call", "id": "ws_odd", "status": "completed", "action": {"type": "search", "query": "q", "sources": 7}},
+        {"role": "user", "content": "[tokens:2] go on"}])  # type: ignore[list-item]
+    assert response.status == "completed" and response.output_text == "tok1 tok2"

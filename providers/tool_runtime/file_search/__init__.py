@@ -69,13 +69,16 @@ class FileSearchRuntime:
         return PublicTool(public)
 
     def render(self, item: Mapping[str, Any]) -> ToolExchange | None:
-        arguments = json.dumps({"queries": list(item.get("queries") or [])})
+        # A client's replayed item may carry anything in its fields: what is not of its shape is not read.
+        queries = item.get("queries")
+        arguments = json.dumps({"queries": [query for query in queries if isinstance(query, str)] if isinstance(queries, list) else []})
         if item.get("status") != "completed":
             return ToolExchange(str(item.get("id")), "file_search", arguments, "The search failed; no results.")
         results = item.get("results")
-        if results is None:
+        if not isinstance(results, list):
             return ToolExchange(str(item.get("id")), "file_search", arguments, "(The results of this search were not kept.)")
-        return ToolExchange(str(item.get("id")), "file_search", arguments, numbered_sources(_sources(results), _render_source))
+        return ToolExchange(str(item.get("id")), "file_search", arguments,
+                            numbered_sources(_sources([result for result in results if isinstance(result, Mapping)]), _render_source))
 
     async def open_session(self, tools: Sequence[Mapping[str, Any]], context: ToolContext) -> FileSearchSession:
         return FileSearchSession(self.stores, list(tools))

@@ -123,9 +123,11 @@ def _resource_text(resource: Any, attachments: list[dict[str, Any]]) -> str:
     return f"[resource: {resource.uri} ({mime})]"
 
 
-def error_text(error: Mapping[str, Any] | None) -> str:
-    """An `mcp_call.error` as the model reads it."""
-    if not error:
+def error_text(error: Any) -> str:
+    """An `mcp_call.error` as the model reads it (a client's item may carry any shape here)."""
+    if isinstance(error, str) and error:
+        return f"Error: {error}"
+    if not isinstance(error, Mapping) or not error:
         return "Error: the tool call failed."
     if error.get("type") == "mcp_tool_execution_error":
         content = error.get("content") or []
@@ -145,7 +147,7 @@ def render(item: Mapping[str, Any]) -> ToolExchange | None:
         return ToolExchange(
             key=str(item.get("approval_request_id") or item.get("id")), name=str(item.get("name")),
             arguments=str(item.get("arguments") or "{}"), output=output,
-            attachments=tuple(part for part in item.get("content") or () if isinstance(part, Mapping)),
+            attachments=tuple(part for part in _list(item.get("content")) if isinstance(part, Mapping)),
         )
     if kind == "mcp_approval_request":
         return ToolExchange(key=str(item.get("id")), name=str(item.get("name")), arguments=str(item.get("arguments") or "{}"))
@@ -155,9 +157,13 @@ def render(item: Mapping[str, Any]) -> ToolExchange | None:
     return None
 
 
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
 def listed_tools(items: Sequence[Mapping[str, Any]], label: str) -> list[dict[str, Any]] | None:
     """The tools of the latest successful `mcp_list_tools` of `label` in a context, if any."""
     for item in reversed(items):
         if item.get("type") == "mcp_list_tools" and item.get("server_label") == label and not item.get("error"):
-            return [dict(tool) for tool in item.get("tools") or () if isinstance(tool, Mapping) and tool.get("name")]
+            return [dict(tool) for tool in _list(item.get("tools")) if isinstance(tool, Mapping) and tool.get("name")]
     return None

@@ -158,9 +158,10 @@ class WebSearchRuntime:
         if item.get("status") != "completed":
             return ToolExchange(str(item.get("id")), "web_search", arguments, "The search failed; no results.")
         sources = action.get("sources")
-        if sources is None:
+        if not isinstance(sources, list):  # a client's replayed item may carry anything here
             return ToolExchange(str(item.get("id")), "web_search", arguments, "(The results of this search were not kept.)")
-        return ToolExchange(str(item.get("id")), "web_search", arguments, numbered_sources(_sources(sources), _render_source))
+        return ToolExchange(str(item.get("id")), "web_search", arguments,
+                            numbered_sources(_sources([source for source in sources if isinstance(source, Mapping)]), _render_source))
 
     async def open_session(self, tools: Sequence[Mapping[str, Any]], context: ToolContext) -> WebSearchSession:
         return WebSearchSession(self.backend, self.timeout_s, tools[0], self.reader)
