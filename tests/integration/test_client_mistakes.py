@@ -28,6 +28,8 @@ WRONG_TYPES: list[tuple[str, dict[str, Any]]] = [
     ("/responses", {"model": "fake-model", "input": [{"type": "reasoning", "summary": [], "content": [5]}]}),
     ("/responses", {"model": "fake-model", "input": [{"type": "reasoning", "summary": [], "encrypted_content": 5}]}),
     ("/responses", {"model": "fake-model", "input": [{"type": "item_reference", "id": []}]}),
+    ("/responses", {"model": "fake-model", "input": "x", "tool_choice": {"type": "allowed_tools", "tools": 5}}),
+    ("/responses", {"model": "fake-model", "input": "x", "tool_choice": {"type": "allowed_tools", "tools": [5]}}),
     ("/chat/completions", {"model": "fake-model", "messages": {}}),
     ("/chat/completions", {"model": "fake-model", "messages": [{"role": "user", "content": "x"}], "store": True, "metadata": {"k": 5}}),
     ("/chat/completions", {"model": 5, "messages": [{"role": "user", "content": "x"}]}),

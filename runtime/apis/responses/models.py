@@ -192,8 +192,14 @@ def _check_tool_choice(choice: str | dict[str, Any] | None, tools: list[dict[str
         if not any(tool.get("type") == "function" and tool.get("name") == name for tool in tools):
             raise InvalidRequestError(f"Invalid value for 'tool_choice': tool choice 'function' with name {name[:80]!r} is not in 'tools'.",
                                       param="tool_choice", code="invalid_value")
-    if kind == "allowed_tools" and choice.get("mode", "auto") not in ("auto", "required"):
-        raise InvalidRequestError("Invalid value for 'tool_choice.mode': expected 'auto' or 'required'.", param="tool_choice.mode", code="invalid_value")
+    if kind == "allowed_tools":
+        if choice.get("mode", "auto") not in ("auto", "required"):
+            raise InvalidRequestError("Invalid value for 'tool_choice.mode': expected 'auto' or 'required'.", param="tool_choice.mode",
+                                      code="invalid_value")
+        allowed = choice.get("tools")
+        if not isinstance(allowed, list) or not all(isinstance(tool, dict) and isinstance(tool.get("type"), str) for tool in allowed):
+            raise InvalidRequestError("Invalid value for 'tool_choice.tools': expected an array of tool objects, each with a 'type'.",
+                                      param="tool_choice.tools", code="invalid_value" if allowed is not None else "missing_required_parameter")
 
 
 def _check_tools(tools: list[dict[str, Any]]) -> None:
