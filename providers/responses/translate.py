@@ -23,13 +23,16 @@ of its model turn that came before that.
 
 from __future__ import annotations
 
+import functools
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from providers.responses.client_tools import ClientTool
 from runtime.apis.items import new_id
 from runtime.apis.tool_runtime.protocol import Citations
+from runtime.errors import UpstreamError
 
 __all__ = ["PART_EVENTS", "Event", "RejectedCall", "ServerCall", "StreamTranslator", "output_from_completion", "usage_from_chat"]
 
@@ -86,6 +89,42 @@ def _client_side(_name: str) -> bool:
     return False
 
 
+log = logging.getLogger("stack")
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+# What reading a chunk of the wrong shape raises (a list where an object belongs, a number for text...).
+_SHAPE_ERRORS = (TypeError, AttributeError, ValueError, KeyError, IndexError)
+
+
+def _upstream_data(method: _Method) -> _Method:
+    """`method` reads what the model server sent: a chunk it cannot read (JSON, but not of a
+    chat completion's shape) is the upstream's 502, never a server error. The cause is logged,
+    in case it is a fault of the reading."""
+    @functools.wraps(method)
+    def reading(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except _SHAPE_ERRORS as error:
+            log.warning("a model server's answer could not be read as a chat completion: %s: %s", type(error).__name__, error,
+                        exc_info=True)
+            raise UpstreamError("The model server answered with data that is not of a chat completion's shape "
+                                f"({type(error).__name__}: {str(error)[:120]}).", status_code=502, code="upstream_malformed") from None
+
+    return reading  # type: ignore[return-value]
+
+
+def _usage(value: Any) -> dict[str, Any] | None:
+    """An upstream's usage, its token counts kept only where they are integers."""
+    if not isinstance(value, Mapping) or not value:
+        return None
+    usage: dict[str, Any] = {key: count for key, count in value.items()
+                             if isinstance(count, int) and not isinstance(count, bool) and not key.endswith("_details")}
+    for key in ("prompt_tokens_details", "completion_tokens_details"):
+        details = value.get(key)
+        if isinstance(details, Mapping):
+            usage[key] = {name: count for name, count in details.items() if isinstance(count, int) and not isinstance(count, bool)}
+    return usage or None
+
+
 @dataclass
 class StreamTranslator:
     """Feed ChatCompletionChunk dicts with `feed`; call `finish` after the last one.
@@ -130,6 +169,7 @@ class StreamTranslator:
         """The server-side calls of this model turn, in the model's order."""
         return [self._server[index] for index in sorted(self._server)]
 
+    @_upstream_data
     def feed(self, chunk: Mapping[str, Any]) -> list[Event]:
         if self.blocked:
             return []  # the rest of a blocked answer is read and dropped
@@ -187,7 +227,7 @@ class StreamTranslator:
 
     def _feed(self, chunk: Mapping[str, Any]) -> list[Event]:
         if chunk.get("usage"):
-            self.usage = dict(chunk["usage"])
+            self.usage = _usage(chunk["usage"]) or self.usage
         if isinstance(chunk.get("service_tier"), str):
             self.service_tier = chunk["service_tier"]
         choices = chunk.get("choices") or ()
@@ -210,6 +250,7 @@ class StreamTranslator:
             self.finish_reason = choice["finish_reason"]
         return events
 
+    @_upstream_data
     def feed_completion(self, completion: Mapping[str, Any]) -> list[Event]:
         """A whole (non-streamed) ChatCompletion, fed as one chunk."""
         events: list[Event] = []
@@ -220,11 +261,12 @@ class StreamTranslator:
             tool_calls = [{**call, "index": index} for index, call in enumerate(message.pop("tool_calls", None) or [])]
             events = self.feed({"choices": [{"index": 0, "delta": {**message, "tool_calls": tool_calls},
                                              "logprobs": choice.get("logprobs"), "finish_reason": choice.get("finish_reason")}]})
-        self.usage = dict(completion["usage"]) if completion.get("usage") else None
+        self.usage = _usage(completion.get("usage"))
         if isinstance(completion.get("service_tier"), str):
             self.service_tier = completion["service_tier"]
         return events
 
+    @_upstream_data
     def finish(self, status: str = "completed") -> list[Event]:
         """Close every open item; `status` is "incomplete" when the model was cut off."""
         events = self._close_open(status)

@@ -62,7 +62,7 @@ _ERROR_TYPES = {
     429: "rate_limit_error",
 }
 _TOKEN_PIECE = re.compile(r"\s*\S+")
-_DIRECTIVE_START = re.compile(r"\[(tokens|tool|fix|error|slow|cut|context_overflow|reasoning|refusal|again|garbage|answer)")
+_DIRECTIVE_START = re.compile(r"\[(tokens|tool|fix|error|slow|cut|context_overflow|reasoning|refusal|again|garbage|misshapen|answer)")
 _NUMBER_ARG = re.compile(r":(\d+)\]")
 _TOOL_NAME = re.compile(r":([A-Za-z0-9_.\-]+)\s*")
 _CLOSE = re.compile(r"\s*\]")
@@ -207,6 +207,8 @@ class Directives:
     """Call the [tool:...] tools again after their results (a model that never stops calling)."""
     garbage: bool = False
     """Answer with a body cut off mid-JSON, or a stream whose second event is not JSON."""
+    misshapen: bool = False
+    """Answer with valid JSON of the wrong shape: the content a number, not text (a server's bug)."""
     answer: str | None = None
     """What to answer once the tools have answered (instead of echoing their result)."""
     fixes: list[ToolRequest] = field(default_factory=list)
@@ -217,7 +219,7 @@ def parse_directives(text: str) -> Directives:
     """Split `text` into its directives and the remaining text (stripped).
 
     Known: [tokens:N] [tool:NAME {json}] [fix:NAME {json}] [error:STATUS] [slow:MS] [cut:N] [context_overflow]
-    [reasoning] [refusal] [again] [garbage] [answer {"text": ...}]. Anything malformed stays in
+    [reasoning] [refusal] [again] [garbage] [misshapen] [answer {"text": ...}]. Anything malformed stays in
     the text verbatim.
     """
     if "[" not in text:
@@ -244,7 +246,7 @@ def _apply_directive(directives: Directives, name: str, text: str, pos: int) -> 
         return _apply_tool(directives.tools if name == "tool" else directives.fixes, text, pos)
     if name == "answer":
         return _apply_answer(directives, text, pos)
-    if name in ("context_overflow", "reasoning", "refusal", "again", "garbage"):
+    if name in ("context_overflow", "reasoning", "refusal", "again", "garbage", "misshapen"):
         if not text.startswith("]", pos):
             return None
         setattr(directives, name, True)
@@ -370,6 +372,7 @@ class ChatPlan:
     slow_ms: int
     cut: int | None
     garbage: bool = False
+    misshapen: bool = False
     service_tier: str | None = None
     """Answered as OpenAI does when the request names one ("auto" is served at "default")."""
 
@@ -421,6 +424,7 @@ def plan_chat(body: object, digest: str) -> ChatPlan:
         slow_ms=directives.slow_ms,
         cut=directives.cut,
         garbage=directives.garbage,
+        misshapen=directives.misshapen,
         service_tier=_served_tier(body.get("service_tier")),
     )
 
@@ -784,11 +788,17 @@ def answer_chat(raw: bytes) -> Reply | StreamReply:
     except UpstreamError as error:
         return error_reply(error)
     if body.get("stream") is not True:
-        answer = dumps(render_completion(plan))
+        completion = render_completion(plan)
+        if plan.misshapen:
+            completion["choices"][0]["message"]["content"] = 5
+        answer = dumps(completion)
         return Reply(200, answer[: len(answer) // 2] if plan.garbage else answer, slow_ms=plan.slow_ms)
     options = body.get("stream_options")
     include_usage = isinstance(options, dict) and options.get("include_usage") is True
-    events = [sse_event(chunk) for chunk in render_chunks(plan, include_usage)]
+    chunks = render_chunks(plan, include_usage)
+    if plan.misshapen:
+        chunks[1]["choices"][0]["delta"] = {"content": 5}
+    events = [sse_event(chunk) for chunk in chunks]
     if plan.garbage:
         events[1] = b"data: {this is not json\n\n"
     events.append(_DONE)

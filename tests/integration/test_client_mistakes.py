@@ -229,3 +229,16 @@ def test_past_search_calls_of_any_shape_are_read_not_a_500(openai_client: openai
         {"type": "web_search_call", "id": "ws_odd", "status": "completed", "action": {"type": "search", "query": "q", "sources": 7}},
         {"role": "user", "content": "[tokens:2] go on"}])  # type: ignore[list-item]
     assert response.status == "completed" and response.output_text == "tok1 tok2"
+
+
+def test_an_upstream_answer_of_the_wrong_shape_is_a_502_never_a_server_error(openai_client: openai.OpenAI, text_model: str) -> None:
+    # JSON, but the content a number: a model server's bug is the upstream's error, whatever reads it.
+    with pytest.raises(openai.APIStatusError) as whole:
+        openai_client.responses.create(model=text_model, input="[tokens:3] [misshapen]")
+    assert whole.value.status_code == 502 and whole.value.body["code"] == "upstream_malformed"  # type: ignore[index]
+    events = list(openai_client.responses.create(model=text_model, input="[tokens:3] [misshapen]", stream=True))
+    assert events[-1].type == "response.failed" and "upstream_malformed" in events[-1].response.error.message  # type: ignore[union-attr]
+    with pytest.raises(openai.APIError) as stored:
+        list(openai_client.chat.completions.create(model=text_model, messages=[{"role": "user", "content": "[tokens:3] [misshapen]"}],
+                                                   stream=True, store=True))
+    assert "chat completion chunk's shape" in stored.value.message
