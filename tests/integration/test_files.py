@@ -69,6 +69,14 @@ def test_bad_uploads_are_400s_naming_the_field(openai_client: openai.OpenAI, kwa
     assert error.value.param == param
 
 
+def test_an_upload_without_a_purpose_is_a_400_saying_it_is_missing(openai_client: openai.OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError) as error:
+        openai_client.post("/files", cast_to=object, body={}, files=[("file", ("x.txt", b"x", "text/plain"))],
+                           options={"headers": {"content-type": "multipart/form-data"}})
+    assert error.value.body == {"message": "Missing required parameter: 'purpose'.", "type": "invalid_request_error",  # type: ignore[comparison-overlap]
+                                "param": "purpose", "code": "missing_required_parameter"}
+
+
 def test_an_empty_file_is_refused(openai_client: openai.OpenAI) -> None:
     with pytest.raises(openai.BadRequestError) as error:
         openai_client.files.create(file=("empty.txt", io.BytesIO(b"")), purpose="user_data")

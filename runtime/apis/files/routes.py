@@ -39,9 +39,11 @@ def router(impl: FilesProvider, vector_stores: VectorStoresProvider | None = Non
             if not isinstance(upload, UploadFile):
                 raise InvalidRequestError("Missing required parameter: 'file'.", param="file", code="missing_required_parameter")
             purpose = form.get("purpose")
+            if purpose is None:
+                raise InvalidRequestError("Missing required parameter: 'purpose'.", param="purpose", code="missing_required_parameter")
             if purpose not in PURPOSES:
                 raise InvalidRequestError(f"Invalid value for 'purpose': {str(purpose)[:40]!r} (expected one of: {', '.join(PURPOSES)}).",
-                                          param="purpose", code="invalid_value" if purpose is not None else "missing_required_parameter")
+                                          param="purpose", code="invalid_value")
             expires = _expires_after(form.get("expires_after[anchor]"), form.get("expires_after[seconds]"))
             filename = upload.filename or "upload"
             return JSONBytes(await impl.create_file(upload.file, filename, str(purpose), expires))
