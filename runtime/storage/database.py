@@ -23,7 +23,7 @@ from runtime.storage.postgres import (
 from runtime.storage.sqlite import (
     BEGIN_OPTION, Checkpointer, FileLock, Held, async_sqlite_dbapi, hook_sqlite, write_group_sync, write_sync,
 )
-from runtime.storage.statements import JSON_CODEC, InsertRows
+from runtime.storage.statements import JSON_CODEC, POSTGRES_JSON_CODEC, InsertRows
 from runtime.storage.tasks import to_the_end
 from runtime.tracing import store_tracing
 
@@ -405,7 +405,7 @@ def open_database(backend: SqliteBackend | PostgresBackend) -> Database:
         pg_url.set(drivername="postgresql+asyncpg"),
         pool_size=backend.pool_size,
         max_overflow=0,  # pool_size is the bound the operator asked for
-        **JSON_CODEC,
+        **POSTGRES_JSON_CODEC,
     )
     sa.event.listen(engine.sync_engine, "checkout", closed_by_server)
     return Database("postgresql", lambda: engine, keep_pg=backend.pool_size // 2, listen_dsn=pg_url.set(drivername="postgresql").render_as_string(hide_password=False))

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import sqlalchemy as sa
 
+from runtime.errors import InvalidRequestError
 from runtime.storage.statements import Prepared
 from runtime.storage.tasks import to_the_end
 
@@ -88,6 +89,26 @@ def _autocommit(connection: sa.Connection) -> Iterator[None]:
         dbapi_connection.autocommit = False
 
 
+# PostgreSQL's text and JSONB hold no NUL character (U+0000), which JSON, OpenAI and SQLite take:
+# "invalid byte sequence for encoding UTF8: 0x00" (22021), "unsupported Unicode escape sequence" (22P05).
+_NUL_STATES = frozenset({"22021", "22P05"})
+NUL_MESSAGE = ("This server's database cannot store or look up text holding the null character (\\u0000), and this request's "
+               "text (or the model's answer to it) holds one. Remove it and send the request again.")
+
+
+def _holds_nul(error: BaseException) -> bool:
+    """Whether `error` is PostgreSQL refusing a NUL character, however wrapped (SQLAlchemy's
+    DBAPIError around its adapter's error around asyncpg's)."""
+    seen: BaseException | None = error
+    for _ in range(4):
+        if seen is None:
+            return False
+        if str(getattr(seen, "sqlstate", "")) in _NUL_STATES:
+            return True
+        seen = getattr(seen, "orig", None) or seen.__cause__
+    return False
+
+
 class PgConnections:
     """The PostgreSQL connections `write` and `read_with` use, up to `keep` of them kept checked
     out of the engine's pool while idle. Taking a connection from SQLAlchemy's async pool and
@@ -115,8 +136,10 @@ class PgConnections:
         connection = await self._take()
         try:
             result = await connection.run_sync(step, work)
-        except BaseException:
+        except BaseException as error:
             await connection.close()
+            if _holds_nul(error):
+                raise InvalidRequestError(NUL_MESSAGE, code="invalid_value") from None
             raise
         if len(self.idle) < self._keep:
             self.idle.append(connection)

@@ -5,6 +5,7 @@ costs more than the work (`Prepared`), rows added as one write (`InsertRows`), t
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple, cast
 
@@ -70,6 +71,21 @@ def _json_text(value: Any) -> str:
 
 # JSON columns are (de)serialised with the fast codec: a stored response is a large document.
 JSON_CODEC: dict[str, Any] = {"json_serializer": _json_text, "json_deserializer": fastjson.loads}
+
+_NUL_ESCAPE = re.compile(r"(\\+)u0000")
+
+
+def _jsonb_text(value: Any) -> str:
+    """JSON for PostgreSQL's JSONB, which holds no NUL character: each one (a `\u0000` escape, not
+    a literal backslash before `u0000`) is stored as U+FFFD, the replacement character. A model's
+    answer or a client's text holding one is then kept, not refused: SQLite and OpenAI take it."""
+    text = fastjson.dumps(value).decode()
+    if "u0000" not in text:
+        return text
+    return _NUL_ESCAPE.sub(lambda run: run[1] + ("ufffd" if len(run[1]) % 2 else "u0000"), text)
+
+
+POSTGRES_JSON_CODEC: dict[str, Any] = {"json_serializer": _jsonb_text, "json_deserializer": fastjson.loads}
 
 
 class InsertRows:

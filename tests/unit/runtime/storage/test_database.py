@@ -13,6 +13,7 @@ import pytest
 import sqlalchemy as sa
 
 from builder.config import PostgresBackend, SqliteBackend, StorageConfig, StoresConfig
+from runtime.errors import InvalidRequestError
 from runtime.storage import PARTIAL_INDEX_WHERE, Database, Storage, json_type, open_database
 from support.storage import PG_DSN, Backend, checked_out, ids_of
 
@@ -95,6 +96,25 @@ async def test_json_round_trip(database: Database, ready: sa.Table) -> None:
     await database.execute(ready.insert().values(id="l", payload=[{"x": [[]]}, "y"]))
     row = await database.fetch_one(sa.select(ready.c.payload).where(ready.c.id == "l"))
     assert row is not None and row["payload"] == [{"x": [[]]}, "y"]
+
+
+async def test_text_holding_a_nul_character_is_kept_in_json_and_a_400_elsewhere(database: Database, ready: sa.Table) -> None:
+    # PostgreSQL's text and JSONB hold no U+0000, which JSON, OpenAI and SQLite take: in JSON it is
+    # kept as U+FFFD (a literal backslash before "u0000" stays as it was); a key holding one is the
+    # request's 400, never a server error.
+    payload = {"text": "a\x00b", "escaped": "c\\u0000d", "both": ["\\\x00"]}
+    await database.execute(ready.insert().values(id="nul", payload=payload))
+    row = await database.fetch_one(sa.select(ready.c.payload).where(ready.c.id == "nul"))
+    assert row is not None
+    if database.dialect == "postgresql":
+        assert row["payload"] == {"text": "a\ufffdb", "escaped": "c\\u0000d", "both": ["\\\ufffd"]}
+        with pytest.raises(InvalidRequestError, match="null character"):
+            await database.fetch_one(sa.select(ready.c.payload).where(ready.c.id == "x\x00"))
+        with pytest.raises(InvalidRequestError, match="null character"):
+            await database.execute(ready.insert().values(id="y\x00", payload=None))
+    else:
+        assert row["payload"] == payload
+        assert await database.fetch_one(sa.select(ready.c.payload).where(ready.c.id == "x\x00")) is None
 
 
 async def test_reads_are_not_blocked_by_an_open_write(
