@@ -51,7 +51,14 @@ def _kind(filename: str, head: bytes) -> str:
 
 
 async def text_pieces(chunks: AsyncIterator[bytes], filename: str) -> AsyncIterator[str]:
-    """The file's text in pieces (of any size, in order). Raises ExtractionError."""
+    """The file's text in pieces (of any size, in order), without NUL characters: they mean
+    nothing in a document's text (PDF extraction leaves some) and PostgreSQL stores no text
+    holding one. Raises ExtractionError."""
+    async for piece in _pieces(chunks, filename):
+        yield piece.replace("\x00", "") if "\x00" in piece else piece
+
+
+async def _pieces(chunks: AsyncIterator[bytes], filename: str) -> AsyncIterator[str]:
     iterator = aiter(chunks)
     head = await anext(iterator, b"")
     kind = _kind(filename, head)

@@ -68,3 +68,8 @@ async def test_what_cannot_be_read_says_why(data: bytes, name: str, code: str) -
     with pytest.raises(ExtractionError) as failed:
         await extract(data, name, size=64)
     assert failed.value.code == code and name in failed.value.message
+
+
+async def test_nul_characters_are_left_out_of_the_text() -> None:
+    # They mean nothing in a document, and PostgreSQL stores no text holding one.
+    assert await extract(b"The keeper\x00 lights\x00\x00 the lamp.", "notes.txt", size=4) == "The keeper lights the lamp."
