@@ -24,7 +24,6 @@ of its model turn that came before that.
 from __future__ import annotations
 
 import functools
-import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -32,7 +31,7 @@ from typing import Any, TypeVar
 from providers.responses.client_tools import ClientTool
 from runtime.apis.items import new_id
 from runtime.apis.tool_runtime.protocol import Citations
-from runtime.errors import UpstreamError
+from runtime.apis.inference.chunks import upstream_shape
 
 __all__ = ["PART_EVENTS", "Event", "RejectedCall", "ServerCall", "StreamTranslator", "output_from_completion", "usage_from_chat"]
 
@@ -89,25 +88,15 @@ def _client_side(_name: str) -> bool:
     return False
 
 
-log = logging.getLogger("stack")
 _Method = TypeVar("_Method", bound=Callable[..., Any])
-# What reading a chunk of the wrong shape raises (a list where an object belongs, a number for text...).
-_SHAPE_ERRORS = (TypeError, AttributeError, ValueError, KeyError, IndexError)
 
 
 def _upstream_data(method: _Method) -> _Method:
-    """`method` reads what the model server sent: a chunk it cannot read (JSON, but not of a
-    chat completion's shape) is the upstream's 502, never a server error. The cause is logged,
-    in case it is a fault of the reading."""
+    """`method` reads what the model server sent (see `upstream_shape`)."""
     @functools.wraps(method)
     def reading(self: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
+        with upstream_shape():
             return method(self, *args, **kwargs)
-        except _SHAPE_ERRORS as error:
-            log.warning("a model server's answer could not be read as a chat completion: %s: %s", type(error).__name__, error,
-                        exc_info=True)
-            raise UpstreamError("The model server answered with data that is not of a chat completion's shape "
-                                f"({type(error).__name__}: {str(error)[:120]}).", status_code=502, code="upstream_malformed") from None
 
     return reading  # type: ignore[return-value]
 

@@ -92,7 +92,7 @@ def _autocommit(connection: sa.Connection) -> Iterator[None]:
 # PostgreSQL's text and JSONB hold no NUL character (U+0000), which JSON, OpenAI and SQLite take:
 # "invalid byte sequence for encoding UTF8: 0x00" (22021), "unsupported Unicode escape sequence" (22P05).
 _NUL_STATES = frozenset({"22021", "22P05"})
-NUL_MESSAGE = ("This server's database cannot store or look up text holding the null character (\\u0000), and this request's "
+_NUL_MESSAGE = ("This server's database cannot store or look up text holding the null character (\\u0000), and this request's "
                "text (or the model's answer to it) holds one. Remove it and send the request again.")
 
 
@@ -139,7 +139,7 @@ class PgConnections:
         except BaseException as error:
             await connection.close()
             if _holds_nul(error):
-                raise InvalidRequestError(NUL_MESSAGE, code="invalid_value") from None
+                raise InvalidRequestError(_NUL_MESSAGE, code="invalid_value") from None
             raise
         if len(self.idle) < self._keep:
             self.idle.append(connection)

@@ -8,10 +8,10 @@ output always parses and validates against its schema. `n` choices are generated
 another (a given `seed` moves by one for each, so they differ). The legacy completions API
 (`/v1/completions`) continues a prompt as it is, without the template.
 
-Log probabilities are refused (400, `unsupported_parameter`), as are a completion's `suffix` (the
-binding appends it to the answer, where OpenAI inserts the answer before it) and a `best_of` above `n`: the binding computes them only for a
+Log probabilities are refused (400, `unsupported_parameter`): the binding computes them only for a
 model loaded to keep every position's logits, a context-by-vocabulary array (400 MB for SmolLM2
-at 2,048 tokens) held for the model's life. Audio is refused the same way, and so are image, audio and
+at 2,048 tokens) held for the model's life. So are a legacy completion's `suffix` (the binding
+appends it to the answer, where OpenAI inserts the answer before it) and a `best_of` above `n`. Audio is refused the same way, and so are image, audio and
 file parts in the messages (the model reads text only; a file named by id in a Responses request is
 read in as text before it gets here).
 """
@@ -441,17 +441,17 @@ _OVER_CONTEXT = re.compile(r"Requested tokens \((\d+)\) exceed context window of
 @contextlib.contextmanager
 def _context_checked(param: str = "messages") -> Iterator[None]:
     """The binding's refusal of a prompt longer than the model's context (a ValueError, told by
-    its words) as OpenAI answers it: a 400, `context_length_exceeded`."""
+    its words) as OpenAI answers it: a 400, `context_length_exceeded`, naming `param` (`messages`
+    or `prompt`)."""
     try:
         yield
     except ValueError as error:
         over = _OVER_CONTEXT.search(str(error))
         if over is None:
             raise
-        what = "messages" if param == "messages" else "prompt"
         raise InvalidRequestError(
-            f"This model's maximum context length is {over[2]} tokens. However, your {what} resulted in {over[1]} tokens. "
-            f"Please reduce the length of the {what}.", param=param, code="context_length_exceeded") from None
+            f"This model's maximum context length is {over[2]} tokens. However, your {param} resulted in {over[1]} tokens. "
+            f"Please reduce the length of the {param}.", param=param, code="context_length_exceeded") from None
 
 
 def _refuse_media(messages: list[Any]) -> None:

@@ -107,8 +107,7 @@ def _check_stop(stop: Any, body: Mapping[str, Any]) -> None:
     if stop is None or stop.__class__ is str:
         return
     if stop.__class__ is not list or not all(item.__class__ is str for item in stop):
-        raise _invalid(f"Invalid type for 'stop': expected a string or an array of strings, but got {json_type_name(stop)} instead."
-                       if stop.__class__ is not list else "Invalid type for 'stop': expected an array of strings.", "stop", "invalid_type")
+        raise _invalid("Invalid type for 'stop': expected a string or an array of strings.", "stop", "invalid_type")
 
 
 def _check_seed(seed: Any, body: Mapping[str, Any]) -> None:

@@ -1,11 +1,33 @@
-"""Fold a stream of ChatCompletionChunk dicts into the ChatCompletion it amounts to."""
+"""Fold a stream of ChatCompletionChunk dicts into the ChatCompletion it amounts to; read what a
+model server sent without a server error when it is JSON of the wrong shape."""
 
 from __future__ import annotations
 
+import contextlib
+import logging
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ChunkAccumulator"]
+from runtime.errors import UpstreamError
+
+__all__ = ["ChunkAccumulator", "upstream_shape"]
+
+log = logging.getLogger("stack")
+
+
+@contextlib.contextmanager
+def upstream_shape(provider_id: str | None = None) -> Iterator[None]:
+    """Around code that reads a model server's answer or chunks: what reading JSON of the wrong
+    shape raises (a number for text, `null` for a choice) is the upstream's 502
+    `upstream_malformed`, never a server error. The cause is logged, in case the fault is the reading's."""
+    try:
+        yield
+    except (TypeError, AttributeError, ValueError, KeyError, IndexError) as error:
+        log.warning("a model server's answer could not be read as a chat completion: %s: %s", type(error).__name__, error, exc_info=True)
+        who = f" ({provider_id})" if provider_id else ""
+        raise UpstreamError(f"The model server{who} sent data that is not of a chat completion's or a chat completion chunk's shape "
+                            f"({type(error).__name__}: {str(error)[:120]}).", status_code=502, code="upstream_malformed") from None
 
 
 @dataclass

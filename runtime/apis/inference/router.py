@@ -11,15 +11,14 @@ import base64
 import logging
 import struct
 import time
-import contextlib
-from collections.abc import AsyncIterator, Awaitable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from builder.config import ModelConfig
 from runtime import fastjson
-from runtime.apis.inference.chunks import ChunkAccumulator
+from runtime.apis.inference.chunks import ChunkAccumulator, upstream_shape
 from runtime.apis.inference.guarded import guard_completion, guard_stream, guard_text_completion
 from runtime.apis.inference.protocol import InferenceProvider, TextCompletionProvider, UpstreamModel, UpstreamRequest
 from runtime.apis.inference.store import ChatCompletionStore, new_completion_id
@@ -230,11 +229,11 @@ class InferenceRouter:
         passed = parsed() if guard is None else guard_stream(guard, parsed(), n if isinstance(n, int) and n > 0 else 1)
         async for chunk in passed:
             if stored:
-                with _chunk_shape(provider_id):
+                with upstream_shape(provider_id):
                     folded.add(chunk)
             yield fastjson.dumps(chunk)
         if stored:
-            with _chunk_shape(provider_id):
+            with upstream_shape(provider_id):
                 completion = folded.completion()
             await self.store.save(completion, list(body.get("messages") or ()), body.get("metadata"), _text_or_none(upstream_id))
 
@@ -374,18 +373,6 @@ def _completion(result: bytes, provider_id: str) -> dict[str, Any]:
     if not isinstance(completion, dict):
         raise _malformed(provider_id, result)
     return completion
-
-
-@contextlib.contextmanager
-def _chunk_shape(provider_id: str) -> Iterator[None]:
-    """Chunks folded into the completion to store: one that is JSON but not of a chunk's shape is
-    the upstream's error (502), and the stream ends with it, not with a server error."""
-    try:
-        yield
-    except (TypeError, AttributeError, ValueError, KeyError, IndexError) as error:
-        log.warning("inference provider %s: a stream chunk could not be folded: %s: %s", provider_id, type(error).__name__, error)
-        raise UpstreamError(f"The model server ({provider_id}) sent a chunk that is not of a chat completion chunk's shape "
-                            f"({type(error).__name__}: {str(error)[:120]}).", status_code=502, code="upstream_malformed") from None
 
 
 def _chunk(raw: bytes, provider_id: str) -> dict[str, Any]:
