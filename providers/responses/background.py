@@ -195,8 +195,9 @@ class Background:
                 input_items = await self.store.items_of(stored.id, "input")
                 turn = Turn(request, stored.response, input_items, history, stored.ancestors, renderers=engine.renderers)
                 try:
+                    await engine.check_input(turn)  # the refusal found when it was accepted is not stored
                     await engine.read_files(turn)
-                except APIError as error:  # a file it names was deleted meanwhile
+                except APIError as error:  # a file it names was deleted meanwhile, or its guardrail is gone or down
                     await self._fail_orphan(stored, f"This background response could not be resumed: {error.message}")
                     continue
                 log.info("resuming queued background response %s", stored.id)

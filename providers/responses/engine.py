@@ -17,7 +17,7 @@ from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from providers.responses.background import Background
 from providers.responses.compaction import compaction_summary, estimated_tokens, kept_messages, try_compaction_summary
@@ -40,7 +40,7 @@ from runtime.apis.safety.protocol import SafetyProvider
 from runtime.apis.responses.models import CompactRequest, CreateResponse, response_object
 from runtime.apis.tool_runtime.protocol import Citations, ToolContext
 from runtime.apis.tool_runtime.router import ToolRouter
-from runtime.errors import APIError, InvalidRequestError, NotFoundError, UpstreamError
+from runtime.errors import APIError, InvalidRequestError, NotFoundError, ServiceUnavailableError, UpstreamError
 
 __all__ = ["Inference", "ResponsesEngine", "Turn"]
 
@@ -193,6 +193,7 @@ class ResponsesEngine:
         if self.omit_unserved:
             request = served_only(request, self.tools)
         await check_server_tools(request, self.tools)
+        self.guarded(request, "input")  # guardrails named that this server cannot run: refused before any work
         await self.inference.resolve(request.model)
         input_items = normalize_input(request.input)
         context = Context([], [])
@@ -209,8 +210,7 @@ class ResponsesEngine:
             response["prompt"] = prompt
         turn = Turn(request, response, input_items, context.items, context.ancestors, context.chat, self.renderers,
                     self.seal.reveal if self.seal is not None else None)
-        if self.safety is not None and self.safety.guardrails.input:
-            turn.refusal = await guard_input(self.safety, request.instructions, input_items)
+        await self.check_input(turn)
         await self.read_files(turn)
         if not request.background:
             await self.open_tools(turn)
@@ -221,6 +221,30 @@ class ResponsesEngine:
                     await turn.tools.aclose()
                     raise
         return turn
+
+    def guarded(self, request: CreateResponse, side: Literal["input", "output"]) -> bool:
+        """Whether the guardrail of `side` checks this request: run.yaml switches it on for every
+        request, or the request names the safety provider's guardrails (OGX's `guardrails`, both
+        sides), which must exist."""
+        names = request.guardrail_names()
+        if names:
+            if self.safety is None:
+                raise ServiceUnavailableError("This request names guardrails, but this server has no safety provider to run them: add "
+                                              "one under providers.safety in run.yaml, or remove 'guardrails' from the request.",
+                                              param="guardrails", code="no_active_provider")
+            known = self.safety.guardrails.names
+            for index, name in enumerate(names):
+                if name not in known:
+                    raise InvalidRequestError(f"Invalid value for 'guardrails[{index}]': no guardrail is named {name[:80]!r} on this "
+                                              f"server. Its safety provider answers to: {', '.join(known) or 'no name'}.",
+                                              param=f"guardrails[{index}]", code="invalid_value")
+            return True
+        return self.safety is not None and bool(getattr(self.safety.guardrails, side))
+
+    async def check_input(self, turn: Turn) -> None:
+        """The input guardrail, when it checks this turn: a flagged input's refusal is set on the turn."""
+        if self.safety is not None and self.guarded(turn.request, "input"):
+            turn.refusal = await guard_input(self.safety, turn.request.instructions, turn.input_items)
 
     def _check_sealed(self, input_items: Sequence[Mapping[str, Any]]) -> None:
         """Encrypted reasoning sent back must be this server's, unaltered: a 400 naming the item if not."""
@@ -257,7 +281,7 @@ class ResponsesEngine:
 
         client_tool = turn.tools.client_tool if turn.tools is not None else None
 
-        guard = self.safety is not None and self.safety.guardrails.output
+        guard = self.guarded(turn.request, "output")
 
         sealing = self.seal is not None and "reasoning.encrypted_content" in (turn.request.include or ())
         seal = self.seal.seal if sealing and self.seal is not None else None

@@ -21,5 +21,7 @@ class GuardrailsConfig(BaseModel):
     fail_closed: bool = Field(default=True, description="When moderation cannot be made, refuse the request (503) rather than pass it")
     refusal: str = Field(default="I can't help with that.", min_length=1, description="What a refused request is answered")
 
-    def guardrails(self) -> Guardrails:
-        return Guardrails(input=self.check_input, output=self.check_output, fail_closed=self.fail_closed, refusal=self.refusal)
+    def guardrails(self, *names: str) -> Guardrails:
+        """The guardrails of this config; `names`: what requests may name to ask for them."""
+        return Guardrails(input=self.check_input, output=self.check_output, fail_closed=self.fail_closed, refusal=self.refusal,
+                          names=tuple(dict.fromkeys(names)))

@@ -57,10 +57,10 @@ def verdict(answer: str) -> list[str] | None:
 class GuardModel:
     """Implements runtime.apis.safety.protocol.SafetyProvider."""
 
-    def __init__(self, inference: _Chat, config: GuardModelConfig) -> None:
+    def __init__(self, inference: _Chat, config: GuardModelConfig, provider_id: str = "llama-guard") -> None:
         self.inference = inference
         self.config = config
-        self.guardrails: Guardrails = config.guardrails()
+        self.guardrails: Guardrails = config.guardrails(provider_id, config.model)
 
     async def moderate(self, inputs: Sequence[str | Mapping[str, Any]], model: str | None = None) -> dict[str, Any]:
         model = model or self.config.model
@@ -87,7 +87,7 @@ class GuardModel:
 
 @contextlib.asynccontextmanager
 async def create(context: ProviderContext[GuardModelConfig]) -> AsyncIterator[GuardModel]:
-    yield GuardModel(context.deps[Api.inference], context.config)
+    yield GuardModel(context.deps[Api.inference], context.config, context.provider_id)
 
 
 LLAMA_GUARD = ProviderSpec(

@@ -28,10 +28,10 @@ class OpenAIModerationConfig(GuardrailsConfig):
 class OpenAIModeration:
     """Implements runtime.apis.safety.protocol.SafetyProvider."""
 
-    def __init__(self, client: httpx2.AsyncClient, config: OpenAIModerationConfig) -> None:
+    def __init__(self, client: httpx2.AsyncClient, config: OpenAIModerationConfig, provider_id: str = "openai") -> None:
         self.client = client
         self.config = config
-        self.guardrails: Guardrails = config.guardrails()
+        self.guardrails: Guardrails = config.guardrails(provider_id, config.model)
 
     async def moderate(self, inputs: Sequence[str | Mapping[str, Any]], model: str | None = None) -> dict[str, Any]:
         payload: Any = list(inputs[0]["parts"]) if len(inputs) == 1 and isinstance(inputs[0], Mapping) else list(inputs)
@@ -63,7 +63,7 @@ async def create(context: ProviderContext[OpenAIModerationConfig]) -> AsyncItera
     config = context.config
     headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
     async with context.http_client(base_url=config.base_url, timeout=config.timeout_s, headers=headers) as client:
-        yield OpenAIModeration(client, config)
+        yield OpenAIModeration(client, config, context.provider_id)
 
 
 OPENAI_MODERATION = ProviderSpec(

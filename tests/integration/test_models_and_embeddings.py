@@ -12,6 +12,14 @@ def test_models_are_listed_with_provider_prefixed_ids(openai_client: openai.Open
     assert all(model.object == "model" for model in openai_client.models.list())
 
 
+def test_each_model_carries_its_type_and_provider_as_ogx_lists_them(openai_client: openai.OpenAI) -> None:
+    models = {model.id: model for model in openai_client.models.list()}
+    assert models["fake/fake-model"].custom_metadata == {  # type: ignore[attr-defined]
+        "model_type": "llm", "provider_id": "fake", "provider_resource_id": "fake-model"}
+    embed = openai_client.models.retrieve("fake-embed").custom_metadata  # type: ignore[attr-defined]
+    assert embed["model_type"] == "embedding" and embed["provider_resource_id"] == "fake-embed"
+
+
 def test_a_model_is_retrieved_by_prefixed_or_bare_id(openai_client: openai.OpenAI) -> None:
     assert openai_client.models.retrieve("fake/fake-model").id == "fake/fake-model"
     assert openai_client.models.retrieve("fake-model").id == "fake/fake-model"

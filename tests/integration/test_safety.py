@@ -5,6 +5,7 @@ upstream's chat); and the input guardrail of Responses, in server and library mo
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -255,3 +256,78 @@ def test_legacy_completion_output_is_checked_streamed_or_not(guarded: Stack) -> 
     clean = list(guarded.client.completions.create(model="fake-model", prompt=_answer(CALM), max_tokens=500, stream=True))
     assert "".join(chunk.choices[0].text for chunk in clean if chunk.choices) == CALM
     assert [c.choices[0].finish_reason for c in clean if c.choices and c.choices[0].finish_reason] == ["stop"]
+
+
+# Guardrails a request names (OGX's `guardrails` extension of Responses): both checks run on it,
+# whatever run.yaml switches on for every request.
+
+@pytest.fixture(scope="module", params=["server", "library"])
+def on_request(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """A stack whose safety provider (`moderation`) checks only the requests that name it."""
+    with moderated(request.param, tmp_path_factory.mktemp("on-request")) as stack:
+        yield stack
+
+
+def _hidden_flag(category: str, text: str) -> str:
+    """An [answer] whose text holds `[flag:category]`, while the request's own text does not."""
+    return '[answer {"text": "\\u005bflag:' + category + '] ' + text + '"}]'
+
+
+def test_a_request_naming_no_guardrail_is_not_checked(on_request: Stack) -> None:
+    before = len(on_request.upstream.bodies("/v1/moderations"))
+    response = on_request.client.responses.create(model="fake-model", input="[flag:violence] [tokens:1] unchecked")
+    assert response.output_text == "tok1" and len(on_request.upstream.bodies("/v1/moderations")) == before
+
+
+@pytest.mark.parametrize("guardrail", ["moderation", {"type": "moderation"}, "omni-moderation-latest"])
+def test_flagged_input_of_a_request_naming_the_guardrail_is_refused_and_no_model_sees_it(on_request: Stack, guardrail: object) -> None:
+    before = on_request.chat_calls()
+    response = on_request.client.responses.create(model="fake-model", input="[flag:violence] hurt them",
+                                                  extra_body={"guardrails": [guardrail]})
+    (message,) = response.output
+    assert [(part.type, getattr(part, "refusal", None)) for part in message.content] == [("refusal", "I can't help with that.")]
+    assert on_request.chat_calls() == before
+
+
+def test_output_of_a_request_naming_the_guardrail_is_checked_streamed_or_not(on_request: Stack) -> None:
+    assert "[flag:" not in _hidden_flag("hate", "words")
+    response = on_request.client.responses.create(model="fake-model", input=_hidden_flag("hate", "words"),
+                                                  extra_body={"guardrails": ["moderation"]})
+    assert response.status == "incomplete" and response.incomplete_details is not None
+    assert response.incomplete_details.reason == "content_filter" and "flag:hate" not in response.output_text
+    events = list(on_request.client.responses.create(model="fake-model", input=_hidden_flag("violence", "terrible"), stream=True,
+                                                     extra_body={"guardrails": ["moderation"]}))
+    assert events[-1].type == "response.incomplete" and "flag:" not in events[-1].response.output_text  # type: ignore[union-attr]
+    unchecked = on_request.client.responses.create(model="fake-model", input=_hidden_flag("hate", "words"))
+    assert unchecked.status == "completed" and unchecked.output_text == "[flag:hate] words"
+
+
+def test_a_background_response_naming_the_guardrail_is_checked_when_it_runs(on_request: Stack) -> None:
+    queued = on_request.client.responses.create(model="fake-model", input=_hidden_flag("hate", "words"), background=True,
+                                                extra_body={"guardrails": ["moderation"]})
+    done = queued
+    for _ in range(200):
+        done = on_request.client.responses.retrieve(queued.id)
+        if done.status not in ("queued", "in_progress"):
+            break
+        time.sleep(0.05)
+    assert done.status == "incomplete" and done.incomplete_details is not None and done.incomplete_details.reason == "content_filter"
+
+
+@pytest.mark.parametrize(("guardrails", "param"), [(["nope"], "guardrails[0]"), (["moderation", {"type": "x"}], "guardrails[1]"),
+                                                   ([""], "guardrails[0]"), ([{"type": "moderation", "x": 1}], "guardrails[0]"),
+                                                   ([5], "guardrails[0]")])
+def test_a_guardrail_this_server_does_not_have_is_a_400_naming_it(on_request: Stack, guardrails: list[object], param: str) -> None:
+    before = on_request.chat_calls()
+    with pytest.raises(openai.BadRequestError) as refused:
+        on_request.client.responses.create(model="fake-model", input="hi", extra_body={"guardrails": guardrails})
+    assert refused.value.body["param"] == param and on_request.chat_calls() == before  # type: ignore[index]
+
+
+def test_guardrails_named_on_a_server_without_a_safety_provider_are_a_503(tmp_path: Path) -> None:
+    with running_fake_upstream() as upstream, LibraryClient(run_yaml(tmp_path, upstream.base_url), env={}) as library:
+        client = library.openai(max_retries=0)
+        with pytest.raises(openai.APIStatusError) as refused:
+            client.responses.create(model="fake-model", input="[tokens:1] hi", extra_body={"guardrails": ["moderation"]})
+        assert refused.value.status_code == 503 and "safety provider" in refused.value.message
+        assert upstream.bodies("/v1/chat/completions") == []

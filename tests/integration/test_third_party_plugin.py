@@ -62,6 +62,7 @@ def test_the_plugin_runs_from_run_yaml_with_its_lifecycle(installed_plugins: Pat
     with LibraryClient(path, env={}) as stack:
         impl = stack.stack.impls[Api.safety]
         assert impl.flagged("this is forbidden") and not impl.flagged("this is fine")
+        assert impl.guardrails.names == ("words",)  # what a Responses request's `guardrails` may name
         moderation = stack.openai().moderations.create(input=["this is forbidden", "this is fine"])
         assert [result.flagged for result in moderation.results] == [True, False]
         providers = stack.openai().get("/providers", cast_to=object)

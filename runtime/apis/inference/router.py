@@ -53,9 +53,12 @@ class ModelEntry:
     """The provider's place in run.yaml: models are listed provider by provider."""
 
     def public(self) -> dict[str, Any]:
-        entry = {"id": self.id, "object": "model", "created": self.created, "owned_by": self.owned_by}
+        # `custom_metadata` as OGX lists it: its clients and tests read a model's type and provider there.
+        metadata: dict[str, Any] = {"model_type": self.model_type, "provider_id": self.provider_id,
+                                    "provider_resource_id": self.provider_model_id}
+        entry = {"id": self.id, "object": "model", "created": self.created, "owned_by": self.owned_by, "custom_metadata": metadata}
         if self.dimensions is not None:
-            entry["dimensions"] = self.dimensions
+            entry["dimensions"] = metadata["embedding_dimension"] = self.dimensions
         return entry
 
 

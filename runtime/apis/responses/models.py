@@ -81,6 +81,8 @@ class CreateResponse(BaseModel):
     service_tier: str | None = None
     stream_options: dict[str, Any] | None = None
     context_management: list[dict[str, Any]] | None = None
+    guardrails: list[Any] | None = None
+    """OGX's extension: the safety guardrails to run on this response, by name (or `{"type": name}`)."""
 
     @property
     def conversation_id(self) -> str | None:
@@ -115,6 +117,7 @@ class CreateResponse(BaseModel):
         _check_text_format(self.text)
         check_include(self.include or [])
         _check_context_management(self.context_management)
+        _check_guardrails(self.guardrails)
 
     def compact_threshold(self) -> int | None:
         """The context size (tokens) past which the context is compacted first, if asked for."""
@@ -122,6 +125,10 @@ class CreateResponse(BaseModel):
             if entry.get("type") == "compaction":
                 return int(entry.get("compact_threshold") or DEFAULT_COMPACT_THRESHOLD)
         return None
+
+    def guardrail_names(self) -> list[str]:
+        """The guardrails the request names (`guardrails`, once checked)."""
+        return [entry if isinstance(entry, str) else entry["type"] for entry in self.guardrails or ()]
 
     def wants_logprobs(self) -> bool:
         return bool(self.top_logprobs) or "message.output_text.logprobs" in (self.include or [])
@@ -154,6 +161,14 @@ _TOOL_CHOICE_TYPES = frozenset({
 
 _EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
 SUMMARIES = ("auto", "concise", "detailed")
+
+
+def _check_guardrails(guardrails: list[Any] | None) -> None:
+    for index, entry in enumerate(guardrails or ()):
+        name = entry.get("type") if isinstance(entry, dict) and set(entry) == {"type"} else entry
+        if not isinstance(name, str) or not name:
+            raise InvalidRequestError(f"Invalid value for 'guardrails[{index}]': expected a guardrail's name, or an object with the "
+                                      "name as its only field, 'type'.", param=f"guardrails[{index}]", code="invalid_value")
 
 
 def _check_reasoning(reasoning: dict[str, Any] | None) -> None:

@@ -28,6 +28,9 @@ class Guardrails:
     fail_closed: bool = True
     """When the provider cannot answer: refuse the request (503) rather than let it pass unchecked."""
     refusal: str = "I can't help with that."
+    names: tuple[str, ...] = ()
+    """What a Responses request's `guardrails` may name to have both checks run on it, whatever
+    `input` and `output` say (the stack's provider id, by convention, and its moderation model)."""
 
 
 def moderation_result(flagged: Iterable[str], scores: Mapping[str, float] | None = None,

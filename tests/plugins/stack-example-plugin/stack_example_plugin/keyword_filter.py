@@ -25,10 +25,10 @@ class KeywordFilterConfig(BaseModel):
 
 
 class KeywordFilter:
-    guardrails = Guardrails()
-
-    def __init__(self, blocked_words: list[str]) -> None:
+    def __init__(self, blocked_words: list[str], provider_id: str) -> None:
         self.blocked_words = [word.lower() for word in blocked_words]
+        # No guardrail on every request; a Responses request may ask for both by naming this provider.
+        self.guardrails = Guardrails(names=(provider_id,))
 
     def flagged(self, text: str) -> bool:
         lowered = text.lower()
@@ -51,7 +51,7 @@ def _audit(config: KeywordFilterConfig, provider_id: str, event: str) -> None:
 async def create(context: ProviderContext[KeywordFilterConfig]) -> AsyncIterator[KeywordFilter]:
     _audit(context.config, context.provider_id, "started")
     try:
-        yield KeywordFilter(context.config.blocked_words)
+        yield KeywordFilter(context.config.blocked_words, context.provider_id)
     finally:
         _audit(context.config, context.provider_id, "stopped")
 
