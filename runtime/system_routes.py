@@ -12,7 +12,8 @@ from runtime.stack import Stack
 
 __all__ = ["redact", "stack_version", "system_router"]
 
-_SECRET_KEY = re.compile(r"(api[_-]?key|secret|password|passwd|token|credential|authorization)", re.IGNORECASE)
+# "token" but not "tokens": `max_tokens` and `context_tokens` are counts, `access_token` is a secret.
+_SECRET_KEY = re.compile(r"(api[_-]?key|secret|password|passwd|token(?!s)|credential|authorization)", re.IGNORECASE)
 _DSN_PASSWORD = re.compile(r"(?P<scheme>[a-z0-9+.\-]+://[^:/@]+):[^@/]*@", re.IGNORECASE)
 REDACTED = "********"
 

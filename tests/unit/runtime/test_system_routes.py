@@ -24,3 +24,9 @@ def test_header_values_are_masked_whatever_their_names() -> None:
     config = {"servers": [{"server_label": "g", "headers": {"X-Api-Key": "k", "X-Org": "7"}, "authorization": "t"}]}
     assert redact(config) == {"servers": [{"server_label": "g", "headers": {"X-Api-Key": REDACTED, "X-Org": REDACTED},
                                            "authorization": REDACTED}]}
+
+
+def test_token_counts_are_not_taken_for_secrets() -> None:
+    config = {"context_tokens": 2048, "max_tokens": 800, "quotas": {"tokens_per_minute": 10}, "access_token": "t", "hf_token": 5}
+    assert redact(config) == {"context_tokens": 2048, "max_tokens": 800, "quotas": {"tokens_per_minute": 10}, "access_token": REDACTED,
+                              "hf_token": REDACTED}
