@@ -87,6 +87,29 @@ def test_ogx_clients_extensions_are_accepted(openai_client: openai.OpenAI) -> No
     with pytest.raises(openai.BadRequestError) as bad:
         openai_client.vector_stores.search(vector_store_id=store.id, query="anything", extra_body={"search_mode": "psychic"})
     assert bad.value.body["param"] == "search_mode"  # type: ignore[index]
+    # OGX's clients repeat the store's model when they attach files: accepted, and the store's own is used.
+    note = upload(openai_client, b"The harbour light is green.", "light.txt")
+    attached = openai_client.vector_stores.files.create(vector_store_id=store.id, file_id=note, extra_body={"embedding_model": "fake-embed"})
+    batch = openai_client.vector_stores.file_batches.create(vector_store_id=store.id, file_ids=[note],
+                                                             extra_body={"embedding_model": "fake-embed", "provider_id": "builtin"})
+    assert attached.id == note and batch.file_counts.total == 1
+    with pytest.raises(openai.BadRequestError) as bad:
+        openai_client.vector_stores.files.create(vector_store_id=store.id, file_id=note, extra_body={"embedding_model": 5})
+    assert bad.value.body["param"] == "embedding_model"  # type: ignore[index]
+
+
+def test_small_files_are_answered_completed_when_attached(openai_client: openai.OpenAI) -> None:
+    """Attaching waits up to `attach_wait_s` (1 s here) for the ingestion: what OGX's clients expect,
+    and what OpenAI's clients take as well (they poll only while a file is in_progress)."""
+    notes = [upload(openai_client, f"Note {i}: the quay is closed at dusk.".encode(), f"q{i}.txt") for i in range(4)]
+    store = openai_client.vector_stores.create(file_ids=[notes[0]])
+    assert store.status == "completed" and store.file_counts.completed == 1
+    attached = openai_client.vector_stores.files.create(vector_store_id=store.id, file_id=notes[1])
+    assert attached.status == "completed" and attached.usage_bytes > 0
+    batch = openai_client.vector_stores.file_batches.create(vector_store_id=store.id, file_ids=notes[2:])
+    assert batch.status == "completed" and batch.file_counts.completed == 2
+    hits = openai_client.vector_stores.search(vector_store_id=store.id, query="quay dusk", max_num_results=10).data
+    assert sorted(hit.file_id for hit in hits) == sorted(notes)
 
 
 def test_a_deleted_file_leaves_every_store_that_held_it(openai_client: openai.OpenAI) -> None:

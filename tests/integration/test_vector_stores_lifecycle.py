@@ -24,7 +24,8 @@ def _ingesting(upstream: FakeUpstream, tmp_path: Path) -> tuple[dict[str, str], 
     """The environment (a minute-long ingestion lease), the port and a client of a server to start."""
     port = free_port()
     client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="k", max_retries=0)
-    return live_env(upstream, tmp_path, STACK_TEST_INGEST_LEASE_S="60"), port, client
+    # Attaching answers at once: the test stops the server while the file is being ingested.
+    return live_env(upstream, tmp_path, STACK_TEST_INGEST_LEASE_S="60", STACK_TEST_ATTACH_WAIT_S="0"), port, client
 
 
 def test_an_ingestion_cut_by_kill_9_is_finished_by_the_next_server(upstream: FakeUpstream, tmp_path: Path) -> None:

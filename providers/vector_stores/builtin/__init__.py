@@ -35,6 +35,9 @@ class BuiltinVectorStoresConfig(BaseModel):
         "only. On PostgreSQL, vectors need the pgvector extension"))
     embedding_dimension: int | None = Field(default=None, ge=1, le=16_000, description=(
         "The size of those vectors, asked of the model (`dimensions`); default: the model's own"))
+    attach_wait_s: float = Field(default=1.0, ge=0, le=30, description=(
+        "How long attaching files (one, a batch, or a new store's) waits for their ingestion before it answers: a file done by "
+        "then is answered `completed`, any other `in_progress` (to be polled, as at OpenAI). 0 answers at once"))
     sweep_s: float = Field(default=60.0, gt=0, description=(
         "How often files that expired or were deleted in the Files API without the stores being told are taken out of every store"))
 
@@ -52,7 +55,8 @@ async def create(context: ProviderContext[BuiltinVectorStoresConfig]) -> AsyncIt
     ingestor = Ingestor(db, context.deps[Api.files], inference, workers=config.ingestion_workers, lease_s=config.lease_s,
                         poll_s=config.poll_s)
     await ingestor.start()
-    provider = BuiltinVectorStores(db, context.deps[Api.files], ingestor, inference, config.embedding_model, config.embedding_dimension)
+    provider = BuiltinVectorStores(db, context.deps[Api.files], ingestor, inference, config.embedding_model, config.embedding_dimension,
+                                   config.attach_wait_s)
     sweeper = asyncio.get_running_loop().create_task(_sweep(provider, config.sweep_s))
     try:
         yield provider

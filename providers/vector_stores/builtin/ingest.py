@@ -75,6 +75,8 @@ class Ingestor:
         attacher's), by (store, file); a file taken up by another process counts against none."""
         self._workers = workers
         self._tasks: list[asyncio.Task[None]] = []
+        self._ended: dict[tuple[str, str], asyncio.Event] = {}
+        """Set when this process's worker is done with the file (store id, file id): for `settle`."""
 
     async def start(self) -> None:
         """Free the files whose worker's process is gone (a crash on this host: see
@@ -103,12 +105,27 @@ class Ingestor:
     def wake(self, attached: Iterable[tuple[str, str]] = (), meter: TokenMeter | None = None) -> None:
         """Files were `attached` (store id, file id): take them up; their embeddings count against
         `meter` (the attaching request's token quota, `runtime.quotas.token_meter()`), if any."""
-        if meter is not None:
-            for key in attached:
+        for key in attached:
+            self._ended.setdefault(key, asyncio.Event())
+            if meter is not None:
                 self._meters[key] = meter
-            while len(self._meters) > _MAX_METERS:  # files another process took up: the oldest go
-                del self._meters[next(iter(self._meters))]
+        while len(self._meters) > _MAX_METERS:  # files another process took up: the oldest go
+            del self._meters[next(iter(self._meters))]
         self._wake.set()
+
+    async def settle(self, attached: Iterable[tuple[str, str]], timeout_s: float) -> None:
+        """Wait, up to `timeout_s`, until this process's workers are done with the files just
+        `attached` (woken): a small file is then answered `completed` rather than polled for. A
+        file another process took up, or one behind a queue, is simply still `in_progress`."""
+        keys = list(attached)
+        events = [event for event in (self._ended.get(key) for key in keys) if event is not None and not event.is_set()]
+        try:
+            if events and timeout_s > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.gather(*(event.wait() for event in events)), timeout_s)
+        finally:
+            for key in keys:
+                self._ended.pop(key, None)
 
     async def _work(self) -> None:
         while True:
@@ -185,6 +202,9 @@ class Ingestor:
                 reset_meter(metered)
             keeper.cancel()
             await asyncio.gather(keeper, return_exceptions=True)
+            ended = self._ended.get((job.vector_store_id, job.file_id))
+            if ended is not None:
+                ended.set()
 
     async def _ingest(self, job: Job) -> None:
         # Rows of earlier attempts (a crash) go first: a file's rows are only ever its current attempt's.

@@ -37,8 +37,9 @@ class BuiltinVectorStores:
     """Implements runtime.apis.vector_stores.protocol.VectorStoresProvider."""
 
     def __init__(self, db: Database, files_api: FilesProvider, ingestor: Ingestor, inference: Embeddings | None = None,
-                 embedding_model: str | None = None, embedding_dimension: int | None = None) -> None:
+                 embedding_model: str | None = None, embedding_dimension: int | None = None, attach_wait_s: float = 0.0) -> None:
         self.db = db
+        self.attach_wait_s = attach_wait_s
         self.files_api = files_api
         self.ingestor = ingestor
         self.inference = inference
@@ -65,7 +66,9 @@ class BuiltinVectorStores:
 
         await self.db.write(write)
         if request.files:
-            self.ingestor.wake([(store_id, spec.file_id) for spec in request.files], token_meter())
+            attached = [(store_id, spec.file_id) for spec in request.files]
+            self.ingestor.wake(attached, token_meter())
+            await self.ingestor.settle(attached, self.attach_wait_s)
         return await self.get_store(store_id)
 
     async def _embedding_model(self, request: CreateStore) -> EmbeddingModel | None:
@@ -165,7 +168,9 @@ class BuiltinVectorStores:
             conn.execute(stores.update().where(stores.c.id == store_id).values(last_active_at=now))
 
         await self.db.write(write)
-        self.ingestor.wake([(store_id, spec.file_id) for spec in specs], token_meter())
+        attached = [(store_id, spec.file_id) for spec in specs]
+        self.ingestor.wake(attached, token_meter())
+        await self.ingestor.settle(attached, self.attach_wait_s)
 
     async def list_files(self, store_id: str, status: str | None, page: Page, batch_id: str | None = None) -> tuple[list[dict[str, Any]], bool]:
         await self._store(store_id)

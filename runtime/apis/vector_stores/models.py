@@ -173,7 +173,11 @@ def parse_file_spec(value: Any, param: str, inherited: FileSpec | None = None) -
     """A `{file_id, attributes, chunking_strategy}` body (`inherited` gives the defaults of a batch)."""
     if not isinstance(value, Mapping):
         raise _invalid(f"Invalid type for '{param}': expected an object.", param, "invalid_type")
-    check_unknown(value, frozenset({"file_id", "attributes", "chunking_strategy"}), f"{param}." if param else "")
+    if param:
+        check_unknown(value, frozenset({"file_id", "attributes", "chunking_strategy"}), f"{param}.")
+    else:  # the body of an attach, where OGX's clients repeat the store's embedding model
+        check_unknown(value, frozenset({"file_id", "attributes", "chunking_strategy"}) | OGX_EXTENSIONS)
+        _embedding(value)
     file_id = value.get("file_id")
     where = f"{param}.file_id" if param else "file_id"
     if not isinstance(file_id, str) or not file_id:
@@ -218,9 +222,10 @@ def _optional_str(body: Mapping[str, Any], key: str, limit: int) -> str | None:
 
 
 OGX_EXTENSIONS = frozenset({"embedding_model", "embedding_dimension", "provider_id"})
-"""Fields OGX's clients and conformance suite send on create (in `extra_body`): the model that
-embeds the store's chunks and the size of its vectors; `provider_id` is accepted and unused
-(one vector stores provider serves the stack)."""
+"""Fields OGX's clients and conformance suite send (in `extra_body`): on a store's creation, the
+model that embeds its chunks and the size of its vectors. `provider_id` is accepted and unused
+(one vector stores provider serves the stack), and so are all three on a file's attach or a
+batch, where OGX's clients repeat them: a store embeds every file with its own model."""
 
 
 def _embedding(body: Mapping[str, Any]) -> tuple[str | None, int | None]:
@@ -255,7 +260,8 @@ def parse_update_store(body: Mapping[str, Any]) -> UpdateStore:
 
 
 def parse_create_batch(body: Mapping[str, Any]) -> CreateBatch:
-    check_unknown(body, frozenset({"file_ids", "files", "attributes", "chunking_strategy"}))
+    check_unknown(body, frozenset({"file_ids", "files", "attributes", "chunking_strategy"}) | OGX_EXTENSIONS)
+    _embedding(body)
     if body.get("file_ids") is not None and body.get("files") is not None:
         raise _invalid("Give either 'file_ids' or 'files', not both.", "files")
     defaults = FileSpec("", parse_attributes(body.get("attributes")), parse_chunking(body.get("chunking_strategy")))
