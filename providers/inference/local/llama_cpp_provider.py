@@ -57,6 +57,9 @@ class LlamaCppConfig(BaseModel):
     context_tokens: int = Field(default=2048, ge=256, description="The context window the model is run with")
     threads: int | None = Field(default=None, ge=1, description="CPU threads for generation (default: all cores)")
     max_queue: int = Field(default=8, ge=0, description="Requests that may wait while one is generated; more are refused with a 503")
+    repeat_penalty: float = Field(default=1.1, ge=1.0, le=2.0, description=(
+        "How much llama.cpp lowers the odds of tokens the answer already holds (1: not at all). Small models loop on a "
+        "phrase until the context is full without it; 1.1 is llama.cpp's long-standing default"))
     repack_weights: bool = Field(default_factory=lambda: not _cpu_has_amx(), description=(
         "Let llama.cpp repack the weights for the CPU's matrix units (its 'extra buffer types'). Off by default on CPUs with "
         "AMX: llama.cpp's AMX kernels crash the process where the kernel does not grant AMX state (seen in VMs and sandboxes)"))
@@ -131,14 +134,14 @@ class LlamaCppModel:
 
     async def completion(self, request: UpstreamRequest) -> bytes:
         self._plan_check()
-        plan = _TextPlan(request.body)
+        plan = _TextPlan(request.body, self.config.repeat_penalty)
         completion: dict[str, Any] = await self.worker.call(plan.complete)
         return fastjson.dumps({"id": f"cmpl-{random_hex(16)}", "object": "text_completion", "created": completion["created"],
                                "model": self.model_id, "choices": completion["choices"], "usage": completion["usage"]})
 
     async def stream_completion(self, request: UpstreamRequest) -> AsyncIterator[bytes]:
         self._plan_check()
-        plan = _TextPlan(request.body)
+        plan = _TextPlan(request.body, self.config.repeat_penalty)
         include_usage = bool((request.body.get("stream_options") or {}).get("include_usage"))
         head = {"id": f"cmpl-{random_hex(16)}", "object": "text_completion", "created": int(time.time()), "model": self.model_id}
         chunks = self.worker.stream(plan.generate)
@@ -159,7 +162,7 @@ class LlamaCppModel:
 
     def _plan(self, body: Mapping[str, Any]) -> _Plan:
         self._plan_check()
-        return _Plan(body)
+        return _Plan(body, self.config.repeat_penalty)
 
     # --- embeddings ---------------------------------------------------------------------------
 
@@ -190,7 +193,7 @@ def _pooled(vector: list[Any]) -> list[float]:
 class _Plan:
     """One chat request in the binding's terms, and its answer back in OpenAI's."""
 
-    def __init__(self, body: Mapping[str, Any]) -> None:
+    def __init__(self, body: Mapping[str, Any], repeat_penalty: float = 1.0) -> None:
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             raise InvalidRequestError("Missing required parameter: 'messages'.", param="messages", code="missing_required_parameter")
@@ -210,7 +213,7 @@ class _Plan:
         converted = [tool_calls.tool_message(message) for message in messages if isinstance(message, Mapping)]
         if self.with_tools:
             converted.insert(0, {"role": "system", "content": tool_calls.tools_prompt(tools)})
-        kwargs: dict[str, Any] = {"messages": converted}
+        kwargs: dict[str, Any] = {"messages": converted, "repeat_penalty": repeat_penalty}
         for name, argument in _SAMPLING.items():
             if body.get(name) is not None:
                 kwargs[argument] = body[name]
@@ -315,7 +318,7 @@ class _TextPlan:
     """One legacy completions request in the binding's terms: each prompt (a text, or tokens)
     answered `n` times, one after another; choice `index` is prompt `index // n`'s."""
 
-    def __init__(self, body: Mapping[str, Any]) -> None:
+    def __init__(self, body: Mapping[str, Any], repeat_penalty: float = 1.0) -> None:
         for name in ("logprobs", "suffix"):
             if body.get(name) is not None:
                 # A suffix is read by the binding as text to append, not as what follows an insertion (OpenAI's meaning).
@@ -330,6 +333,7 @@ class _TextPlan:
         single = isinstance(prompt, str) or (isinstance(prompt, list) and bool(prompt) and isinstance(prompt[0], int))
         self.prompts: list[Any] = [prompt] if single else list(prompt or ())
         kwargs: dict[str, Any] = {name: body[argument] for argument, name in _SAMPLING.items() if body.get(argument) is not None}
+        kwargs["repeat_penalty"] = repeat_penalty
         if body.get("max_tokens") is not None:
             kwargs["max_tokens"] = body["max_tokens"]
         kwargs["echo"] = body.get("echo") is True

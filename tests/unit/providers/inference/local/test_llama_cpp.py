@@ -42,3 +42,14 @@ async def test_a_model_loads_on_first_use_not_at_start() -> None:
             await provider.embeddings(UpstreamRequest({"model": "m", "input": "x"}))
     finally:
         provider.worker.close()
+
+
+def test_the_configured_repeat_penalty_reaches_every_generation() -> None:
+    from providers.inference.local.llama_cpp_provider import _Plan, _TextPlan
+
+    assert LlamaCppConfig(model="m").repeat_penalty == 1.1  # small models loop on a phrase without one
+    chat = _Plan({"messages": [{"role": "user", "content": "hi"}], "temperature": 0.5}, 1.3)
+    assert chat.kwargs["repeat_penalty"] == 1.3 and chat.kwargs["temperature"] == 0.5
+    assert _TextPlan({"prompt": "Once upon"}, 1.2).kwargs["repeat_penalty"] == 1.2
+    with pytest.raises(ValueError):
+        LlamaCppConfig(model="m", repeat_penalty=0.5)
