@@ -34,7 +34,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from runtime import fastjson
-from runtime.errors import APIError
+from runtime.errors import JSON_INVALID_MESSAGE, APIError, InvalidRequestError
 
 __all__ = ["DirectRoutes", "direct", "direct_routes", "direct_with_body", "replay_body"]
 
@@ -233,7 +233,9 @@ def _parsed(model: type[BaseModel], scope: Scope, raw: bytes) -> BaseModel | Non
     try:
         document: Any = fastjson.loads(raw)
     except ValueError:
-        return None
+        # Answered here, not by FastAPI: the standard library's parser takes lone surrogates
+        # ("\ud800"), which no store and no model can encode, and every other route refuses.
+        raise InvalidRequestError(JSON_INVALID_MESSAGE, code="invalid_json") from None
     if document.__class__ is not dict:
         return None
     try:

@@ -22,6 +22,7 @@ __all__ = [
     "ConflictError",
     "FailedDependencyError",
     "InvalidRequestError",
+    "JSON_INVALID_MESSAGE",
     "NotFoundError",
     "PayloadTooLargeError",
     "ServiceUnavailableError",
@@ -34,6 +35,9 @@ def error_body(message: str, type: str, param: str | None = None, code: str | No
     return {"error": {"message": message, "type": type, "param": param, "code": code}}
 
 
+JSON_INVALID_MESSAGE = "We could not parse the JSON body of your request: it is not valid JSON."
+
+
 def validation_error_body(errors: Sequence[Any]) -> dict[str, Any]:
     """The 400 body of a request pydantic refused (its errors, as `ValidationError.errors()` lists
     them): the first problem, named by its path in the body."""
@@ -41,8 +45,8 @@ def validation_error_body(errors: Sequence[Any]) -> dict[str, Any]:
     loc = [str(part) for part in first.get("loc", ()) if part not in ("body", "query", "path", "header")]
     param = ".".join(loc) or None
     kind = first.get("type", "")
-    if kind == "json_invalid":
-        message, code = "We could not parse the JSON body of your request: it is not valid JSON.", "invalid_json"
+    if kind == "json_invalid":  # its location is a position in the text, not a parameter
+        message, code, param = JSON_INVALID_MESSAGE, "invalid_json", None
     elif kind == "missing":
         message, code = f"Missing required parameter: '{param}'.", "missing_required_parameter"
     else:

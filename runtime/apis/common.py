@@ -11,7 +11,7 @@ from starlette.responses import Response
 
 from runtime import fastjson
 from runtime.apis.items import ItemText, check_include
-from runtime.errors import InvalidRequestError
+from runtime.errors import JSON_INVALID_MESSAGE, InvalidRequestError
 
 __all__ = ["MAX_STRING", "JSONBytes", "include_query", "cursor_page", "parse_json_object", "unless_disconnected", "validate_id", "validate_limit", "validate_metadata",
            "validate_order"]
@@ -30,9 +30,7 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
     try:
         body = fastjson.loads(raw)
     except ValueError:
-        raise InvalidRequestError(
-            "We could not parse the JSON body of your request: it is not valid JSON.", code="invalid_json"
-        ) from None
+        raise InvalidRequestError(JSON_INVALID_MESSAGE, code="invalid_json") from None
     if not isinstance(body, dict):
         raise InvalidRequestError(f"The request body must be a JSON object, not {type(body).__name__}.", code="invalid_json")
     return body

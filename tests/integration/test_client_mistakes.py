@@ -10,7 +10,9 @@ import httpx2
 import openai
 import pytest
 
-MALFORMED_BODIES = [b"", b"null", b"[]", b"123", b"{", b'"text"', b"\xff\xfe"]
+MALFORMED_BODIES = [b"", b"null", b"[]", b"123", b"{", b'"text"', b"\xff\xfe",
+                    # A lone surrogate: JSON's grammar takes it, but it is no Unicode text (no store or model can encode it).
+                    b'{"model": "fake-model", "input": "a\\ud800", "messages": [{"role": "user", "content": "a\\ud800"}], "prompt": "\\udfff"}']
 JSON_ROUTES = ["/responses", "/chat/completions", "/completions", "/embeddings", "/conversations/conv_x/items", "/responses/input_tokens"]
 
 WRONG_TYPES: list[tuple[str, dict[str, Any]]] = [
@@ -50,6 +52,14 @@ def test_a_body_that_is_not_a_json_object_is_a_400(openai_client: openai.OpenAI,
         post_raw(openai_client, path, content)
     assert 400 <= error.value.status_code < 500
     assert isinstance(error.value.body, dict) and set(error.value.body) == {"message", "type", "param", "code"}
+
+
+@pytest.mark.parametrize("path", [*JSON_ROUTES, "/responses/compact"])
+def test_a_lone_surrogate_is_not_json_text_on_any_route(openai_client: openai.OpenAI, path: str) -> None:
+    content = b'{"model": "fake-model", "input": "a\\ud800 [tokens:1]", "messages": [{"role": "user", "content": "\\ud800"}], "prompt": "\\ud800"}'
+    with pytest.raises(openai.BadRequestError) as error:
+        post_raw(openai_client, path, content)
+    assert error.value.code == "invalid_json"
 
 
 @pytest.mark.parametrize("content_type", ["text/plain;charset=UTF-8", "application/x-www-form-urlencoded", None])

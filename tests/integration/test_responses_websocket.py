@@ -92,6 +92,9 @@ def test_mistakes_are_error_events_and_the_socket_stays_open(stack: Stack) -> No
         connection.send({"type": "response.cancel"})  # type: ignore[arg-type, typeddict-item]
         wrong = connection.recv()
         assert wrong.type == "error" and wrong.error.param == "type"
+        connection.send({"type": "response.create", "model": "fake-model", "input": "a\ud800"})  # a lone surrogate: no text
+        surrogate = connection.recv()
+        assert surrogate.type == "error" and surrogate.error.code == "invalid_json"
         fine = turn(connection, model="fake-model", input="[tokens:1] still here")
         assert fine[-1].type == "response.completed" and fine[-1].response.output_text == "tok1"
 

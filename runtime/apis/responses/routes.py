@@ -40,10 +40,12 @@ def router(impl: ResponsesProvider) -> APIRouter:
         await serve_connection(socket, impl)
 
     @routes.post("/responses/compact", summary="Compact a context into its user messages and one compaction item")
+    @direct_with_body(CompactRequest)
     async def compact_response(request: CompactRequest) -> Response:
         return JSONBytes(await impl.compact_response(request))
 
     @routes.post("/responses/input_tokens", summary="Count the input tokens a response would use")
+    @direct_with_body(CreateResponse)
     async def count_input_tokens(request: CreateResponse) -> Response:
         return JSONBytes(await impl.count_input_tokens(request))
 

@@ -12,7 +12,6 @@ message.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections import OrderedDict
 from typing import Any
 
@@ -86,7 +85,7 @@ async def _next_message(socket: WebSocket, draining: Draining | None) -> str | N
 async def _answer(socket: WebSocket, impl: ResponsesProvider, message: str, context: _Context) -> None:
     stream_id: Any = None
     try:
-        body = json.loads(message)
+        body = fastjson.loads(message)  # not the standard library, which takes lone surrogates no model can encode
         if not isinstance(body, dict):
             raise InvalidRequestError("Each message must be a JSON object (a response.create event).", code="invalid_json")
         stream_id = body.get("stream_id")

@@ -117,14 +117,12 @@ JSON = {"content-type": "application/json"}
     (b'{"model": 3}', JSON),
     (b'{"temperature": 1}', JSON),
     (b'{"model": "m", "temperature": "hot"}', JSON),
-    (b'{"model": ', JSON),
     (b'[1, 2]', JSON),
     (b'"m"', JSON),
     (b"", JSON),
     (b'{"model": "m"}', {}),
     (b'{"model": "m"}', {"content-type": "text/plain"}),
     (b'{"model": "m"}', {"content-type": "application/vnd.thing+json"}),
-    (b'{"model": "\xff"}', JSON),
     (b'{"model": "m", "temperature": NaN}', JSON),
 ])
 def test_a_direct_route_with_a_body_answers_as_the_router_does(clients: tuple[httpx2.Client, httpx2.Client], content: bytes,
@@ -132,6 +130,15 @@ def test_a_direct_route_with_a_body_answers_as_the_router_does(clients: tuple[ht
     fast, routed = clients
     replies = [client.post("/v1/models", content=content, headers=headers) for client in (fast, routed)]
     assert (replies[0].status_code, replies[0].content) == (replies[1].status_code, replies[1].content)
+
+
+@pytest.mark.parametrize("content", [b'{"model": ', b'{"model": "\xff"}', b'{"model": "\\ud800"}'])
+def test_a_body_that_is_not_json_text_is_the_stacks_invalid_json_400(clients: tuple[httpx2.Client, httpx2.Client],
+                                                                       content: bytes) -> None:
+    # Not left to FastAPI, whose parser takes a lone surrogate (no text: nothing can encode it).
+    fast, _ = clients
+    reply = fast.post("/v1/models", content=content, headers=JSON)
+    assert reply.status_code == 400 and reply.json()["error"]["code"] == "invalid_json" and reply.json()["error"]["param"] is None
 
 
 @pytest.mark.parametrize("target", [
