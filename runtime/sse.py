@@ -182,7 +182,7 @@ class _Target:
         self.task = task
 
 
-async def close_frames(frames: AsyncIterator[bytes]) -> None:
+async def close_frames(frames: AsyncIterator[Any]) -> None:
     """Close an iterator of frames (an async generator's `aclose`) if it can be closed."""
     close = getattr(frames, "aclose", None)
     if close is not None:

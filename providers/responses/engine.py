@@ -276,10 +276,10 @@ class ResponsesEngine:
 
     def _loop(self, turn: Turn, *, stream: bool) -> ToolLoop:
         def translator(first_index: int, is_server: Callable[[str], bool], citations: Callable[[], Citations | None] | None) -> StreamTranslator:
+            # The request's tools are read here, at each model call: a background response opens them after its loop is made.
+            client_tool = turn.tools.client_tool if turn.tools is not None else None
             return StreamTranslator(first_output_index=first_index, with_logprobs=turn.request.wants_logprobs(), is_server=is_server,
                                     citations=citations, seal=seal, guard=guard, client_tool=client_tool)
-
-        client_tool = turn.tools.client_tool if turn.tools is not None else None
 
         guard = self.guarded(turn.request, "output")
 
@@ -576,6 +576,7 @@ class ResponsesEngine:
         yield self._event(turn, "response.in_progress")
         loop = self._loop(turn, stream=True)
         finished = False
+        opened = False  # an event past response.in_progress was given out
         task = asyncio.current_task() if not response["background"] else None
         if task is not None:
             self._stream_tasks.add(task)
@@ -590,16 +591,28 @@ class ResponsesEngine:
             # stops when the stream does.
             async with contextlib.aclosing(self._events(turn, loop)) as events:
                 async for event in events:
+                    opened = True
                     yield self._numbered(turn, event)
+                    task = self._streamed_by(task)
             _finalize(response, loop)
             await self._persist_end(turn)
             finished = True
             yield self._event(turn, "response.incomplete" if response["status"] == "incomplete" else "response.completed")
         except APIError as error:
-            for event in loop.close():
-                yield self._numbered(turn, event)
             # A stream's upstream error comes with its first chunk, past the mapping in _with_truncation.
             error = image_error(error, turn.messages()) or error
+            if not opened and not response["background"]:
+                # Refused before any output (a context too long, an image a text model cannot take,
+                # a rate limit): raised as a request that is not streamed raises it. The stream's
+                # consumers hold back the opening events (runtime.apis.responses.routes), so the
+                # client gets the error's own status (which the SDK retries when it may), and
+                # nothing is kept of a response it never saw.
+                finished = True
+                if leased:
+                    await self.store.discard(response["id"])
+                raise error
+            for event in loop.close():
+                yield self._numbered(turn, event)
             _finalize(response, loop, "failed", error=response_error(error))
             await self._persist_end(turn)
             finished = True
@@ -619,7 +632,7 @@ class ResponsesEngine:
             if not self._ending_streams or task is None or finished:
                 raise
             # The shutdown's grace period is over: this client gets the response's end, not a cut.
-            task.uncancel()
+            task.uncancel()  # this task's: `_streamed_by` follows the stream from task to task
             for event in loop.close():
                 yield self._numbered(turn, event)
             _finalize(response, loop, "failed", error=SHUTDOWN_ERROR)
@@ -642,6 +655,19 @@ class ResponsesEngine:
                 self._detach(turn.tools.aclose())
             if leased:
                 self._streaming.discard(response["id"])
+
+    def _streamed_by(self, task: asyncio.Task[Any] | None) -> asyncio.Task[Any] | None:
+        """The task now making the stream's events: a consumer may hold back its first events
+        in one task and make the rest in another (runtime.sse), and shutdown must cancel the
+        one that is waiting."""
+        if task is None:
+            return None
+        current = asyncio.current_task()
+        if current is not task and current is not None:
+            self._stream_tasks.discard(task)
+            self._stream_tasks.add(current)
+            return current
+        return task
 
     def _event(self, turn: Turn, kind: str) -> Event:
         snapshot = _snapshot(turn.response)

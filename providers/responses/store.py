@@ -263,6 +263,11 @@ class ResponseStore:
 
     async def delete(self, response_id: str) -> None:
         await self.get(response_id, "delete")
+        await self.discard(response_id)
+
+    async def discard(self, response_id: str) -> None:
+        """Remove a response with its items and events, whoever may delete it: for one its client
+        never saw (its request was refused before any output)."""
 
         def work(connection: sa.Connection) -> None:
             connection.execute(items.delete().where(items.c.response_id == response_id))

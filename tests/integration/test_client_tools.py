@@ -195,7 +195,11 @@ def test_a_model_that_keeps_missing_the_grammar_fails_the_response(stack: Stack)
         stack.client.responses.create(model="fake-model", tools=[LARK_PATCH_TOOL], input=call("apply_patch", {"input": OFF_GRAMMAR}) + "[again]")
     assert failed.value.status_code == 502 and failed.value.body["code"] == "tool_input_mismatch"  # type: ignore[index]
     assert "'apply_patch' did not match the tool's grammar after 3 attempts" in failed.value.message
-    events = list(stack.client.responses.create(model="fake-model", tools=[LARK_PATCH_TOOL], stream=True,
+    with pytest.raises(openai.APIStatusError) as streamed:  # streamed: nothing was output, so the same error
+        list(stack.client.responses.create(model="fake-model", tools=[LARK_PATCH_TOOL], stream=True,
+                                           input=call("apply_patch", {"input": OFF_GRAMMAR}) + "[again]"))
+    assert streamed.value.status_code == 502 and streamed.value.body["code"] == "tool_input_mismatch"  # type: ignore[index]
+    events = list(stack.client.responses.create(model="fake-model", tools=[LARK_PATCH_TOOL], stream=True, background=True,
                                                 input=call("apply_patch", {"input": OFF_GRAMMAR}) + "[again]"))
     final = events[-1]
     assert final.type == "response.failed" and final.response.error is not None  # type: ignore[union-attr]

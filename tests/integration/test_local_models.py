@@ -150,8 +150,9 @@ def test_a_prompt_over_the_context_is_a_400_and_truncation_auto_fits_it(client: 
         assert body["message"].startswith("This model's maximum context length is 2048 tokens. However, your messages resulted in ")
     with pytest.raises(openai.BadRequestError, match="maximum context length is 2048 tokens"):
         client.responses.create(model=CHAT, input=long, max_output_tokens=16)
-    events = list(client.responses.create(model=CHAT, input=long, max_output_tokens=16, stream=True))
-    assert events[-1].type == "response.failed" and "maximum context length" in events[-1].response.error.message  # type: ignore[union-attr]
+    with pytest.raises(openai.BadRequestError, match="maximum context length is 2048 tokens") as streamed:  # streamed: the same 400
+        list(client.responses.create(model=CHAT, input=long, max_output_tokens=16, stream=True))
+    assert streamed.value.code == "context_length_exceeded"
     fitted = client.responses.create(model=CHAT, max_output_tokens=16, truncation="auto", input=[
         {"role": "user", "content": long}, {"role": "assistant", "content": "Noted."}, {"role": "user", "content": "Say hi."}])
     assert fitted.status in ("completed", "incomplete") and fitted.usage is not None and fitted.usage.input_tokens < 2048

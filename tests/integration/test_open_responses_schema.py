@@ -69,7 +69,7 @@ def test_every_event_of_a_stream_conforms(client: openai.OpenAI, case: str) -> N
 
 
 def test_a_failed_response_and_its_events_conform(client: openai.OpenAI) -> None:
-    events = events_of(client, model="fake-model", input="[error:500] boom")
+    events = events_of(client, model="fake-model", input="[error:500] boom", background=True)  # accepted, then failed
     assert events[-1]["type"] == "response.failed" and events[-1]["response"]["error"]["code"]
     assert [problem for event in events for problem in event_problems(event)] == []
 

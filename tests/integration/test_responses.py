@@ -190,7 +190,9 @@ def test_tool_choice_none_and_allowed_tools(openai_client: openai.OpenAI, text_m
 def test_upstream_failure_fails_the_response(openai_client: openai.OpenAI, text_model: str) -> None:
     with pytest.raises(openai.InternalServerError):
         openai_client.responses.create(model=text_model, input="[error:500]")
-    events = list(openai_client.responses.create(model=text_model, input="[error:503]", stream=True))
+    with pytest.raises(openai.InternalServerError, match="fake upstream error 503"):  # streamed, before any output: the same
+        list(openai_client.responses.create(model=text_model, input="[error:503]", stream=True))
+    events = list(openai_client.responses.create(model=text_model, input="[error:503]", stream=True, background=True))
     assert events[-1].type == "response.failed"
     failed = events[-1].response
     assert failed.status == "failed" and failed.error is not None and "fake upstream error 503" in failed.error.message
@@ -200,10 +202,21 @@ def test_upstream_failure_fails_the_response(openai_client: openai.OpenAI, text_
 
 @pytest.mark.parametrize(("status", "code"), [(429, "rate_limit_exceeded"), (400, "invalid_prompt"), (502, "server_error")])
 def test_a_failed_response_carries_a_responses_api_error_code(openai_client: openai.OpenAI, text_model: str, status: int, code: str) -> None:
-    events = list(openai_client.responses.create(model=text_model, input=f"[error:{status}]", stream=True))
-    assert [event.type for event in events] == ["response.created", "response.in_progress", "response.failed"]
+    # A background response: accepted first, so a failure of its model call is the response's.
+    events = list(openai_client.responses.create(model=text_model, input=f"[error:{status}]", stream=True, background=True))
+    assert events[0].type == "response.created" and events[-1].type == "response.failed"
     error = events[-1].response.error
     assert error is not None and error.code == code and f"fake upstream error {status}" in error.message
+
+
+@pytest.mark.parametrize("status", [429, 400, 502])
+def test_a_stream_refused_before_any_output_is_that_error_as_when_not_streamed(openai_client: openai.OpenAI, text_model: str,
+                                                                              status: int) -> None:
+    before = openai_client.get("/responses", cast_to=object, options={"params": {"limit": 1}})["data"]  # type: ignore[index]
+    with pytest.raises(openai.APIStatusError) as refused:
+        list(openai_client.responses.create(model=text_model, input=f"[error:{status}]", stream=True))
+    assert refused.value.status_code == status and f"fake upstream error {status}" in refused.value.message
+    assert openai_client.get("/responses", cast_to=object, options={"params": {"limit": 1}})["data"] == before  # type: ignore[index]
 
 
 def test_a_stream_cut_by_the_upstream_keeps_the_partial_output(openai_client: openai.OpenAI, text_model: str) -> None:
@@ -222,6 +235,20 @@ def test_truncation_auto_drops_the_oldest_items_when_the_context_overflows(opena
     assert error.value.code == "context_length_exceeded"
     response = openai_client.responses.create(model=text_model, input=[*history, {"role": "user", "content": "latest"}], truncation="auto")
     assert response.status == "completed" and response.output_text == "You said: latest"
+
+
+def test_a_streamed_request_the_model_server_refuses_is_that_error_and_nothing_is_kept(openai_client: openai.OpenAI,
+                                                                                       text_model: str) -> None:
+    history = [{"role": "user", "content": f"old message {i} " + "x" * 4000} for i in range(8)]
+    before = openai_client.get("/responses", cast_to=object, options={"params": {"limit": 1}})["data"]  # type: ignore[index]
+    with pytest.raises(openai.BadRequestError) as error:
+        openai_client.responses.create(model=text_model, input=[*history, {"role": "user", "content": "latest"}], stream=True)
+    assert error.value.code == "context_length_exceeded"  # as OpenAI answers it, not a stream ending in response.failed
+    after = openai_client.get("/responses", cast_to=object, options={"params": {"limit": 1}})["data"]  # type: ignore[index]
+    assert after == before
+    events = list(openai_client.responses.create(model=text_model, input="[tokens:2] fine", stream=True))
+    assert [event.type for event in events[:2]] == ["response.created", "response.in_progress"]
+    assert events[-1].type == "response.completed"
 
 
 def test_delete_list_and_input_items(openai_client: openai.OpenAI, text_model: str) -> None:
@@ -354,12 +381,18 @@ def test_a_malformed_answer_from_the_model_server_is_a_502(openai_client: openai
 
 
 def test_a_malformed_chunk_fails_the_streamed_response_and_is_stored_failed(openai_client: openai.OpenAI, text_model: str) -> None:
-    events = list(openai_client.responses.create(model=text_model, input="[garbage] [tokens:4] broken stream", stream=True))
+    # Before any output (the fake's second chunk), a stream is refused with the error itself...
+    with pytest.raises(openai.APIStatusError, match="malformed") as refused:
+        list(openai_client.responses.create(model=text_model, input="[garbage] [tokens:4] broken stream", stream=True))
+    assert refused.value.status_code == 502
+    # ...and a response already accepted (background) is stored failed, not cancelled, not in_progress.
+    events = list(openai_client.responses.create(model=text_model, input="[garbage] [tokens:4] broken stream", stream=True,
+                                                 background=True))
     final = events[-1]
     assert final.type == "response.failed" and final.response.status == "failed"
     assert final.response.error is not None and final.response.error.code == "server_error"
     assert "malformed" in final.response.error.message
-    assert openai_client.responses.retrieve(final.response.id).status == "failed"  # not cancelled, not in_progress
+    assert openai_client.responses.retrieve(final.response.id).status == "failed"
 
 
 @pytest.mark.parametrize(("url", "code"), [
@@ -396,10 +429,9 @@ def test_an_image_the_model_server_refuses_in_its_own_words_gets_openais_code(vi
     with pytest.raises(openai.BadRequestError) as refused:
         vision_stack.responses.create(model="fake-model", input=[{"role": "user", "content": content}])
     assert refused.value.code == code
-    with vision_stack.responses.stream(model="fake-model", input=[{"role": "user", "content": content}]) as stream:
-        events = list(stream)
-    failed = events[-1]
-    assert failed.type == "response.failed" and failed.response.error is not None and failed.response.error.code == code
+    with pytest.raises(openai.BadRequestError) as streamed:  # refused before any output: the stream's status, not response.failed
+        list(vision_stack.responses.create(model="fake-model", input=[{"role": "user", "content": content}], stream=True))
+    assert streamed.value.code == code
     # The same image that is one: answered.
     fine = [{"type": "input_text", "text": "[tokens:1] what is this?"}, {"type": "input_image", "image_url": PNG_HEADER_ONLY}]
     assert vision_stack.responses.create(model="fake-model", input=[{"role": "user", "content": fine}]).status == "completed"

@@ -15,7 +15,7 @@ from runtime.apis.responses.websocket import serve_connection
 from runtime import fastjson
 from runtime.direct_routes import direct, direct_with_body
 from runtime.errors import APIError
-from runtime.sse import EventStreamResponse, sse_frame
+from runtime.sse import EventStreamResponse, close_frames, sse_frame
 
 __all__ = ["router"]
 
@@ -28,7 +28,18 @@ def router(impl: ResponsesProvider) -> APIRouter:
     async def create_response(request: CreateResponse, http: Request) -> Response:
         include = frozenset(request.include or ())
         if request.stream:
-            return _sse(await impl.stream_response(request), include)
+            events = await impl.stream_response(request)
+            if request.background:
+                return _sse(events, include)
+            # The opening events wait for the response's first output: a request the model server
+            # refuses before it (a context too long) is answered with that error's status, as when
+            # not streamed, instead of a stream ending in response.failed. A client that leaves
+            # meanwhile cancels the response.
+            opening = await unless_disconnected(http, _opening(events))
+            if opening is None:
+                await close_frames(events)
+                return Response(status_code=499)
+            return _sse(events, include, opening)
         if request.background:
             return JSONBytes(shown_response(await impl.create_response(request), include))
         # A client that leaves before the answer cancels it (its model and tool calls with it).
@@ -81,13 +92,30 @@ def router(impl: ResponsesProvider) -> APIRouter:
     return routes
 
 
-def _sse(events: AsyncIterator[dict[str, Any]], include: frozenset[str]) -> EventStreamResponse:
-    return EventStreamResponse(_frames(events, include))
+_OPENING = frozenset({"response.created", "response.in_progress"})
 
 
-async def _frames(events: AsyncIterator[dict[str, Any]], include: frozenset[str]) -> AsyncIterator[bytes]:
+async def _opening(events: AsyncIterator[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The stream's events up to its first one past the opening ones (or its end)."""
+    opening: list[dict[str, Any]] = []
+    async for event in events:
+        opening.append(event)
+        if event["type"] not in _OPENING:
+            break
+    return opening
+
+
+def _sse(events: AsyncIterator[dict[str, Any]], include: frozenset[str], opening: list[dict[str, Any]] | None = None) -> EventStreamResponse:
+    """`opening`: events already taken from `events`, sent at once with the status line."""
+    return EventStreamResponse(_frames(events, include, opening or []), flush_after=len(opening or ()))
+
+
+async def _frames(events: AsyncIterator[dict[str, Any]], include: frozenset[str], opening: list[dict[str, Any]]) -> AsyncIterator[bytes]:
     sequence = -1
     try:
+        for event in opening:
+            sequence = event["sequence_number"]
+            yield sse_frame(fastjson.dumps(shown_event(event, include)), event["type"])
         async for event in events:
             sequence = event["sequence_number"]
             yield sse_frame(fastjson.dumps(shown_event(event, include)), event["type"])
@@ -95,3 +123,5 @@ async def _frames(events: AsyncIterator[dict[str, Any]], include: frozenset[str]
         # Only reached for a failure the provider could not turn into `response.failed`.
         body = {"type": "error", "code": error.code, "message": error.message, "param": error.param, "sequence_number": sequence + 1}
         yield sse_frame(fastjson.dumps(body), "error")
+    finally:
+        await close_frames(events)  # a client that left during the opening events: the response ends (cancelled) now

@@ -28,6 +28,7 @@ from runtime.middleware import Draining
 __all__ = ["serve_connection"]
 
 CACHED_RESPONSES = 32  # per connection: a chain continues from one of its last few responses
+_OPENING = frozenset({"response.created", "response.in_progress"})
 _TERMINAL = ("response.completed", "response.incomplete", "response.failed")
 _WS_ONLY = ("type", "stream_id", "generate", "stream")
 
@@ -113,6 +114,7 @@ async def _answer(socket: WebSocket, impl: ResponsesProvider, message: str, cont
         return
     include = frozenset(request.include or ())
     sequence = -1
+    held: list[dict[str, Any]] = []  # the opening events, until the response has output (as the SSE route holds them)
     try:
         async for event in events:
             sequence = event["sequence_number"]
@@ -121,9 +123,18 @@ async def _answer(socket: WebSocket, impl: ResponsesProvider, message: str, cont
                 context.keep(response["id"], request.previous_response_id, [*normalize_input(request.input), *response["output"]])
             if kept is not None and "response" in event:  # the chain as the client sees it
                 event = {**event, "response": {**event["response"], "previous_response_id": previous}}
+            if event["type"] in _OPENING and not request.background:
+                held.append(event)
+                continue
+            for opening in held:
+                await _send(socket, shown_event(opening, include), stream_id)
+            held.clear()
             await _send(socket, shown_event(event, include), stream_id)
-    except APIError as error:  # only a failure the provider could not turn into response.failed
-        await _send(socket, {"type": "error", "status": error.status, "sequence_number": sequence + 1, **error.body()}, stream_id)
+    except APIError as error:
+        if held:  # refused before any output: answered as a request refused before it started
+            await _send(socket, {"type": "error", "status": error.status, **error.body()}, stream_id)
+        else:  # a failure the provider could not turn into response.failed
+            await _send(socket, {"type": "error", "status": error.status, "sequence_number": sequence + 1, **error.body()}, stream_id)
     finally:
         close = getattr(events, "aclose", None)
         if close is not None:
