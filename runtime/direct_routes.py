@@ -188,7 +188,10 @@ class DirectRoutes:
             response = await call.endpoint(**arguments)
         except APIError as error:
             response = api_error_response(error)
-        await response(scope, receive, send)
+        try:
+            await response(scope, receive, send)
+        except APIError as error:  # raised before the response started (runtime.sse: the head of a stream)
+            await api_error_response(error)(scope, receive, send)
 
 
 def _match(calls: list[Call] | None, path: str, arguments: dict[str, Any]) -> Call | None:

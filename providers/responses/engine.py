@@ -593,7 +593,8 @@ class ResponsesEngine:
                 async for event in events:
                     opened = True
                     yield self._numbered(turn, event)
-                    task = self._streamed_by(task)
+                    if task is not None and task is not (current := asyncio.current_task()) and current is not None:
+                        task = self._streamed_by(task, current)
             _finalize(response, loop)
             await self._persist_end(turn)
             finished = True
@@ -656,18 +657,13 @@ class ResponsesEngine:
             if leased:
                 self._streaming.discard(response["id"])
 
-    def _streamed_by(self, task: asyncio.Task[Any] | None) -> asyncio.Task[Any] | None:
-        """The task now making the stream's events: a consumer may hold back its first events
-        in one task and make the rest in another (runtime.sse), and shutdown must cancel the
-        one that is waiting."""
-        if task is None:
-            return None
-        current = asyncio.current_task()
-        if current is not task and current is not None:
-            self._stream_tasks.discard(task)
-            self._stream_tasks.add(current)
-            return current
-        return task
+    def _streamed_by(self, task: asyncio.Task[Any], current: asyncio.Task[Any]) -> asyncio.Task[Any]:
+        """`current` makes the stream's events now, not `task`: a consumer may make a stream's
+        head in one task and the rest in another (runtime.sse), and shutdown must cancel the one
+        that is waiting."""
+        self._stream_tasks.discard(task)
+        self._stream_tasks.add(current)
+        return current
 
     def _event(self, turn: Turn, kind: str) -> Event:
         snapshot = _snapshot(turn.response)

@@ -28,18 +28,7 @@ def router(impl: ResponsesProvider) -> APIRouter:
     async def create_response(request: CreateResponse, http: Request) -> Response:
         include = frozenset(request.include or ())
         if request.stream:
-            events = await impl.stream_response(request)
-            if request.background:
-                return _sse(events, include)
-            # The opening events wait for the response's first output: a request the model server
-            # refuses before it (a context too long) is answered with that error's status, as when
-            # not streamed, instead of a stream ending in response.failed. A client that leaves
-            # meanwhile cancels the response.
-            opening = await unless_disconnected(http, _opening(events))
-            if opening is None:
-                await close_frames(events)
-                return Response(status_code=499)
-            return _sse(events, include, opening)
+            return _sse(await impl.stream_response(request), include, held=not request.background)
         if request.background:
             return JSONBytes(shown_response(await impl.create_response(request), include))
         # A client that leaves before the answer cancels it (its model and tool calls with it).
@@ -92,36 +81,38 @@ def router(impl: ResponsesProvider) -> APIRouter:
     return routes
 
 
-_OPENING = frozenset({"response.created", "response.in_progress"})
+_HELD = frozenset({"response.created", "response.in_progress", "response.output_item.added", "response.content_part.added"})
+"""The events a stream opens with, before its first content: held, and sent in one write with it."""
 
 
-async def _opening(events: AsyncIterator[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The stream's events up to its first one past the opening ones (or its end)."""
-    opening: list[dict[str, Any]] = []
-    async for event in events:
-        opening.append(event)
-        if event["type"] not in _OPENING:
-            break
-    return opening
+def _sse(events: AsyncIterator[dict[str, Any]], include: frozenset[str], held: bool = False) -> EventStreamResponse:
+    """`held`: the opening events wait for the first content and go out with the status line, so a
+    request the model server refuses before any output (a context too long) is answered with that
+    error's status, as when not streamed, instead of a stream ending in response.failed."""
+    return EventStreamResponse(_frames(events, include, held), flush_after=1 if held else 0)
 
 
-def _sse(events: AsyncIterator[dict[str, Any]], include: frozenset[str], opening: list[dict[str, Any]] | None = None) -> EventStreamResponse:
-    """`opening`: events already taken from `events`, sent at once with the status line."""
-    return EventStreamResponse(_frames(events, include, opening or []), flush_after=len(opening or ()))
-
-
-async def _frames(events: AsyncIterator[dict[str, Any]], include: frozenset[str], opening: list[dict[str, Any]]) -> AsyncIterator[bytes]:
+async def _frames(events: AsyncIterator[dict[str, Any]], include: frozenset[str], held: bool) -> AsyncIterator[bytes]:
     sequence = -1
+    head: list[bytes] | None = [] if held else None
     try:
-        for event in opening:
-            sequence = event["sequence_number"]
-            yield sse_frame(fastjson.dumps(shown_event(event, include)), event["type"])
         async for event in events:
             sequence = event["sequence_number"]
-            yield sse_frame(fastjson.dumps(shown_event(event, include)), event["type"])
+            frame = sse_frame(fastjson.dumps(shown_event(event, include)), event["type"])
+            if head is None:
+                yield frame
+                continue
+            head.append(frame)
+            if event["type"] not in _HELD:
+                yield b"".join(head)
+                head = None
+        if head:
+            yield b"".join(head)
     except APIError as error:
+        if head is not None:
+            raise  # nothing sent yet: the error is the response (runtime.sse sends none of the head)
         # Only reached for a failure the provider could not turn into `response.failed`.
         body = {"type": "error", "code": error.code, "message": error.message, "param": error.param, "sequence_number": sequence + 1}
         yield sse_frame(fastjson.dumps(body), "error")
     finally:
-        await close_frames(events)  # a client that left during the opening events: the response ends (cancelled) now
+        await close_frames(events)  # a client that left while the head was made: the response ends (cancelled) now
