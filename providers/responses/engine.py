@@ -552,6 +552,8 @@ class ResponsesEngine:
         try:
             async for _ in self._events(turn, loop):
                 pass
+        except APIError as error:
+            raise in_responses_terms(error) from None
         finally:
             if turn.tools is not None:
                 await turn.tools.aclose()
@@ -602,6 +604,7 @@ class ResponsesEngine:
         except APIError as error:
             # A stream's upstream error comes with its first chunk, past the mapping in _with_truncation.
             error = image_error(error, turn.messages()) or error
+            error = in_responses_terms(error)
             if not opened and not response["background"]:
                 # Refused before any output (a context too long, an image a text model cannot take,
                 # a rate limit): raised as a request that is not streamed raises it. The stream's
@@ -733,6 +736,24 @@ class ResponsesEngine:
 CONTEXT_CACHE_SIZE = 1024
 SHUTDOWN_ERROR = {"code": "server_error", "message": "The server shut down before this response finished."}
 SERVER_ERROR = {"code": "server_error", "message": "The server had an error while producing this response; its log names the cause."}
+
+
+# What a chat completion's parameters are called in the Responses request they were made from.
+_RESPONSES_PARAMS = (("messages", "input"), ("response_format.json_schema.schema", "text.format.schema"),
+                     ("response_format", "text.format"), ("max_completion_tokens", "max_output_tokens"), ("max_tokens", "max_output_tokens"))
+
+
+def in_responses_terms(error: APIError) -> APIError:
+    """`error` from a model call, its `param` named as the Responses request names it (a model
+    server names the chat request's: `messages` for a context too long)."""
+    param = error.param
+    if not param:
+        return error
+    for chat, responses in _RESPONSES_PARAMS:
+        if param == chat or param.startswith(chat + ".") or param.startswith(chat + "["):
+            error.param = responses + param[len(chat):] if chat != "messages" else responses
+            break
+    return error
 
 
 def response_error(error: APIError) -> dict[str, Any]:

@@ -148,11 +148,12 @@ def test_a_prompt_over_the_context_is_a_400_and_truncation_auto_fits_it(client: 
         body = refused.value.body
         assert isinstance(body, dict) and {key: body[key] for key in expected} == expected
         assert body["message"].startswith("This model's maximum context length is 2048 tokens. However, your messages resulted in ")
-    with pytest.raises(openai.BadRequestError, match="maximum context length is 2048 tokens"):
+    with pytest.raises(openai.BadRequestError, match="maximum context length is 2048 tokens") as whole:
         client.responses.create(model=CHAT, input=long, max_output_tokens=16)
+    assert whole.value.param == "input"  # the Responses request's name for what the model server calls `messages`
     with pytest.raises(openai.BadRequestError, match="maximum context length is 2048 tokens") as streamed:  # streamed: the same 400
         list(client.responses.create(model=CHAT, input=long, max_output_tokens=16, stream=True))
-    assert streamed.value.code == "context_length_exceeded"
+    assert streamed.value.code == "context_length_exceeded" and streamed.value.param == "input"
     fitted = client.responses.create(model=CHAT, max_output_tokens=16, truncation="auto", input=[
         {"role": "user", "content": long}, {"role": "assistant", "content": "Noted."}, {"role": "user", "content": "Say hi."}])
     assert fitted.status in ("completed", "incomplete") and fitted.usage is not None and fitted.usage.input_tokens < 2048
@@ -256,6 +257,10 @@ def test_a_schema_the_grammar_cannot_follow_is_a_400_not_ignored(client: openai.
         client.chat.completions.create(model=CHAT, messages=[{"role": "user", "content": "hi"}], max_tokens=4, response_format={
             "type": "json_schema", "json_schema": {"name": "x", "schema": broken}})
     assert formatted.value.body["param"] == "response_format.json_schema.schema"  # type: ignore[index]
+    with pytest.raises(openai.BadRequestError) as in_responses:  # named as the Responses request names it
+        client.responses.create(model=CHAT, input="hi", max_output_tokens=16, text={
+            "format": {"type": "json_schema", "name": "x", "schema": broken}})
+    assert in_responses.value.body["param"] == "text.format.schema"  # type: ignore[index]
 
 
 def test_with_tool_choice_auto_the_answer_is_text_or_a_well_formed_call(client: openai.OpenAI) -> None:
