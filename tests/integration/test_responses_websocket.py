@@ -89,6 +89,8 @@ def test_mistakes_are_error_events_and_the_socket_stays_open(stack: Stack) -> No
         assert bad[-1].type == "error" and bad[-1].status == 400 and bad[-1].error.param == "max_output_tokens"
         unknown = turn(connection, model="no-such-model", input="hi")
         assert unknown[-1].type == "error" and unknown[-1].error.code == "model_not_found"
+        refused = turn(connection, model="fake-model", input="[error:400] refused by the model server")
+        assert [event.type for event in refused] == ["error"] and refused[0].status == 400  # no opening events for it
         connection.send({"type": "response.cancel"})  # type: ignore[arg-type, typeddict-item]
         wrong = connection.recv()
         assert wrong.type == "error" and wrong.error.param == "type"
