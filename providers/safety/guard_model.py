@@ -57,7 +57,7 @@ def verdict(answer: str) -> list[str] | None:
 class GuardModel:
     """Implements runtime.apis.safety.protocol.SafetyProvider."""
 
-    def __init__(self, inference: _Chat, config: GuardModelConfig, provider_id: str = "llama-guard") -> None:
+    def __init__(self, inference: _Chat, config: GuardModelConfig, provider_id: str) -> None:
         self.inference = inference
         self.config = config
         self.guardrails: Guardrails = config.guardrails(provider_id, config.model)

@@ -28,7 +28,7 @@ class OpenAIModerationConfig(GuardrailsConfig):
 class OpenAIModeration:
     """Implements runtime.apis.safety.protocol.SafetyProvider."""
 
-    def __init__(self, client: httpx2.AsyncClient, config: OpenAIModerationConfig, provider_id: str = "openai") -> None:
+    def __init__(self, client: httpx2.AsyncClient, config: OpenAIModerationConfig, provider_id: str) -> None:
         self.client = client
         self.config = config
         self.guardrails: Guardrails = config.guardrails(provider_id, config.model)

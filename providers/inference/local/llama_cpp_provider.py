@@ -193,7 +193,7 @@ def _pooled(vector: list[Any]) -> list[float]:
 class _Plan:
     """One chat request in the binding's terms, and its answer back in OpenAI's."""
 
-    def __init__(self, body: Mapping[str, Any], repeat_penalty: float = 1.0) -> None:
+    def __init__(self, body: Mapping[str, Any], repeat_penalty: float) -> None:
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             raise InvalidRequestError("Missing required parameter: 'messages'.", param="messages", code="missing_required_parameter")
@@ -318,7 +318,7 @@ class _TextPlan:
     """One legacy completions request in the binding's terms: each prompt (a text, or tokens)
     answered `n` times, one after another; choice `index` is prompt `index // n`'s."""
 
-    def __init__(self, body: Mapping[str, Any], repeat_penalty: float = 1.0) -> None:
+    def __init__(self, body: Mapping[str, Any], repeat_penalty: float) -> None:
         for name in ("logprobs", "suffix"):
             if body.get(name) is not None:
                 # A suffix is read by the binding as text to append, not as what follows an insertion (OpenAI's meaning).

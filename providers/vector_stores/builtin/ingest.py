@@ -104,7 +104,8 @@ class Ingestor:
 
     def wake(self, attached: Iterable[tuple[str, str]] = (), meter: TokenMeter | None = None) -> None:
         """Files were `attached` (store id, file id): take them up; their embeddings count against
-        `meter` (the attaching request's token quota, `runtime.quotas.token_meter()`), if any."""
+        `meter` (the attaching request's token quota, `runtime.quotas.token_meter()`), if any. The
+        caller then `settle`s them, which also forgets their end events."""
         for key in attached:
             self._ended.setdefault(key, asyncio.Event())
             if meter is not None:
