@@ -59,6 +59,9 @@ class PostgresBackend(_Strict):
     type: Literal["postgres"]
     dsn: str = Field(min_length=1)
     pool_size: int = Field(default=10, ge=1)
+    connect_timeout_s: float = Field(default=10.0, gt=0, le=300, description=(
+        "How long opening a connection may take before the request that needed it is answered 503 (the server "
+        "unreachable). asyncpg's own default, 60 s, would hold every request that long while the database is away"))
 
 
 BackendConfig = Annotated[SqliteBackend | PostgresBackend, Field(discriminator="type")]

@@ -165,10 +165,18 @@ class RequestGuard:
             # The shutdown's grace period is over and this request has no answer yet.
             task.uncancel()
             await _send_error(send_with_id, _SHUT_DOWN, close=True)
-        except Exception:
-            log.exception("unhandled error in %s %s (request id %s)", scope["method"], scope["path"], request_id)
+        except Exception as error:
+            # The database down is the client's to retry (a 503), not a bug: one line, no traceback.
+            from runtime.storage.outage import unavailable
+
+            down = unavailable(error, f"{scope['method']} {scope['path']}")
+            if down is None:
+                log.exception("unhandled error in %s %s (request id %s)", scope["method"], scope["path"], request_id)
             if started:
                 raise
+            if down is not None:
+                await _send_error(send_with_id, (down.status, down.body()), extra_headers=down.headers)
+                return
             await _send_error(
                 send_with_id,
                 (500, error_body(f"The server had an error processing your request (request id {request_id}).", "server_error")),
@@ -315,10 +323,11 @@ _SHUTTING_DOWN = (503, error_body("The server is shutting down; send the request
                                    "server_error", code="server_shutting_down"))
 
 
-async def _send_error(send: Send, error: tuple[int, dict[str, Any]], close: bool = False) -> None:
+async def _send_error(send: Send, error: tuple[int, dict[str, Any]], close: bool = False, extra_headers: Mapping[str, str] | None = None) -> None:
     status, body = error
     payload = json.dumps(body).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()),
+               *((name.encode("latin-1"), value.encode("latin-1")) for name, value in (extra_headers or {}).items())]
     if close:
         headers.append((b"connection", b"close"))
     await send({"type": "http.response.start", "status": status, "headers": headers})

@@ -54,14 +54,16 @@ def system_router(stack: Stack, app: FastAPI) -> APIRouter:
 
     @router.get("/health")
     async def health() -> dict[str, Any]:
-        # Always a 200 while the server answers: a provider whose upstream is down is reported
-        # here (status "degraded") and in the errors of the requests routed to it.
+        # Always a 200 while the server answers: a provider whose upstream is down, or a database
+        # that does not answer (each opened backend is asked `SELECT 1`, 2 s at most), is
+        # reported here (status "degraded") and in the errors of the requests that need it.
         providers: dict[str, Any] = {}
         for api, impl in stack.impls.items():
             if isinstance(impl, HealthReporter):
                 providers.update({f"{api.value}/{pid}": state for pid, state in impl.health().items()})
-        degraded = any(state.get("status") == "unavailable" for state in providers.values())
-        return {"status": "degraded" if degraded else "ok", "providers": providers}
+        storage = await stack.storage.health()
+        degraded = any(state.get("status") == "unavailable" for state in (*providers.values(), *storage.values()))
+        return {"status": "degraded" if degraded else "ok", "providers": providers, "storage": storage}
 
     @router.get("/version")
     async def get_version() -> dict[str, Any]:

@@ -11,6 +11,7 @@ the sweep marks it failed rather than run its tools without their credentials.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -22,6 +23,7 @@ from providers.responses.translate import Event
 from runtime.apis.responses.models import CreateResponse
 from runtime.metrics import current_metrics
 from runtime.errors import APIError, InvalidRequestError
+from runtime.storage import StorageUnavailableError, when_back
 
 if TYPE_CHECKING:
     from providers.responses.engine import ResponsesEngine, Turn
@@ -29,6 +31,8 @@ if TYPE_CHECKING:
 __all__ = ["Background"]
 
 log = logging.getLogger("stack")
+
+STORE_RETRY_S = 600.0  # how long a response's end waits for the database to come back before the sweep is left to fail it
 
 TERMINAL = frozenset({"completed", "incomplete", "failed", "cancelled"})
 SECRETS_REMOVED = "x_stack_secrets_removed"
@@ -117,11 +121,24 @@ class Background:
                 # Logged at each item's boundary, and at least every LOG_EVERY_S within an item,
                 # so that a follower on another replica sees the text as it comes.
                 if event["type"].startswith(_LOGGED) or time.monotonic() - flushed >= LOG_EVERY_S:
-                    await self.store.append_events(response_id, batch)
+                    try:
+                        await self.store.append_events(response_id, batch)
+                    except StorageUnavailableError:
+                        # The database is away: the response goes on, the events wait for it here.
+                        flushed = time.monotonic()
+                        continue
                     batch, flushed = [], time.monotonic()
+            for watcher in self._watchers.get(response_id, ()):
+                watcher.put_nowait(None)
+            if batch:  # what the database was away for, logged once it is back
+                await when_back(lambda: self.store.append_events(response_id, batch), within_s=STORE_RETRY_S)
         except asyncio.CancelledError:
-            await asyncio.shield(self.store.append_events(response_id, batch))
+            with contextlib.suppress(StorageUnavailableError):  # said by the storage layer; the response's end is stored apart
+                await asyncio.shield(self.store.append_events(response_id, batch))
             raise
+        except StorageUnavailableError:
+            log.error("background response %s: %d events could not be logged, the database stayed unavailable for %.0f s",
+                      response_id, len(batch), STORE_RETRY_S)
         finally:
             heartbeat.cancel()
             for watcher in self._watchers.get(response_id, ()):
@@ -142,7 +159,11 @@ class Background:
         async def beat() -> None:
             while True:
                 await asyncio.sleep(self.engine.lease_s / 3)
-                if await self.store.heartbeat(response_id) == "cancelled" and current is not None:
+                try:
+                    status = await self.store.heartbeat(response_id)
+                except StorageUnavailableError:
+                    continue  # the database is away: renewed at the next beat it answers
+                if status == "cancelled" and current is not None:
                     current.cancel()  # cancelled by another process
                     return
 

@@ -23,6 +23,7 @@ from providers.responses.translate import Event
 from providers.spec import Api, ProviderContext, ProviderSpec
 from runtime.apis.common import cursor_page
 from runtime.errors import InvalidRequestError
+from runtime.storage import StorageUnavailableError
 
 __all__ = ["BUILTIN", "BuiltinResponses"]
 
@@ -210,6 +211,8 @@ async def _sweep(engine: ResponsesEngine) -> None:
         await asyncio.sleep(engine.lease_s / 3)
         try:
             await engine.background.recover()
+        except StorageUnavailableError:
+            pass  # the storage layer has said so; the next sweep tries again
         except Exception:
             log.exception("the sweep for orphaned responses failed; it runs again in %.0f s", engine.lease_s / 3)
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Literal, Protocol
 
-from providers.responses.background import Background
+from providers.responses.background import STORE_RETRY_S, Background
 from providers.responses.compaction import compaction_summary, estimated_tokens, kept_messages, try_compaction_summary
 from providers.responses.files import with_files_read
 from providers.responses.items import ChatContext, Renderer, Reveal, chat_messages
@@ -41,6 +41,7 @@ from runtime.apis.responses.models import CompactRequest, CreateResponse, respon
 from runtime.apis.tool_runtime.protocol import Citations, ToolContext
 from runtime.apis.tool_runtime.router import ToolRouter
 from runtime.errors import APIError, InvalidRequestError, NotFoundError, ServiceUnavailableError, UpstreamError
+from runtime.storage import StorageUnavailableError, when_back
 
 __all__ = ["Inference", "ResponsesEngine", "Turn"]
 
@@ -170,6 +171,8 @@ class ResponsesEngine:
         # Stored responses this process is streaming to a client; their leases are renewed
         # together, so that if the process dies the sweep marks them failed.
         self._streaming: set[str] = set()
+        # Responses that ended while the database was away, their end stored once it is back.
+        self._persisting: set[str] = set()
         self._renewer: asyncio.Task[None] | None = None
         self._contexts: OrderedDict[str, Context] = OrderedDict()
         self.shutting_down = False
@@ -322,8 +325,9 @@ class ResponsesEngine:
         self._contexts.pop(response_id, None)
 
     def is_producing(self, response_id: str) -> bool:
-        """Whether this process is producing the response (streaming it, or in the background)."""
-        return response_id in self._streaming or self.background.is_running(response_id)
+        """Whether this process is producing the response (streaming it, in the background, or
+        waiting for the database to store its end)."""
+        return response_id in self._streaming or response_id in self._persisting or self.background.is_running(response_id)
 
     async def history(self, request: CreateResponse) -> list[dict[str, Any]]:
         if request.previous_response_id:
@@ -684,31 +688,65 @@ class ResponsesEngine:
     async def _persist_end(self, turn: Turn) -> None:
         if not turn.stored:
             return
-        # A background response may have been cancelled meanwhile: the cancel's status wins,
-        # but the output produced so far is still kept.
-        if turn.response["background"] and turn.response["status"] != "cancelled":
-            if await self.store.finish(turn.response, turn.response["output"], only_if_status=["in_progress"]):
-                self._remember(turn)
-                await self._extend_conversation(turn)
-                return
-            turn.response["status"] = "cancelled"
-        await self.store.finish(turn.response, turn.response["output"])
-        self._remember(turn)
-        await self._extend_conversation(turn)
+        done: set[str] = set()
+        try:
+            await self._store_end(turn, done)
+        except StorageUnavailableError:
+            # The database is away. Whoever streams the response has had every event of it: it
+            # still ends as it ended, and its stored copy is written once the database is back,
+            # this process keeping its lease meanwhile (so no sweep takes it for orphaned).
+            self._persisting.add(turn.response["id"])
+            self._renew()
+            self._detach(self._store_end_when_back(turn, done))
+
+    async def _store_end(self, turn: Turn, done: set[str]) -> None:
+        """Store the response's end, then add it to its conversation: each step once (`done`
+        names those made), so that a step retried after an outage does not make another again."""
+        if "finish" not in done:
+            # A background response may have been cancelled meanwhile: the cancel's status wins,
+            # but the output produced so far is still kept.
+            if not (turn.response["background"] and turn.response["status"] != "cancelled"
+                    and await self.store.finish(turn.response, turn.response["output"], only_if_status=["in_progress"])):
+                if turn.response["background"]:
+                    turn.response["status"] = "cancelled"
+                await self.store.finish(turn.response, turn.response["output"])
+            done.add("finish")
+            self._remember(turn)
+        if "conversation" not in done:
+            await self._extend_conversation(turn)
+            done.add("conversation")
+
+    async def _store_end_when_back(self, turn: Turn, done: set[str]) -> None:
+        response_id = turn.response["id"]
+        try:
+            await when_back(lambda: self._store_end(turn, done), within_s=STORE_RETRY_S)
+            log.info("response %s stored once the database was back", response_id)
+        except StorageUnavailableError:
+            log.error("response %s could not be stored: the database stayed unavailable for %.0f s; the sweep marks it failed "
+                      "once the database is back", response_id, STORE_RETRY_S)
+        except Exception:
+            log.exception("response %s could not be stored", response_id)
+        finally:
+            self._persisting.discard(response_id)
 
     def _lease(self, response_id: str) -> None:
         self._streaming.add(response_id)
+        self._renew()
+
+    def _renew(self) -> None:
         if self._renewer is None:
             self._renewer = asyncio.get_running_loop().create_task(self._renew_leases())
 
     async def _renew_leases(self) -> None:
         while True:
             await asyncio.sleep(self.lease_s / 3)
-            if self._streaming:
+            if held := self._streaming | self._persisting:
                 try:
-                    await self.store.renew_leases(list(self._streaming))
+                    await self.store.renew_leases(list(held))
+                except StorageUnavailableError:
+                    pass  # the storage layer has said so; the next round tries again
                 except Exception:
-                    log.exception("could not renew the leases of %d streamed responses", len(self._streaming))
+                    log.exception("could not renew the leases of %d streamed responses", len(held))
 
     def _detach(self, work: Coroutine[Any, Any, Any]) -> None:
         """Run `work` outside the current (possibly cancelled) task, and keep it until it ends."""

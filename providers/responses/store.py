@@ -7,6 +7,7 @@ length: the previous response's row, then the items of all its ancestors and its
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -17,7 +18,8 @@ from runtime.auth import principal_id
 from runtime.errors import NotFoundError
 from runtime.owners import owner_is_gone, process_owner
 from runtime.storage import (
-    PARTIAL_INDEX_WHERE, SMALL_WRITE_ROWS, Database, InsertRows, Prepared, caller_may, for_caller, insert_into, json_type, rows_of_json,
+    PARTIAL_INDEX_WHERE, SMALL_WRITE_ROWS, Database, InsertRows, Prepared, StorageUnavailableError, caller_may, for_caller, insert_into,
+    json_type, rows_of_json,
 )
 
 __all__ = ["ResponseStore", "StoredResponse"]
@@ -326,7 +328,10 @@ class ResponseStore:
             # PostgreSQL, grouped with other writes on SQLite.
             rows = [{"response_id": response_id, "sequence_number": event["sequence_number"], "event": event} for event in batch]
             await self.db.write(InsertRows((events, rows)), small=len(rows) <= SMALL_WRITE_ROWS)
-            await self.db.notify(EVENTS, response_id)
+            # A hint only (followers also poll): the database going away between the two must not
+            # have the logged events logged again.
+            with contextlib.suppress(StorageUnavailableError):
+                await self.db.notify(EVENTS, response_id)
 
     async def on_events(self, callback: Callable[[str], None]) -> None:
         """Call `callback(response_id)` when a response's log grows (see `on_cancel`)."""

@@ -14,12 +14,15 @@ The package's modules, from the contract down:
   `for_caller` (the caller's rows), `json_type`;
 - `sqlite` and `postgres`: each database's own machinery (connections, group commit and
   checkpoints; kept connections, autocommit and LISTEN);
-- `tasks`: a write run to its end whatever befalls its caller.
+- `tasks`: a write run to its end whatever befalls its caller;
+- `outage`: a database that cannot serve (unreachable, full, locked) told from other failures, and
+  answered `StorageUnavailableError` (503, retryable).
 
 A provider imports from `runtime.storage` only: the names below are the contract.
 """
 
 from runtime.storage.database import PARTIAL_INDEX_WHERE, SMALL_WRITE_ROWS, Database, Storage, open_database, schema_lock
+from runtime.storage.outage import StorageUnavailableError, when_back
 from runtime.storage.statements import InsertRows, Prepared, Ran, caller_may, for_caller, insert_into, json_type, rows_of_json
 
-__all__ = ["PARTIAL_INDEX_WHERE", "SMALL_WRITE_ROWS", "Database", "InsertRows", "Prepared", "Ran", "Storage", "caller_may", "for_caller", "insert_into", "json_type", "open_database", "rows_of_json", "schema_lock"]
+__all__ = ["PARTIAL_INDEX_WHERE", "SMALL_WRITE_ROWS", "Database", "InsertRows", "Prepared", "Ran", "Storage", "StorageUnavailableError", "caller_may", "for_caller", "insert_into", "json_type", "open_database", "rows_of_json", "schema_lock", "when_back"]

@@ -24,6 +24,7 @@ from runtime.storage.sqlite import (
     BEGIN_OPTION, Checkpointer, FileLock, Held, async_sqlite_dbapi, hook_sqlite, write_group_sync, write_sync,
 )
 from runtime.storage.statements import JSON_CODEC, POSTGRES_JSON_CODEC, InsertRows
+from runtime.storage.outage import outage, unavailable
 from runtime.storage.tasks import to_the_end
 from runtime.tracing import store_tracing
 
@@ -36,6 +37,7 @@ log = logging.getLogger("stack")
 
 _SCHEMA_LOCK = 0x57AC4  # the advisory lock key under which tables are made or extended
 SMALL_WRITE_ROWS = 32  # rows up to which a write of a hot path is `small` (Database.write)
+PING_TIMEOUT_S = 2.0  # how long the health route waits for a database's answer
 
 
 class Database:
@@ -49,10 +51,11 @@ class Database:
     """
 
     def __init__(self, dialect: str, make_engine: Callable[[], AsyncEngine], sqlite_sync: sa.Engine | None = None,
-                 sqlite_path: Path | None = None, listen_dsn: str | None = None, keep_pg: int = 0) -> None:
+                 sqlite_path: Path | None = None, listen_dsn: str | None = None, keep_pg: int = 0, connect_timeout_s: float = 10.0) -> None:
         self._engine: AsyncEngine | None = None
         self._subscribers: dict[str, list[Callable[[str], None]]] = {}
-        self._listener = PgListener(listen_dsn, self._deliver) if listen_dsn is not None else None
+        self._listener = PgListener(listen_dsn, self._deliver, connect_timeout_s) if listen_dsn is not None else None
+        self._ping: asyncio.Task[None] | None = None
         self._make_engine = make_engine
         self.dialect = dialect
         if self.dialect not in ("sqlite", "postgresql"):
@@ -110,9 +113,20 @@ class Database:
 
         `one_statement`: `work` executes a single statement, atomic by itself. On PostgreSQL it
         is then run in autocommit, without the BEGIN and COMMIT round trips of a transaction
-        around it, and a `Prepared` one on asyncpg directly."""
+        around it, and a `Prepared` one on asyncpg directly.
+
+        A database that cannot serve (unreachable, out of connections, its disk full, its file
+        locked by another program) raises `StorageUnavailableError`, a 503 the client may retry."""
         if (tracing := store_tracing()) is not None:
             return await tracing.store("write", self.dialect, self.write(work, small=small, one_statement=one_statement))
+        try:
+            return await self._write(work, small, one_statement)
+        except Exception as error:
+            if (down := unavailable(error, f"a write to {self.dialect}")) is None:
+                raise
+            raise down from error
+
+    async def _write(self, work: Callable[[sa.Connection], T], small: bool, one_statement: bool) -> T:
         if self._pg is not None:
             if isinstance(work, InsertRows) and (alone := work.alone_on_postgres()) is not None:
                 work, one_statement = cast(Callable[[sa.Connection], T], alone), True
@@ -180,6 +194,21 @@ class Database:
         finally:
             self._committer = None
 
+    async def ping(self, timeout_s: float = PING_TIMEOUT_S) -> str | None:
+        """None if the database answers a trivial query within `timeout_s`, else why not (for the
+        health route). One ping at a time: a health check polled faster than an unreachable
+        database answers joins the ping under way rather than opening another connection."""
+        if self._ping is None or self._ping.done():
+            self._ping = asyncio.ensure_future(self.read_with(_select_one, small=True))
+            self._ping.add_done_callback(_retrieved)
+        done, _ = await asyncio.wait({self._ping}, timeout=timeout_s)
+        if not done:
+            return f"no answer within {timeout_s:g} s"
+        error = self._ping.exception()
+        if error is None:
+            return None
+        return outage(error) or f"the check query failed ({type(error).__name__})"
+
     def _start_checkpoints(self) -> None:
         if self._checkpointer is None and self._sqlite_path is not None:
             self._checkpointer = Checkpointer(self._sqlite_path)
@@ -192,6 +221,14 @@ class Database:
         reader in WAL mode never waits for a writer)."""
         if (tracing := store_tracing()) is not None:
             return await tracing.store("read", self.dialect, self.read_with(work, small=small))
+        try:
+            return await self._read_with(work, small)
+        except Exception as error:
+            if (down := unavailable(error, f"a read from {self.dialect}")) is None:
+                raise
+            raise down from error
+
+    async def _read_with(self, work: Callable[[sa.Connection], T], small: bool) -> T:
         if self._pg is not None:
             return await self._pg.run(autocommitted_read, work)
         if self._sync is None or self._read_threads is None:
@@ -369,6 +406,17 @@ def _rowcount(result: sa.CursorResult[Any]) -> int:
     return result.rowcount
 
 
+def _select_one(connection: sa.Connection) -> None:
+    connection.exec_driver_sql("SELECT 1").all()
+
+
+def _retrieved(task: asyncio.Task[Any]) -> None:
+    # A ping that outlived its health check still ends here, its outcome read (so asyncio never
+    # logs it as an exception nobody retrieved).
+    if not task.cancelled():
+        task.exception()
+
+
 def open_database(backend: SqliteBackend | PostgresBackend) -> Database:
     """A Database for one configured backend. Nothing is connected until first use."""
     if isinstance(backend, SqliteBackend):
@@ -405,10 +453,12 @@ def open_database(backend: SqliteBackend | PostgresBackend) -> Database:
         pg_url.set(drivername="postgresql+asyncpg"),
         pool_size=backend.pool_size,
         max_overflow=0,  # pool_size is the bound the operator asked for
+        connect_args={"timeout": backend.connect_timeout_s},
         **POSTGRES_JSON_CODEC,
     )
     sa.event.listen(engine.sync_engine, "checkout", closed_by_server)
-    return Database("postgresql", lambda: engine, keep_pg=backend.pool_size // 2, listen_dsn=pg_url.set(drivername="postgresql").render_as_string(hide_password=False))
+    return Database("postgresql", lambda: engine, keep_pg=backend.pool_size // 2, listen_dsn=pg_url.set(drivername="postgresql").render_as_string(hide_password=False),
+                    connect_timeout_s=backend.connect_timeout_s)
 
 
 class Storage:
@@ -436,6 +486,13 @@ class Storage:
                 backend = SqliteBackend(type="sqlite", path=self._default_sqlite_path)
             database = self._databases[name] = open_database(backend)
         return database
+
+    async def health(self) -> dict[str, dict[str, Any]]:
+        """Each opened backend's state, by name: `ok`, or `unavailable` with the reason."""
+        names = list(self._databases)
+        reasons = await asyncio.gather(*(self._databases[name].ping() for name in names))
+        return {name: {"status": "ok" if reason is None else "unavailable", "dialect": self._databases[name].dialect, "detail": reason}
+                for name, reason in zip(names, reasons)}
 
     async def close(self) -> None:
         """Close every opened backend."""

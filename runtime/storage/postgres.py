@@ -166,9 +166,10 @@ class PgListener:
     """One asyncpg connection of this process that LISTENs on the channels subscribed to, made on
     the first subscription and made again (with every channel) if it is lost."""
 
-    def __init__(self, dsn: str, deliver: Callable[[str, str], None]) -> None:
+    def __init__(self, dsn: str, deliver: Callable[[str, str], None], connect_timeout_s: float = 10.0) -> None:
         self.dsn = dsn
         self.deliver = deliver
+        self.connect_timeout_s = connect_timeout_s
         self.channels: set[str] = set()
         self._connection: Any = None
         self._lock = asyncio.Lock()
@@ -187,7 +188,7 @@ class PgListener:
     async def _connect(self) -> None:
         import asyncpg  # type: ignore[import-untyped]  # (a stack on SQLite never imports it)
 
-        connection = await asyncpg.connect(self.dsn, timeout=10)
+        connection = await asyncpg.connect(self.dsn, timeout=self.connect_timeout_s)
         for channel in self.channels:
             await connection.add_listener(channel, self._on_notification)
         connection.add_termination_listener(self._on_lost)

@@ -59,9 +59,10 @@ def test_what_openai_refuses_in_an_embeddings_request_is_a_400_before_the_model(
     assert refused.value.body == {"message": message, "type": "invalid_request_error", "param": param, "code": "invalid_value"}
 
 
-def test_health_reports_the_inference_provider(openai_client: openai.OpenAI) -> None:
+def test_health_reports_the_inference_provider_and_the_storage(openai_client: openai.OpenAI) -> None:
     health = openai_client.get("/health", cast_to=object)
-    assert health == {"status": "ok", "providers": {"inference/fake": {"status": "ok", "detail": None, "models": 3}}}
+    assert health == {"status": "ok", "providers": {"inference/fake": {"status": "ok", "detail": None, "models": 3}},
+                      "storage": {"default": {"status": "ok", "dialect": "sqlite", "detail": None}}}
 
 
 def test_answers_carry_the_model_id_the_client_asked_for(openai_client: openai.OpenAI) -> None:

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 import sqlean  # type: ignore[import-untyped]
 
 from builder.config import SqliteBackend
-from runtime.storage import insert_into, open_database
+from runtime.storage import StorageUnavailableError, insert_into, open_database
 from support.storage import Fired, SqliteKeys, insert_noting_thread
 
 
@@ -248,15 +248,19 @@ async def test_sqlite_reading_threads_reuse_their_connections(keys_db: SqliteKey
     assert cast(Any, db._sync.pool).checkedout() == 0
 
 
-async def test_sqlite_a_write_that_cannot_begin_fails_as_sqlalchemys_error_and_the_next_one_is_made(keys_db: SqliteKeys, tmp_path: Path) -> None:
+async def test_sqlite_a_write_that_cannot_begin_is_a_retryable_503_and_the_next_one_is_made(keys_db: SqliteKeys, tmp_path: Path) -> None:
     db, table = keys_db
     # On the writing connection: wait 0.1 s, not 5, for a lock held elsewhere.
     await db.write(lambda connection: connection.exec_driver_sql("PRAGMA busy_timeout=100"), small=True)
     other = sqlean.connect(tmp_path / "s.db", isolation_level=None)  # the stack's SQLite: one process's locks are its library's
     try:
         other.execute("BEGIN IMMEDIATE")  # SQLite's write lock, taken outside the stack's own
-        with pytest.raises(sa.exc.OperationalError, match="database is locked"):
+        with pytest.raises(StorageUnavailableError, match="locked by another program") as refused:
             await db.write(insert_noting_thread(table, 1, []), small=True)
+        # The lock timeout is the client's to retry: a 503 with Retry-After, SQLAlchemy's error its cause.
+        assert (refused.value.status, refused.value.code, refused.value.headers) == (503, "storage_unavailable", {"retry-after": "1"})
+        assert isinstance(refused.value.__cause__, sa.exc.OperationalError)
+        assert "database is locked" in str(refused.value.__cause__)
         other.execute("ROLLBACK")
     finally:
         other.close()

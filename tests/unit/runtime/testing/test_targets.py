@@ -17,7 +17,7 @@ def config_file(tmp_path: Path) -> Path:
 def test_library_mode_runs_the_app_in_process(tmp_path: Path) -> None:
     with open_target(f"library:{config_file(tmp_path)}") as target:
         assert target.mode == "library" and target.library is not None
-        assert target.openai().get("/health", cast_to=object) == {"status": "ok", "providers": {}}
+        assert target.openai().get("/health", cast_to=object) == {"status": "ok", "providers": {}, "storage": {}}
 
 
 def test_provider_pairs_build_a_stack_from_sample_configs(installed_plugins: Path) -> None:
@@ -38,7 +38,7 @@ def test_server_mode_on_a_port_and_url_mode_reuse_a_running_server(tmp_path: Pat
     with open_target(f"server:{config_file(tmp_path)}:{port}") as server:
         assert server.base_url == f"http://127.0.0.1:{port}/v1"
         with open_target(f"http://127.0.0.1:{port}") as url, running_server("unused", port) as reused:
-            assert url.openai().get("/health", cast_to=object) == {"status": "ok", "providers": {}}
+            assert url.openai().get("/health", cast_to=object) == {"status": "ok", "providers": {}, "storage": {}}
             assert reused == server.base_url
 
 

@@ -1,0 +1,126 @@
+"""`outage` tells a database that cannot serve from a request or a statement that is wrong: the
+former is a 503 to retry, the latter stays what it was."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import asyncpg  # type: ignore[import-untyped]
+import pytest
+import sqlalchemy as sa
+import sqlean  # type: ignore[import-untyped]
+
+from builder.config import PostgresBackend
+from runtime.errors import APIError, InvalidRequestError
+from runtime.storage import StorageUnavailableError, open_database
+from runtime.storage.outage import outage, unavailable
+
+
+def _sqlite_error(path: Path, *statements: str, uri: bool = False) -> BaseException:
+    """The error SQLite itself raises for the last of `statements` on the database at `path`."""
+    connection = None
+    try:
+        connection = sqlean.connect(str(path), isolation_level=None, uri=uri)
+        for statement in statements:
+            connection.execute(statement)
+    except sqlean.Error as error:
+        return error
+    finally:
+        if connection is not None:
+            connection.close()
+    raise AssertionError("SQLite took every statement")
+
+
+def test_sqlite_errors_of_a_database_that_cannot_take_the_operation(tmp_path: Path) -> None:
+    sqlean.connect(str(tmp_path / "made.db")).execute("CREATE TABLE t (x)").connection.close()
+    full = _sqlite_error(tmp_path / "full.db", "CREATE TABLE t (x)", "PRAGMA max_page_count = 2",
+                         "INSERT INTO t SELECT randomblob(4000) FROM (WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n "
+                         "WHERE i < 20) SELECT i FROM n)")
+    read_only = _sqlite_error(Path(f"file:{tmp_path / 'made.db'}?mode=ro"), "INSERT INTO t VALUES (1)", uri=True)
+    cannot_open = _sqlite_error(tmp_path / "missing" / "x.db", "SELECT 1")
+    assert outage(full) == "the database's disk is full"
+    assert outage(read_only) == "the database file is read-only"
+    assert outage(cannot_open) == "the database file cannot be opened"
+    # Wrapped as SQLAlchemy wraps the driver's error, it reads the same.
+    wrapped = sa.exc.DBAPIError.instance("INSERT", None, full, sqlean.Error)
+    assert outage(wrapped) == "the database's disk is full"
+
+
+def test_sqlite_errors_of_a_wrong_statement_are_not_an_outage(tmp_path: Path) -> None:
+    syntax = _sqlite_error(tmp_path / "a.db", "SELEC 1")
+    duplicate = _sqlite_error(tmp_path / "b.db", "CREATE TABLE t (x PRIMARY KEY)", "INSERT INTO t VALUES (1)", "INSERT INTO t VALUES (1)")
+    missing = _sqlite_error(tmp_path / "c.db", "SELECT * FROM nowhere")
+    for error in (syntax, duplicate, missing, ValueError("x"), KeyError("y"), InvalidRequestError("bad")):
+        assert outage(error) is None, error
+        assert unavailable(error, "a test") is None
+
+
+@pytest.mark.parametrize(("error", "reason"), [
+    (asyncpg.exceptions.CannotConnectNowError("the database system is starting up"), "the database server is starting up"),
+    (asyncpg.exceptions.AdminShutdownError("terminating connection due to administrator command"), "the database server is shutting down"),
+    (asyncpg.exceptions.TooManyConnectionsError("sorry, too many clients already"), "the database server has no free connections"),
+    (asyncpg.exceptions.ReadOnlySQLTransactionError("cannot execute INSERT in a read-only transaction"),
+     "the database is read-only (a standby)"),
+    (asyncpg.exceptions.DiskFullError("could not extend file"), "the database server's disk is full"),
+    (asyncpg.exceptions.ConnectionDoesNotExistError("connection was closed in the middle of operation"),
+     "the connection to the database was lost"),
+    (asyncpg.exceptions.InterfaceError("cannot call Connection.execute(): connection is closed"), "the connection to the database was lost"),
+    (ConnectionRefusedError(111, "Connection refused"), "the database could not be reached: Connection refused"),
+    (socket.gaierror(-2, "Name or service not known"), "the database could not be reached: Name or service not known"),
+])
+def test_postgresql_failures_of_the_server_not_the_statement(error: BaseException, reason: str) -> None:
+    assert outage(error) == reason
+    try:  # as it reaches the storage layer: raised from inside SQLAlchemy's wrapper
+        raise RuntimeError("wrapped") from error
+    except RuntimeError as wrapped:
+        assert outage(wrapped) == reason
+
+
+@pytest.mark.parametrize("error", [
+    asyncpg.exceptions.UniqueViolationError("duplicate key value"),
+    asyncpg.exceptions.UndefinedTableError('relation "x" does not exist'),
+    asyncpg.exceptions.InterfaceError("cannot perform operation: another operation is in progress"),
+])
+def test_postgresql_errors_of_the_statement_are_not_an_outage(error: BaseException) -> None:
+    assert outage(error) is None
+
+
+def test_the_503_says_why_and_asks_for_a_retry() -> None:
+    down = unavailable(ConnectionRefusedError(111, "Connection refused"), "a test")
+    assert isinstance(down, StorageUnavailableError) and isinstance(down, APIError)
+    assert (down.status, down.error_type, down.code, down.headers) == (503, "service_unavailable", "storage_unavailable", {"retry-after": "1"})
+    assert down.message == ("The server's database is unavailable right now (the database could not be reached: Connection refused). "
+                            "Try the request again shortly.")
+    assert unavailable(down, "again") is down  # converted once, however many layers it passes
+
+
+async def test_a_postgresql_server_that_refuses_connections_is_a_503_and_a_failed_ping(unused_tcp_port: int) -> None:
+    db = open_database(PostgresBackend(type="postgres", dsn=f"postgresql://postgres@127.0.0.1:{unused_tcp_port}/none",
+                                       connect_timeout_s=2))
+    try:
+        with pytest.raises(StorageUnavailableError, match="could not be reached") as refused:
+            await db.read_with(lambda connection: connection.exec_driver_sql("SELECT 1").all())
+        assert isinstance(refused.value.__cause__, OSError)
+        assert (await db.ping()).startswith("the database could not be reached")  # type: ignore[union-attr]
+    finally:
+        await db.close()
+
+
+async def test_a_postgresql_server_that_does_not_answer_is_a_failed_ping_within_its_timeout() -> None:
+    # A listening socket that never accepts nor answers: the connection attempt hangs.
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(0)
+        db = open_database(PostgresBackend(type="postgres", dsn=f"postgresql://postgres@127.0.0.1:{silent.getsockname()[1]}/none",
+                                           connect_timeout_s=3))
+        try:
+            assert await db.ping(timeout_s=0.2) == "no answer within 0.2 s"
+            # The same ping is still under way: asked again, the route joins it rather than opening another.
+            ping = db._ping
+            assert await db.ping(timeout_s=0.2) == "no answer within 0.2 s"
+            assert db._ping is ping
+            with pytest.raises(StorageUnavailableError):  # and the connect timeout ends it
+                await ping  # type: ignore[misc]
+        finally:
+            await db.close()
