@@ -21,7 +21,7 @@ from runtime.storage.postgres import (
     NOTIFY, POSTGRES_SCHEMES, PgConnections, PgListener, autocommitted_read, autocommitted_write, closed_by_server, in_transaction,
 )
 from runtime.storage.sqlite import (
-    BEGIN_OPTION, Checkpointer, FileLock, Held, async_sqlite_dbapi, hook_sqlite, write_group_sync, write_sync,
+    BEGIN_OPTION, Busy, Checkpointer, FileLock, Held, async_sqlite_dbapi, hook_sqlite, write_group_sync, write_sync,
 )
 from runtime.storage.statements import JSON_CODEC, POSTGRES_JSON_CODEC, InsertRows
 from runtime.storage.outage import outage, unavailable
@@ -166,12 +166,18 @@ class Database:
                     group, self._queued = self._queued, []
                     group = [queued for queued in group if not queued[1].cancelled()]
                     works = [work for work, _, _ in group]
+                    outcomes = None
                     if self._file_lock is not None and all(small for _, _, small in group) and self._file_lock.acquire_now():
                         try:
-                            outcomes = write_group_sync(self._writing, works)
+                            outcomes = write_group_sync(self._writing, works, wait=False)
+                        except Busy:
+                            # Another program (a backup, the sqlite3 shell) holds SQLite's write
+                            # lock: waited for on the writer thread, where SQLite's wait of up to
+                            # 5 s would otherwise stop the event loop and every request with it.
+                            pass
                         finally:
                             self._file_lock.release()
-                    else:
+                    if outcomes is None:
                         outcomes = await to_the_end(
                             loop.run_in_executor(self._write_thread, write_group_sync, self._writing, works, self._file_lock))
                 for (_, done, _), (ok, value) in zip(group, outcomes):

@@ -37,6 +37,7 @@ import functools
 import importlib.util
 import logging
 import os
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -53,6 +54,13 @@ log = logging.getLogger("stack")
 
 # Execution option read by the SQLite "begin" hook: which BEGIN to emit for this connection.
 BEGIN_OPTION = "stack_sqlite_begin"
+BUSY_TIMEOUT_S = 5  # how long a write waits for another program's lock on the file before it fails
+_SQLITE_BUSY = 5
+
+
+class Busy(Exception):
+    """SQLite's write lock is held by another program and the write was not to wait for it:
+    nothing was written."""
 
 
 CHECKPOINT_EVERY_S = 0.5
@@ -115,11 +123,13 @@ class Held:
             self._connection = connection.execution_options(**self._options) if self._options else connection
         return self._connection
 
-    def write(self, work: Callable[[sa.Connection], T]) -> T:
-        """`work(connection)` in a transaction: committed if it returns, rolled back if it raises."""
+    def write(self, work: Callable[[sa.Connection], T], wait: bool = True) -> T:
+        """`work(connection)` in a transaction: committed if it returns, rolled back if it raises.
+        Not to `wait`: `Busy` at once, rather than SQLite's wait of up to BUSY_TIMEOUT_S, if
+        another program holds the file's write lock (only the BEGIN takes it, in WAL mode)."""
         connection = self._get()
         try:
-            with connection.begin():
+            with connection.begin() if wait else _begin_now(connection):
                 return work(connection)
         except BaseException:
             self.close()
@@ -141,6 +151,19 @@ class Held:
         connection, self._connection = self._connection, None
         if connection is not None:
             connection.close()
+
+
+def _begin_now(connection: sa.Connection) -> sa.RootTransaction:
+    driver: Any = connection.connection.driver_connection
+    driver.set_busy_timeout(0)  # sqlean's own call: a C call, where a PRAGMA each way cost 2.9 µs
+    try:
+        return connection.begin()
+    except sa.exc.DBAPIError as error:
+        if getattr(error.orig, "sqlite_errorcode", 0) & 0xFF == _SQLITE_BUSY:
+            raise Busy() from error
+        raise
+    finally:
+        driver.set_busy_timeout(BUSY_TIMEOUT_S)
 
 
 def write_sync(writing: Held, work: Callable[[sa.Connection], T], lock: FileLock | None = None) -> T:
@@ -171,15 +194,22 @@ def _run_group(conn: sa.Connection, works: list[Callable[[sa.Connection], Any]])
     return outcomes
 
 
-def write_group_sync(writing: Held, works: list[Callable[[sa.Connection], Any]], lock: FileLock | None = None) -> list[Outcome]:
+def write_group_sync(writing: Held, works: list[Callable[[sa.Connection], Any]], lock: FileLock | None = None,
+                     wait: bool = True) -> list[Outcome]:
     """Run `works` in one transaction; if any of them fails, run each in a transaction of its
-    own instead, so a write's failure is its own."""
-    if len(works) > 1:
+    own instead, so a write's failure is its own. Not to `wait` (on the event loop): `Busy`,
+    nothing written, if another program holds SQLite's write lock when the group begins."""
+    if len(works) > 1 or not wait:
         try:
             with lock if lock is not None else contextlib.nullcontext():
-                return writing.write(lambda conn: _run_group(conn, works))
+                return writing.write(lambda conn: _run_group(conn, works), wait)
+        except Busy:
+            raise
         except Exception:
-            pass  # rolled back whole: retried one by one below
+            if len(works) == 1:
+                return [(False, sys.exc_info()[1])]
+            # Rolled back whole: retried one by one below. (These may wait for the lock, should
+            # another program take it in the microseconds between: rare enough on the loop.)
     outcomes: list[Outcome] = []
     for work in works:
         try:
@@ -230,7 +260,7 @@ def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:
         for pragma in (
             "journal_mode=WAL",  # readers do not block the writer, nor it them
             "synchronous=NORMAL",  # durable at checkpoints; safe against corruption in WAL
-            "busy_timeout=5000",  # wait for other processes' locks rather than fail at once
+            f"busy_timeout={BUSY_TIMEOUT_S * 1000}",  # wait for other processes' locks rather than fail at once
             "foreign_keys=ON",
             f"wal_autocheckpoint={AUTOCHECKPOINT_PAGES}",  # the checkpoint thread does it (see the module's doc)
         ):

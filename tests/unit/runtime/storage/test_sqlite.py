@@ -255,15 +255,38 @@ async def test_sqlite_a_write_that_cannot_begin_is_a_retryable_503_and_the_next_
     other = sqlean.connect(tmp_path / "s.db", isolation_level=None)  # the stack's SQLite: one process's locks are its library's
     try:
         other.execute("BEGIN IMMEDIATE")  # SQLite's write lock, taken outside the stack's own
+        threads: list[str] = []
         with pytest.raises(StorageUnavailableError, match="locked by another program") as refused:
-            await db.write(insert_noting_thread(table, 1, []), small=True)
+            await db.write(insert_noting_thread(table, 1, threads))  # (not small: on the writer thread, which waits)
         # The lock timeout is the client's to retry: a 503 with Retry-After, SQLAlchemy's error its cause.
         assert (refused.value.status, refused.value.code, refused.value.headers) == (503, "storage_unavailable", {"retry-after": "1"})
         assert isinstance(refused.value.__cause__, sa.exc.OperationalError)
         assert "database is locked" in str(refused.value.__cause__)
+        assert threads == []  # refused at its BEGIN: its work never ran
         other.execute("ROLLBACK")
     finally:
         other.close()
     assert await db.write(insert_noting_thread(table, 2, []), small=True) == 1
     rows = await db.fetch_all(sa.select(table.c.k))
     assert [row["k"] for row in rows] == [2]
+
+
+async def test_sqlite_a_small_write_waits_for_another_programs_lock_on_the_writer_thread_not_the_event_loop(
+        keys_db: SqliteKeys, tmp_path: Path) -> None:
+    db, table = keys_db
+    other = sqlean.connect(tmp_path / "s.db", isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")  # a backup, the sqlite3 shell: SQLite's write lock, held
+        # Released by the event loop itself: were the loop stopped in SQLite's wait for the lock
+        # (up to 5 s), this could not run, and the write would fail when the wait ran out.
+        asyncio.get_running_loop().call_later(0.3, other.execute, "ROLLBACK")
+        threads: list[str] = []
+        assert await db.write(insert_noting_thread(table, 1, threads), small=True) == 1
+        assert threads == ["stack-sqlite-write_0"]  # made on the writer thread, once the lock was free
+        # With the lock free, small writes are made on the loop again.
+        assert await db.write(insert_noting_thread(table, 2, threads), small=True) == 1
+        assert threads[-1] == "MainThread"
+    finally:
+        other.close()
+    rows = await db.fetch_all(sa.select(table.c.k))
+    assert [row["k"] for row in rows] == [1, 2]
