@@ -169,7 +169,7 @@ class RequestGuard:
             # The database down is the client's to retry (a 503), not a bug: one line, no traceback.
             from runtime.storage.outage import unavailable
 
-            down = unavailable(error, f"{scope['method']} {scope['path']}")
+            down = unavailable(error, f"{scope['method']} {scope['path']}", from_database=False)
             if down is None:
                 log.exception("unhandled error in %s %s (request id %s)", scope["method"], scope["path"], request_id)
             if started:

@@ -57,16 +57,18 @@ class StorageUnavailableError(ServiceUnavailableError):
         self.reason = reason
 
 
-def outage(error: BaseException) -> str | None:
+def outage(error: BaseException, *, from_database: bool = True) -> str | None:
     """Why the database could not serve, if that is what `error` (however wrapped) says; None for
-    any other failure (a bug, a constraint, a statement the database refused)."""
+    any other failure (a bug, a constraint, a statement the database refused). An OS error is the
+    database's only where the error is known to come from it: raised by a call to the database
+    (`from_database`), or wrapped in a database driver's error."""
     if isinstance(error, StorageUnavailableError):
         return error.reason
     seen: BaseException | None = error
     for _ in range(6):
         if seen is None:
             return None
-        if isinstance(seen, OSError):  # refused, reset, timed out, the host unknown
+        if isinstance(seen, OSError) and (from_database or seen is not error):  # refused, reset, timed out, the host unknown
             return f"the database could not be reached: {seen.strerror or type(seen).__name__}"
         state = str(getattr(seen, "sqlstate", None) or getattr(seen, "pgcode", None) or "")
         if state.startswith("08"):
@@ -80,7 +82,7 @@ def outage(error: BaseException) -> str | None:
             return "the connection to the database was lost"
         if type(seen).__name__ in ("DisconnectionError", "InterfaceError") and "closed" in str(seen):
             return "the connection to the database was lost"
-        seen = getattr(seen, "orig", None) or seen.__cause__ or seen.__context__
+        seen = getattr(seen, "orig", None) or seen.__cause__
     return None
 
 
@@ -105,12 +107,12 @@ class _Throttle:
 _THROTTLE = _Throttle()
 
 
-def unavailable(error: BaseException, where: str) -> StorageUnavailableError | None:
+def unavailable(error: BaseException, where: str, *, from_database: bool = True) -> StorageUnavailableError | None:
     """`error` as the 503 it should be answered with (logged, throttled), or None if the database
-    is not why it failed."""
+    is not why it failed (`from_database`: as for `outage`)."""
     if isinstance(error, StorageUnavailableError):
         return error
-    reason = outage(error)
+    reason = outage(error, from_database=from_database)
     if reason is None:
         return None
     _THROTTLE.log(where, reason, error)

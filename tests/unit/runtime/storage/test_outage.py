@@ -86,6 +86,23 @@ def test_postgresql_errors_of_the_statement_are_not_an_outage(error: BaseExcepti
     assert outage(error) is None
 
 
+def test_an_os_error_is_the_databases_only_where_it_is_known_to_come_from_it() -> None:
+    full = OSError(28, "No space left on device")  # a file upload's disk, say
+    assert outage(full, from_database=False) is None
+    assert unavailable(full, "a route", from_database=False) is None
+    try:  # the same error inside a database driver's: the database's
+        raise asyncpg.exceptions.InterfaceError("connection failed") from full
+    except asyncpg.exceptions.InterfaceError as wrapped:
+        assert outage(wrapped, from_database=False) == "the database could not be reached: No space left on device"
+    try:  # only raised while handling a database error (no `from`): not the database's
+        try:
+            raise asyncpg.exceptions.ConnectionDoesNotExistError("connection was closed")
+        except asyncpg.exceptions.ConnectionDoesNotExistError:
+            raise ValueError("a bug in the handler")
+    except ValueError as unrelated:
+        assert outage(unrelated) is None
+
+
 def test_the_503_says_why_and_asks_for_a_retry() -> None:
     down = unavailable(ConnectionRefusedError(111, "Connection refused"), "a test")
     assert isinstance(down, StorageUnavailableError) and isinstance(down, APIError)
