@@ -62,6 +62,11 @@ class PostgresBackend(_Strict):
     connect_timeout_s: float = Field(default=10.0, gt=0, le=300, description=(
         "How long opening a connection may take before the request that needed it is answered 503 (the server "
         "unreachable). asyncpg's own default, 60 s, would hold every request that long while the database is away"))
+    command_timeout_s: float | None = Field(default=30.0, gt=0, description=(
+        "How long one statement may take before the request is answered 503 and its connection dropped: what ends "
+        "the wait when the network to the database drops packets (a partition, a failover that moves its address), "
+        "where nothing would otherwise, ever. null: no limit. Creating and extending the tables at start-up is not "
+        "limited (an index build, or another replica's)"))
 
 
 BackendConfig = Annotated[SqliteBackend | PostgresBackend, Field(discriminator="type")]

@@ -18,7 +18,8 @@ import sqlean as sqlite3  # type: ignore[import-untyped]
 from builder.config import STORE_NAMES, PostgresBackend, SqliteBackend, StorageConfig
 from runtime.signals import MachineSignals
 from runtime.storage.postgres import (
-    NOTIFY, POSTGRES_SCHEMES, PgConnections, PgListener, autocommitted_read, autocommitted_write, closed_by_server, in_transaction,
+    NOTIFY, POSTGRES_SCHEMES, PgConnections, PgListener, autocommitted_read, autocommitted_write, closed_by_server, drop_at_once,
+    in_transaction,
 )
 from runtime.storage.sqlite import (
     BEGIN_OPTION, Busy, Checkpointer, FileLock, Held, async_sqlite_dbapi, hook_sqlite, write_group_sync, write_sync,
@@ -51,8 +52,10 @@ class Database:
     """
 
     def __init__(self, dialect: str, make_engine: Callable[[], AsyncEngine], sqlite_sync: sa.Engine | None = None,
-                 sqlite_path: Path | None = None, listen_dsn: str | None = None, keep_pg: int = 0, connect_timeout_s: float = 10.0) -> None:
+                 sqlite_path: Path | None = None, listen_dsn: str | None = None, keep_pg: int = 0, connect_timeout_s: float = 10.0,
+                 make_schema_engine: Callable[[], AsyncEngine] | None = None) -> None:
         self._engine: AsyncEngine | None = None
+        self._make_schema_engine = make_schema_engine
         self._subscribers: dict[str, list[Callable[[str], None]]] = {}
         self._listener = PgListener(listen_dsn, self._deliver, connect_timeout_s) if listen_dsn is not None else None
         self._ping: asyncio.Task[None] | None = None
@@ -101,7 +104,15 @@ class Database:
     async def create_tables(self, metadata: sa.MetaData) -> None:
         """Create the tables of `metadata` that do not exist yet, and add to tables that do the
         columns (nullable ones only) and indexes declared since they were made."""
-        await self.write(lambda conn: _create_or_extend(conn, metadata))
+        if self._make_schema_engine is None:
+            await self.write(lambda conn: _create_or_extend(conn, metadata))
+            return
+        engine = self._make_schema_engine()
+        try:
+            async with engine.begin() as connection:
+                await connection.run_sync(_create_or_extend, metadata)
+        finally:
+            await engine.dispose()
 
     async def write(self, work: Callable[[sa.Connection], T], *, small: bool = False, one_statement: bool = False) -> T:
         """Run `work(connection)` in a write transaction, committed if it returns, rolled back
@@ -459,12 +470,21 @@ def open_database(backend: SqliteBackend | PostgresBackend) -> Database:
         pg_url.set(drivername="postgresql+asyncpg"),
         pool_size=backend.pool_size,
         max_overflow=0,  # pool_size is the bound the operator asked for
-        connect_args={"timeout": backend.connect_timeout_s},
+        connect_args={"timeout": backend.connect_timeout_s, "command_timeout": backend.command_timeout_s},
         **POSTGRES_JSON_CODEC,
     )
     sa.event.listen(engine.sync_engine, "checkout", closed_by_server)
+    sa.event.listen(engine.sync_engine, "handle_error", drop_at_once)
+
+    def make_schema_engine() -> AsyncEngine:
+        # The schema's creation is not bound by command_timeout_s: an index built on a large table,
+        # or the wait for another replica's, may take longer than any request's statement. A
+        # connection for the call, closed after it (NullPool): nothing kept open for it.
+        return create_async_engine(pg_url.set(drivername="postgresql+asyncpg"), poolclass=sa.NullPool,
+                                   connect_args={"timeout": backend.connect_timeout_s}, **POSTGRES_JSON_CODEC)
+
     return Database("postgresql", lambda: engine, keep_pg=backend.pool_size // 2, listen_dsn=pg_url.set(drivername="postgresql").render_as_string(hide_password=False),
-                    connect_timeout_s=backend.connect_timeout_s)
+                    connect_timeout_s=backend.connect_timeout_s, make_schema_engine=make_schema_engine if backend.command_timeout_s else None)
 
 
 class Storage:

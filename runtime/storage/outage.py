@@ -68,7 +68,9 @@ def outage(error: BaseException, *, from_database: bool = True) -> str | None:
     for _ in range(6):
         if seen is None:
             return None
-        if isinstance(seen, OSError) and (from_database or seen is not error):  # refused, reset, timed out, the host unknown
+        if isinstance(seen, TimeoutError) and (from_database or seen is not error):  # connect_timeout_s, command_timeout_s
+            return "the database did not answer in time"
+        if isinstance(seen, OSError) and (from_database or seen is not error):  # refused, reset, the host unknown
             return f"the database could not be reached: {seen.strerror or type(seen).__name__}"
         state = str(getattr(seen, "sqlstate", None) or getattr(seen, "pgcode", None) or "")
         if state.startswith("08"):

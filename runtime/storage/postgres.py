@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import sqlalchemy as sa
 
 from runtime.errors import InvalidRequestError
+from runtime.storage.outage import outage
 from runtime.storage.statements import Prepared
 from runtime.storage.tasks import to_the_end
 
@@ -44,6 +45,16 @@ def closed_by_server(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
     the server instead: three round trips (BEGIN, an empty query, ROLLBACK) on every checkout."""
     if _closed(dbapi_connection.driver_connection):
         raise sa.exc.DisconnectionError("the server closed this connection")
+
+
+def drop_at_once(context: sa.engine.ExceptionContext) -> None:
+    """SQLAlchemy's hook on a statement's error: a connection the database stopped answering (its
+    statement past command_timeout_s, say) is ended here, at once. SQLAlchemy would close it
+    politely, waiting up to 2 s for a database that may never answer, before it gave the error."""
+    if context.connection is not None and outage(context.original_exception) is not None:
+        driver = context.connection.connection.driver_connection
+        if driver is not None and not driver.is_closed():
+            driver.terminate()
 
 
 def _closed(driver_connection: Any) -> bool:
@@ -137,7 +148,12 @@ class PgConnections:
         try:
             result = await connection.run_sync(step, work)
         except BaseException as error:
-            await connection.close()
+            if outage(error) is not None:
+                # Dropped, not given back: the pool's reset (a ROLLBACK) would wait on a connection
+                # the database may never answer (see drop_at_once).
+                await connection.invalidate()
+            else:
+                await connection.close()
             if _holds_nul(error):
                 raise InvalidRequestError(_NUL_MESSAGE, code="invalid_value") from None
             raise

@@ -1,7 +1,7 @@
-"""The database going away and coming back (PostgreSQL, reached through a proxy the test cuts):
-while it is away every request that needs it is a 503 the client may retry, in OpenAI's shape with
-`Retry-After`, and `/v1/health` says which backend is down; once it is back the same server answers
-as before, with nothing restarted."""
+"""The database going away and coming back (PostgreSQL, reached through a proxy the test cuts, or
+freezes as a network partition would): while it is away every request that needs it is a 503 the
+client may retry, in OpenAI's shape with `Retry-After`, and `/v1/health` says which backend is down;
+once it is back the same server answers as before, with nothing restarted."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ providers:
   conversations: [{{provider_id: builtin, provider_type: builtin}}]
 storage:
   backends:
-    pg: {{type: postgres, dsn: "{dsn}", pool_size: 4, connect_timeout_s: 5}}
+    pg: {{type: postgres, dsn: "{dsn}", pool_size: 4, connect_timeout_s: 5, command_timeout_s: 2}}
   stores: {{responses: pg, conversations: pg, chat_completions: pg, metadata: pg}}
 """)
     return path
@@ -149,3 +149,22 @@ def test_a_response_under_way_when_the_database_goes_away_ends_as_it_would_and_i
 def _first_delta(events: list[Any]) -> int:
     """The position (from 1) of the stream's first text delta."""
     return next(number for number, event in enumerate(events, 1) if event.type == "response.output_text.delta")
+
+
+def test_a_database_that_stops_answering_is_a_503_within_the_command_timeout_not_a_request_that_hangs(
+        outage: tuple[openai.OpenAI, TcpProxy]) -> None:
+    client, proxy = outage
+    conversation = client.conversations.create()
+    proxy.freeze()  # a partition: the connections stay open, nothing comes back, nothing is refused
+    try:
+        with pytest.raises(openai.APIStatusError) as refused:
+            client.with_options(timeout=60).conversations.retrieve(conversation.id)  # command_timeout_s: 2
+        _assert_unavailable(refused)
+        assert "(the database did not answer in time)" in refused.value.message
+        health = _health(client)
+        assert (health["status"], health["storage"]["pg"]["status"]) == ("degraded", "unavailable")
+    finally:
+        proxy.thaw()
+    # The connection that timed out was dropped: the next request takes a new one and is answered.
+    assert client.conversations.retrieve(conversation.id).id == conversation.id
+    assert _health(client)["status"] == "ok"

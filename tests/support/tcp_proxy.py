@@ -26,6 +26,7 @@ class TcpProxy:
         self._thread = threading.Thread(target=self._loop.run_forever, name="tcp-proxy", daemon=True)
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
+        self._frozen = asyncio.Event()  # set: bytes are held, not passed (a network that drops packets)
 
     def start(self) -> None:
         self._thread.start()
@@ -39,8 +40,16 @@ class TcpProxy:
         """Listen again on the same port."""
         self._call(self._listen())
 
+    def freeze(self) -> None:
+        """Keep every connection open but pass nothing either way: a network partition, where the
+        database neither answers nor refuses."""
+        self._loop.call_soon_threadsafe(self._frozen.set)
+
+    def thaw(self) -> None:
+        self._loop.call_soon_threadsafe(self._frozen.clear)
+
     def close(self) -> None:
-        self.cut()
+        self._call(self._close())
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(5)
         self._loop.close()
@@ -62,6 +71,13 @@ class TcpProxy:
             writer.transport.abort()  # a reset, not a polite close: as a server process that died
         self._writers.clear()
 
+    async def _close(self) -> None:
+        await self._cut()
+        tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
     async def _forward(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
         try:
             target_reader, target_writer = await asyncio.open_connection(*self.target)
@@ -73,6 +89,8 @@ class TcpProxy:
         async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             with contextlib.suppress(OSError, asyncio.IncompleteReadError):
                 while data := await reader.read(65536):
+                    while self._frozen.is_set():
+                        await asyncio.sleep(0.05)
                     writer.write(data)
                     await writer.drain()
             writer.transport.abort()

@@ -3,7 +3,9 @@ former is a 503 to retry, the latter stays what it was."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 
 import asyncpg  # type: ignore[import-untyped]
@@ -14,7 +16,9 @@ import sqlean  # type: ignore[import-untyped]
 from builder.config import PostgresBackend
 from runtime.errors import APIError, InvalidRequestError
 from runtime.storage import StorageUnavailableError, open_database
+from runtime.storage.database import _SCHEMA_LOCK
 from runtime.storage.outage import outage, unavailable
+from support.postgres import fresh_database
 
 
 def _sqlite_error(path: Path, *statements: str, uri: bool = False) -> BaseException:
@@ -141,3 +145,31 @@ async def test_a_postgresql_server_that_does_not_answer_is_a_failed_ping_within_
                 await ping  # type: ignore[misc]
         finally:
             await db.close()
+
+
+@pytest.fixture
+def pg_dsn() -> Iterator[str]:
+    with fresh_database() as dsn:
+        yield dsn
+
+
+@pytest.mark.postgres
+async def test_the_schema_waits_for_another_replicas_past_the_command_timeout_and_statements_do_not(pg_dsn: str) -> None:
+    db = open_database(PostgresBackend(type="postgres", dsn=pg_dsn, command_timeout_s=1))
+    replica = await asyncpg.connect(pg_dsn)
+    try:
+        # Another replica making the schema: it holds the schema lock for 2 s, past the 1 s limit.
+        await replica.execute(f"SELECT pg_advisory_lock({_SCHEMA_LOCK})")
+        releasing = asyncio.get_running_loop().call_later(2, lambda: asyncio.ensure_future(
+            replica.execute(f"SELECT pg_advisory_unlock({_SCHEMA_LOCK})")))
+        table = sa.Table("t", sa.MetaData(), sa.Column("k", sa.Integer, primary_key=True))
+        await db.create_tables(table.metadata)  # waited the 2 s, unbounded
+        releasing.cancel()
+        assert await db.read_with(lambda connection: connection.execute(sa.select(sa.func.count()).select_from(table)).scalar()) == 0
+        # A statement of a request is bound: one that takes 3 s is a 503 after 1.
+        with pytest.raises(StorageUnavailableError, match="did not answer in time"):
+            await db.read_with(lambda connection: connection.exec_driver_sql("SELECT pg_sleep(3)").all())
+        assert await db.ping() is None  # and the next one has a connection of its own
+    finally:
+        await replica.close()
+        await db.close()
