@@ -25,7 +25,7 @@ from runtime.apis.files.protocol import FileContent
 from runtime.auth import principal_id
 from runtime.errors import InvalidRequestError, NotFoundError, PayloadTooLargeError
 from runtime.ids import random_hex
-from runtime.storage import Database, caller_may
+from runtime.storage import Database, StorageUnavailableError, caller_may
 
 __all__ = ["LOCAL", "LocalFiles"]
 
@@ -187,6 +187,8 @@ async def _sweep(provider: LocalFiles) -> None:
         await asyncio.sleep(provider.config.sweep_s)
         try:
             await provider.sweep()
+        except StorageUnavailableError:
+            pass  # said by the storage layer; the next sweep tries again
         except Exception:
             log.exception("the sweep of expired files failed; it runs again in %.0f s", provider.config.sweep_s)
 

@@ -16,6 +16,7 @@ from providers.vector_stores.builtin.ingest import Ingestor
 from providers.vector_stores.builtin.provider import BuiltinVectorStores
 from providers.vector_stores.builtin.tables import create_tables
 from providers.vector_stores.builtin.vectors import require_pgvector
+from runtime.storage import StorageUnavailableError
 
 __all__ = ["BUILTIN", "BuiltinVectorStores", "BuiltinVectorStoresConfig"]
 
@@ -69,6 +70,8 @@ async def _sweep(provider: BuiltinVectorStores, every_s: float) -> None:
     while True:
         try:
             gone = await provider.forget_gone_files()
+        except StorageUnavailableError:
+            pass  # said by the storage layer; the next sweep tries again
         except Exception:
             log.exception("the sweep of files gone from the Files API failed; it runs again in %.0f s", every_s)
         else:

@@ -30,7 +30,7 @@ from runtime.errors import NotFoundError
 from runtime.ids import random_hex
 from runtime.owners import owner_is_gone, process_owner
 from runtime.quotas import meter_tokens, reset_meter
-from runtime.storage import Database
+from runtime.storage import Database, StorageUnavailableError
 
 __all__ = ["Ingestor", "Job"]
 
@@ -132,6 +132,8 @@ class Ingestor:
         while True:
             try:
                 job = await self._claim()
+            except StorageUnavailableError:
+                job = None  # said by the storage layer; tried again in poll_s
             except Exception:
                 log.exception("claiming an ingestion job failed; trying again in %.0f s", self.poll_s)
                 job = None
@@ -140,7 +142,10 @@ class Ingestor:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), self.poll_s)
                 continue
-            await self.run(job)
+            try:
+                await self.run(job)
+            except Exception:  # a worker outlives any one file: the file's lease lapses, and it is taken up again
+                log.exception("ingesting %s into %s stopped", job.file_id, job.vector_store_id)
 
     async def _claim(self) -> Job | None:
         now = time.time()
@@ -172,7 +177,10 @@ class Ingestor:
             nonlocal lost
             while True:
                 await asyncio.sleep(self.lease_s / 3)
-                renewed = await self.db.execute(files.update().where(self._mine(job)).values(lease_until=time.time() + self.lease_s))
+                try:
+                    renewed = await self.db.execute(files.update().where(self._mine(job)).values(lease_until=time.time() + self.lease_s))
+                except StorageUnavailableError:
+                    continue  # renewed at the next round the database answers
                 if not renewed:
                     lost = True
                     if work is not None:
@@ -195,6 +203,10 @@ class Ingestor:
             await self._finish(job, "failed", {"code": error.code, "message": error.message}, 0)
         except EmbeddingError as error:
             await self._finish(job, "failed", {"code": "server_error", "message": error.message}, 0)
+        except StorageUnavailableError:
+            # The database, not the file: nothing is decided about it. Its lease lapses and it is
+            # taken up again (here or by another replica) once the database answers.
+            log.warning("ingesting %s into %s waits for the database: taken up again once it is back", job.file_id, job.vector_store_id)
         except Exception as error:
             log.exception("ingesting %s into %s failed", job.file_id, job.vector_store_id)
             await self._finish(job, "failed", {"code": "server_error", "message": f"The file could not be processed ({type(error).__name__})."}, 0)
