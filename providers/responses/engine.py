@@ -703,12 +703,17 @@ class ResponsesEngine:
         """Store the response's end, then add it to its conversation: each step once (`done`
         names those made), so that a step retried after an outage does not make another again."""
         if "finish" not in done:
-            # A background response may have been cancelled meanwhile: the cancel's status wins,
-            # but the output produced so far is still kept.
-            if not (turn.response["background"] and turn.response["status"] != "cancelled"
-                    and await self.store.finish(turn.response, turn.response["output"], only_if_status=["in_progress"])):
-                if turn.response["background"]:
+            retried = "tried" in done
+            done.add("tried")
+            if turn.response["background"] and turn.response["status"] != "cancelled":
+                # A background response may have been cancelled meanwhile: the cancel's status
+                # wins, but the output produced so far is still kept. Unless a try before this one
+                # landed, its answer lost with its connection (PostgreSQL): then it is what stays.
+                if not await self.store.finish(turn.response, turn.response["output"], only_if_status=["in_progress"]) and not (
+                        retried and (await self.store.get(turn.response["id"])).status == turn.response["status"]):
                     turn.response["status"] = "cancelled"
+                    await self.store.finish(turn.response, turn.response["output"])
+            else:
                 await self.store.finish(turn.response, turn.response["output"])
             done.add("finish")
             self._remember(turn)

@@ -127,7 +127,7 @@ class Database:
         around it, and a `Prepared` one on asyncpg directly.
 
         A database that cannot serve (unreachable, out of connections, its disk full, its file
-        locked by another program) raises `StorageUnavailableError`, a 503 the client may retry."""
+        locked by another process) raises `StorageUnavailableError`, a 503 the client may retry."""
         if (tracing := store_tracing()) is not None:
             return await tracing.store("write", self.dialect, self.write(work, small=small, one_statement=one_statement))
         try:

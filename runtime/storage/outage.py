@@ -1,7 +1,7 @@
 """When the database, not the request, is why a storage call failed: the server cannot reach
 PostgreSQL (refused, dropped, restarting, out of connections, a read-only standby after a
 failover) or SQLite cannot take the write (its disk full, its file read-only or gone, its lock held
-by another program past the wait). Such a failure is the client's to retry, not a bug to report:
+by another process past the wait). Such a failure is the client's to retry, not a bug to report:
 `StorageUnavailableError` answers it 503 with `Retry-After` (the `openai` SDK retries it), and the
 log gets one line, not a traceback per request.
 
@@ -28,7 +28,7 @@ log = logging.getLogger("stack")
 RETRY_AFTER_S = 1
 LOG_EVERY_S = 10.0  # while the database stays down, one line per this many seconds
 
-# PostgreSQL's SQLSTATEs of a server that cannot serve now (the 08 class: connection exceptions).
+# PostgreSQL's SQLSTATEs of a server that cannot serve now, beside the whole 08 class (connection exceptions).
 _PG_STATES = {
     "57P01": "the database server is shutting down",
     "57P02": "the database server is shutting down",
@@ -39,7 +39,7 @@ _PG_STATES = {
 }
 # SQLite's primary result codes of a database that cannot take the operation now.
 _SQLITE_CODES = {
-    5: "the database file is locked by another program",  # SQLITE_BUSY, past busy_timeout
+    5: "the database file is locked by another process",  # SQLITE_BUSY, past busy_timeout
     7: "the database ran out of memory",  # SQLITE_NOMEM
     8: "the database file is read-only",  # SQLITE_READONLY
     10: "the database file could not be read or written (an I/O error)",  # SQLITE_IOERR

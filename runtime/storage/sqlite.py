@@ -37,7 +37,6 @@ import functools
 import importlib.util
 import logging
 import os
-import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -205,9 +204,9 @@ def write_group_sync(writing: Held, works: list[Callable[[sa.Connection], Any]],
                 return writing.write(lambda conn: _run_group(conn, works), wait)
         except Busy:
             raise
-        except Exception:
+        except Exception as error:
             if len(works) == 1:
-                return [(False, sys.exc_info()[1])]
+                return [(False, error)]
             # Rolled back whole: retried one by one below. (These may wait for the lock, should
             # another program take it in the microseconds between: rare enough on the loop.)
     outcomes: list[Outcome] = []

@@ -256,7 +256,7 @@ async def test_sqlite_a_write_that_cannot_begin_is_a_retryable_503_and_the_next_
     try:
         other.execute("BEGIN IMMEDIATE")  # SQLite's write lock, taken outside the stack's own
         threads: list[str] = []
-        with pytest.raises(StorageUnavailableError, match="locked by another program") as refused:
+        with pytest.raises(StorageUnavailableError, match="locked by another process") as refused:
             await db.write(insert_noting_thread(table, 1, threads))  # (not small: on the writer thread, which waits)
         # The lock timeout is the client's to retry: a 503 with Retry-After, SQLAlchemy's error its cause.
         assert (refused.value.status, refused.value.code, refused.value.headers) == (503, "storage_unavailable", {"retry-after": "1"})
