@@ -82,6 +82,8 @@ def outage(error: BaseException, *, from_database: bool = True) -> str | None:
             return _SQLITE_CODES[code & 0xFF]
         if getattr(seen, "connection_invalidated", False):  # SQLAlchemy: the driver said the connection is gone
             return "the connection to the database was lost"
+        if type(seen).__module__ == "sqlalchemy.exc" and type(seen).__name__ == "TimeoutError":  # its pool's wait ran out
+            return "every connection to the database stayed busy"
         if type(seen).__name__ in ("DisconnectionError", "InterfaceError") and "closed" in str(seen):
             return "the connection to the database was lost"
         seen = getattr(seen, "orig", None) or seen.__cause__

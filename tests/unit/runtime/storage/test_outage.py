@@ -72,6 +72,8 @@ def test_sqlite_errors_of_a_wrong_statement_are_not_an_outage(tmp_path: Path) ->
     (asyncpg.exceptions.InterfaceError("cannot call Connection.execute(): connection is closed"), "the connection to the database was lost"),
     (ConnectionRefusedError(111, "Connection refused"), "the database could not be reached: Connection refused"),
     (socket.gaierror(-2, "Name or service not known"), "the database could not be reached: Name or service not known"),
+    (sa.exc.TimeoutError("QueuePool limit of size 10 overflow 0 reached, connection timed out, timeout 30.00"),
+     "every connection to the database stayed busy"),
 ])
 def test_postgresql_failures_of_the_server_not_the_statement(error: BaseException, reason: str) -> None:
     assert outage(error) == reason
