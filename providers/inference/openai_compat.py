@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import socket
+import ssl
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, Literal
 
@@ -79,18 +82,18 @@ class OpenAICompatAdapter:
                 # Chunks pass through unparsed; one that cannot be a JSON object (a truncated or
                 # garbled event) is the upstream's error, which the client gets as an error event.
                 if (not data or data[0] != 0x7B or data[-1] != 0x7D) and not _object_like(data):  # { and }, compared as ints
-                    raise UpstreamError(f"inference provider '{self.provider_id}': the stream from {upstream.url} carried malformed "
+                    raise UpstreamError(f"inference provider '{self.provider_id}': its stream carried malformed "
                                         f"data, not a JSON object: {data[:120]!r}", status_code=502, code="upstream_malformed")
                 yield data
         except httpx2.ReadTimeout as error:
             raise UpstreamError(
-                f"inference provider '{self.provider_id}': the stream from {upstream.url} stalled (nothing within "
+                f"inference provider '{self.provider_id}': its stream stalled (nothing within "
                 f"{self.timeout_s:g} s of the start, or {self.stream_gap_timeout_s:g} s between chunks)",
                 status_code=504, code="upstream_timeout",
             ) from error
         except httpx2.HTTPError as error:
             raise UpstreamError(
-                f"inference provider '{self.provider_id}': the stream from {upstream.url} broke off: {_reason(error)}",
+                f"inference provider '{self.provider_id}': its stream broke off: {_reason(error)}",
                 code="upstream_stream_error",
             ) from error
         finally:
@@ -111,7 +114,7 @@ class OpenAICompatAdapter:
             return await _body(response)
         except httpx2.HTTPError as error:
             raise UpstreamError(
-                f"inference provider '{self.provider_id}': the answer from {upstream.url} broke off: {_reason(error)}",
+                f"inference provider '{self.provider_id}': its answer broke off: {_reason(error)}",
                 code="upstream_stream_error",
             ) from error
         finally:
@@ -132,12 +135,12 @@ class OpenAICompatAdapter:
             response = await self.transport.handle_async_request(request)
         except httpx2.TimeoutException as error:
             raise UpstreamError(
-                f"inference provider '{self.provider_id}' did not answer {request.url} within {self.timeout_s:g} s",
+                f"inference provider '{self.provider_id}' did not answer within {self.timeout_s:g} s",
                 status_code=504, code="upstream_timeout",
             ) from error
         except httpx2.HTTPError as error:
             raise UpstreamError(
-                f"inference provider '{self.provider_id}' could not reach {request.url}: {_reason(error)}",
+                f"inference provider '{self.provider_id}' could not be reached: {_reason(error)}",
                 code="upstream_unreachable",
             ) from error
         if response.status_code >= 400:
@@ -186,12 +189,28 @@ def _upstream_error(provider_id: str, response: httpx2.Response) -> UpstreamErro
     )
 
 
+def _os_reason(error: OSError) -> str:
+    # Not its own text, which names the address (asyncio's "Connect call failed ('10.0.0.5', 8000)").
+    if isinstance(error, ssl.SSLError):
+        return f"TLS: {error.reason or type(error).__name__}"
+    if isinstance(error, socket.gaierror):
+        return str(error.strerror)  # "Name or service not known"
+    return os.strerror(error.errno) if error.errno and error.errno > 0 else type(error).__name__
+
+
 def _default_type(status: int) -> str:
     return {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
             404: "not_found_error", 429: "rate_limit_error"}.get(status, "server_error" if status >= 500 else "invalid_request_error")
 
 
 def _reason(error: BaseException) -> str:
+    """Why an exchange failed, in words a client may read: not where the upstream is (its address,
+    which a connection error names, is the operator's, and a URL may carry credentials)."""
+    if isinstance(error, httpx2.ConnectTimeout):
+        return "timed out connecting"
+    if isinstance(error, httpx2.ConnectError):
+        cause = error.__cause__
+        return f"cannot connect ({_os_reason(cause)})" if isinstance(cause, OSError) else "cannot connect"
     return str(error) or type(error).__name__
 
 
