@@ -275,10 +275,12 @@ class AuthGuard:
                           {"www-authenticate": challenge})
             return
         except VerifierDown as down:
+            # The log says which verifier and why; the client, who may not be authenticated, is not
+            # told where the server's identity services are.
             log.warning("authentication could not be checked: %s", down)
             await _refuse(scope, receive, send, 503, error_body(
-                f"Your credentials could not be checked right now: {down}. Try again shortly.", "server_error", None,
-                "auth_unavailable"), {"retry-after": "1"})
+                "Your credentials could not be checked right now: the service that checks them did not answer. Try again shortly.",
+                "server_error", None, "auth_unavailable"), {"retry-after": "1"})
             return
         scope.setdefault("state", {})["principal"] = principal
         spend = None

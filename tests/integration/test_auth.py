@@ -163,6 +163,7 @@ def test_a_verifier_that_is_down_refuses_with_a_503_never_an_open_door(tmp_path:
                 with pytest.raises(openai.APIStatusError) as refused:
                     as_(client, credential).models.list()
                 assert refused.value.status_code == 503 and refused.value.body["code"] == "auth_unavailable"  # type: ignore[index]
+                assert base not in refused.value.message and "127.0.0.1" not in refused.value.message  # where it is stays in the log
 
 
 def test_a_static_key_checks_jwts_without_a_jwks_endpoint(tmp_path: Path) -> None:
