@@ -173,14 +173,29 @@ class PgConnections:
         return await self._engine.connect()
 
     async def close(self) -> None:
+        """End the kept connections at once: given back to the pool, each would be reset with a
+        ROLLBACK, a round trip that a connection the network stopped carrying waits out to
+        command_timeout_s (the stack's shutdown with it). An idle connection holds no transaction."""
         idle, self.idle = self.idle, []
         for connection in idle:
-            await connection.close()
+            sync = connection.sync_connection
+            if sync is not None and not sync.invalidated and (driver := sync.connection.driver_connection) is not None:
+                driver.terminate()
+            await connection.invalidate()
+
+
+LISTEN_CHECK_S = 15.0  # how often the LISTEN connection must answer a query to be kept
 
 
 class PgListener:
     """One asyncpg connection of this process that LISTENs on the channels subscribed to, made on
-    the first subscription and made again (with every channel) if it is lost."""
+    the first subscription and made again (with every channel) if it is lost.
+
+    A connection the network stops carrying (a partition, a failover that moves the database's
+    address) is never closed by anything: it only waits for notifications that no longer come,
+    while the other processes' signals (a cancel, a response's new events) are lost to this one
+    for the rest of its life. So every LISTEN_CHECK_S it must answer `SELECT 1` within a third of
+    that, or it is ended and made again."""
 
     def __init__(self, dsn: str, deliver: Callable[[str, str], None], connect_timeout_s: float = 10.0) -> None:
         self.dsn = dsn
@@ -191,6 +206,7 @@ class PgListener:
         self._lock = asyncio.Lock()
         self._closed = False
         self._reconnecting: asyncio.Task[None] | None = None
+        self._watchdog: asyncio.Task[None] | None = None
 
     async def listen(self, channel: str) -> None:
         async with self._lock:
@@ -209,6 +225,22 @@ class PgListener:
             await connection.add_listener(channel, self._on_notification)
         connection.add_termination_listener(self._on_lost)
         self._connection = connection
+        if self._watchdog is None:
+            self._watchdog = asyncio.get_running_loop().create_task(self._watch())
+
+    async def _watch(self) -> None:
+        while not self._closed:
+            await asyncio.sleep(LISTEN_CHECK_S)
+            connection = self._connection
+            if connection is None or connection.is_closed() or self._reconnecting is not None:
+                continue
+            try:
+                await connection.fetchval("SELECT 1", timeout=LISTEN_CHECK_S / 3)
+            except Exception as error:
+                log.warning("the connection listening for notifications did not answer (%s): it is made again",
+                            type(error).__name__)
+                connection.terminate()
+                self._on_lost(connection)
 
     def _on_notification(self, _connection: Any, _pid: int, channel: str, payload: str) -> None:
         self.deliver(channel, payload)
@@ -236,6 +268,9 @@ class PgListener:
         self._closed = True
         if self._reconnecting is not None:
             self._reconnecting.cancel()
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
         if self._connection is not None and not self._connection.is_closed():
-            await self._connection.close()
+            self._connection.terminate()  # a polite close waits for an answer a silent network never brings
         self._connection = None

@@ -27,6 +27,7 @@ class TcpProxy:
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
         self._frozen = asyncio.Event()  # set: bytes are held, not passed (a network that drops packets)
+        self._silenced: set[asyncio.StreamWriter] = set()  # writers of connections that carry nothing more, ever
 
     def start(self) -> None:
         self._thread.start()
@@ -47,6 +48,11 @@ class TcpProxy:
 
     def thaw(self) -> None:
         self._loop.call_soon_threadsafe(self._frozen.clear)
+
+    def blackhole(self) -> None:
+        """The connections open now carry nothing more, ever, and are never closed (a partition
+        that outlasts them, or a failover that moved the server away); new ones pass."""
+        self._loop.call_soon_threadsafe(self._silenced.update, set(self._writers))
 
     def close(self) -> None:
         self._call(self._close())
@@ -89,7 +95,7 @@ class TcpProxy:
         async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             with contextlib.suppress(OSError, asyncio.IncompleteReadError):
                 while data := await reader.read(65536):
-                    while self._frozen.is_set():
+                    while self._frozen.is_set() or writer in self._silenced:
                         await asyncio.sleep(0.05)
                     writer.write(data)
                     await writer.drain()

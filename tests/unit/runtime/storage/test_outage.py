@@ -15,10 +15,11 @@ import sqlean  # type: ignore[import-untyped]
 
 from builder.config import PostgresBackend
 from runtime.errors import APIError, InvalidRequestError
-from runtime.storage import StorageUnavailableError, open_database
+from runtime.storage import StorageUnavailableError, open_database, postgres
 from runtime.storage.database import _SCHEMA_LOCK
 from runtime.storage.outage import outage, unavailable
 from support.postgres import fresh_database
+from support.tcp_proxy import tcp_proxy
 
 
 def _sqlite_error(path: Path, *statements: str, uri: bool = False) -> BaseException:
@@ -175,3 +176,29 @@ async def test_the_schema_waits_for_another_replicas_past_the_command_timeout_an
     finally:
         await replica.close()
         await db.close()
+
+
+@pytest.mark.postgres
+async def test_a_listen_connection_a_partition_silenced_is_made_again(pg_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(postgres, "LISTEN_CHECK_S", 0.3)
+    with tcp_proxy("127.0.0.1", 5432) as proxy:
+        db = open_database(PostgresBackend(type="postgres", dsn=pg_dsn.replace("127.0.0.1:5432", f"127.0.0.1:{proxy.port}")))
+        heard: list[str] = []
+        await db.subscribe("stack_test", heard.append)
+        await db.notify("stack_test", "before")
+        other = await asyncpg.connect(pg_dsn)  # another replica, on a network that works
+        try:
+            for _ in range(50):
+                if "before" in heard:
+                    break
+                await asyncio.sleep(0.05)
+            proxy.blackhole()  # this process's connections, the LISTEN one among them, carry nothing more
+            for _ in range(100):  # a notification sent while the old connection was silent is lost: sent again
+                await other.execute("SELECT pg_notify('stack_test', 'after')")
+                if "after" in heard:
+                    break
+                await asyncio.sleep(0.1)
+            assert heard[0] == "before" and "after" in heard  # heard again, on a connection made anew
+        finally:
+            await other.close()
+            await db.close()
