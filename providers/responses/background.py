@@ -113,6 +113,7 @@ class Background:
         batch: list[Event] = []
         heartbeat = self._heartbeat(response_id)
         flushed = time.monotonic()
+        away = False  # the database failed a write of this response's events
         try:
             async for event in self.engine.stream(turn):
                 batch.append(event)
@@ -120,12 +121,14 @@ class Background:
                     watcher.put_nowait(event)
                 # Logged at each item's boundary, and at least every LOG_EVERY_S within an item,
                 # so that a follower on another replica sees the text as it comes.
-                if event["type"].startswith(_LOGGED) or time.monotonic() - flushed >= LOG_EVERY_S:
+                if not away and (event["type"].startswith(_LOGGED) or time.monotonic() - flushed >= LOG_EVERY_S):
                     try:
                         await self.store.append_events(response_id, batch)
                     except StorageUnavailableError:
-                        # The database is away: the response goes on, the events wait for it here.
-                        flushed = time.monotonic()
+                        # The database is away: the response goes on, its events kept here until
+                        # its end, not tried again meanwhile (each try on a network that drops
+                        # packets would hold the response up to command_timeout_s).
+                        away = True
                         continue
                     batch, flushed = [], time.monotonic()
             for watcher in self._watchers.get(response_id, ()):
