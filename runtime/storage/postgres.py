@@ -235,7 +235,10 @@ class PgListener:
             if connection is None or connection.is_closed() or self._reconnecting is not None:
                 continue
             try:
-                await connection.fetchval("SELECT 1", timeout=LISTEN_CHECK_S / 3)
+                async with self._lock:  # not beside a LISTEN of `listen` on the same connection
+                    if connection is not self._connection:
+                        continue
+                    await connection.fetchval("SELECT 1", timeout=LISTEN_CHECK_S / 3)
             except Exception as error:
                 log.warning("the connection listening for notifications did not answer (%s): it is made again",
                             type(error).__name__)
