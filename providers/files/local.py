@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from pydantic import BaseModel, ConfigDict, Field
 
 from providers.spec import Api, ProviderContext, ProviderSpec
-from runtime.apis.files.protocol import FileContent
+from runtime.apis.files.protocol import NO_ROOM, FileContent, no_room
 from runtime.auth import principal_id
 from runtime.errors import InvalidRequestError, NotFoundError, PayloadTooLargeError
 from runtime.ids import random_hex
@@ -97,6 +97,11 @@ class LocalFiles:
             if size == 0:
                 raise InvalidRequestError("The file is empty.", param="file", code="invalid_value")
             os.replace(part, self._path(file_id))
+        except OSError as error:
+            if error.errno not in NO_ROOM:
+                raise
+            log.warning("an upload of %d bytes or more did not fit in %s: %s", size, self.directory, os.strerror(error.errno))
+            raise no_room() from None
         finally:
             part.unlink(missing_ok=True)
         return size

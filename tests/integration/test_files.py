@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import io
 import os
+import resource
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import openai
 import pytest
+
+from runtime.testing.targets import free_port
 
 
 def upload(client: openai.OpenAI, data: bytes, name: str = "notes.txt", purpose: str = "user_data") -> str:
@@ -81,3 +87,44 @@ def test_an_empty_file_is_refused(openai_client: openai.OpenAI) -> None:
     with pytest.raises(openai.BadRequestError) as error:
         openai_client.files.create(file=("empty.txt", io.BytesIO(b"")), purpose="user_data")
     assert error.value.param == "file"
+
+
+def _no_room_for_files_over(limit: int) -> None:
+    # In the server's process only: files past `limit` bytes cannot be written (EFBIG, as a full
+    # disk gives ENOSPC); Python ignores SIGXFSZ, so the write raises instead of killing it.
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+
+def test_an_upload_the_disk_has_no_room_for_is_a_503_and_leaves_nothing(tmp_path: Path) -> None:
+    config = tmp_path / "run.yaml"
+    config.write_text(f"""
+name: no-room
+state_dir: {tmp_path / 'state'}
+providers:
+  files: [{{provider_id: local, provider_type: local}}]
+""")
+    port = free_port()
+    process = subprocess.Popen([sys.executable, "-m", "runtime.cli", "run", str(config), "--port", str(port)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=lambda: _no_room_for_files_over(2 * 1024 * 1024))
+    try:
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0, timeout=30)
+        for _ in range(300):
+            try:
+                client.files.list()
+                break
+            except openai.APIConnectionError:
+                time.sleep(0.05)
+        with pytest.raises(openai.APIStatusError) as refused:
+            upload(client, os.urandom(3 * 1024 * 1024))
+        assert refused.value.status_code == 503
+        assert refused.value.body == {"message": "The server has no room left to store this file. Try again later, or ask its operator.",
+                                      "type": "service_unavailable", "param": "file", "code": "insufficient_storage"}
+        assert [path.name for path in (tmp_path / "state").rglob("file-*")] == []  # no part left behind
+        assert client.files.list().data == []  # nor a record
+        small = upload(client, b"fits\n")  # what fits is stored as ever
+        assert client.files.content(small).read() == b"fits\n"
+    finally:
+        process.terminate()
+        _, errors = process.communicate(timeout=30)
+    assert b"Traceback" not in errors  # one line in the log, not a server error's
+    assert b"did not fit" in errors

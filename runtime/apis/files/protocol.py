@@ -2,14 +2,28 @@
 
 from __future__ import annotations
 
+import errno
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Protocol, runtime_checkable
 
-__all__ = ["FileContent", "FilesProvider", "PURPOSES"]
+from runtime.errors import ServiceUnavailableError
+
+__all__ = ["FileContent", "FilesProvider", "NO_ROOM", "PURPOSES", "no_room"]
 
 PURPOSES = ("assistants", "batch", "fine-tune", "vision", "user_data", "evals")
 """The `purpose` values of OpenAI's Files API."""
+
+NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+"""The errors of a write the server's disk has no room for: full, its quota spent, or the file
+system's (or the process's) largest file reached."""
+
+
+def no_room() -> ServiceUnavailableError:
+    """What an upload the server has no room for is answered (a provider raises it for an OSError
+    whose errno is in NO_ROOM): the server's disk, not the request, so a 503, never a 500."""
+    return ServiceUnavailableError("The server has no room left to store this file. Try again later, or ask its operator.",
+                                   param="file", code="insufficient_storage")
 
 
 @dataclass(frozen=True)

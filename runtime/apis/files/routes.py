@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import os
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -9,11 +11,13 @@ from fastapi.responses import Response, StreamingResponse
 from starlette.datastructures import UploadFile
 
 from runtime.apis.common import JSONBytes, cursor_page, validate_limit, validate_order
-from runtime.apis.files.protocol import PURPOSES, FilesProvider
+from runtime.apis.files.protocol import NO_ROOM, PURPOSES, FilesProvider, no_room
 from runtime.apis.vector_stores.protocol import VectorStoresProvider
 from runtime.errors import InvalidRequestError
 
 __all__ = ["router", "upload_limits"]
+
+log = logging.getLogger("stack")
 
 MIN_EXPIRY_S, MAX_EXPIRY_S = 3600, 30 * 24 * 3600  # OpenAI's bounds for expires_after.seconds
 FILE_LIST_MAX = 10_000
@@ -33,6 +37,15 @@ def router(impl: FilesProvider, vector_stores: VectorStoresProvider | None = Non
             "expires_after[anchor]": {"type": "string", "enum": ["created_at"]},
             "expires_after[seconds]": {"type": "integer", "minimum": MIN_EXPIRY_S, "maximum": MAX_EXPIRY_S}}}}}}})
     async def create_file(request: Request) -> Response:
+        try:
+            return await _create_file(request)
+        except OSError as error:  # the parser's spool on a disk with no room (the provider's own writes say so themselves)
+            if error.errno not in NO_ROOM:
+                raise
+            log.warning("an upload did not fit in the temporary directory: %s", os.strerror(error.errno))
+            raise no_room() from None
+
+    async def _create_file(request: Request) -> Response:
         # Parts past 1 MiB are spooled to disk by the parser: an upload is never held whole in memory.
         async with request.form(max_files=1, max_fields=8) as form:
             upload = form.get("file")

@@ -12,7 +12,7 @@ import sqlalchemy as sa
 
 from builder.config import SqliteBackend
 from providers.files.local import LocalFiles, LocalFilesConfig, _metadata, files
-from runtime.errors import NotFoundError, PayloadTooLargeError
+from runtime.errors import NotFoundError, PayloadTooLargeError, ServiceUnavailableError
 from runtime.storage import open_database
 
 
@@ -51,3 +51,13 @@ async def test_the_sweep_removes_what_a_crash_left_once_it_is_old(provider: Loca
         os.utime(path, (when, when))
     await provider.sweep()
     assert [path.name for path in provider.directory.iterdir()] == ["file-writing.part"]  # an upload still under way stays
+
+
+async def test_a_disk_with_no_room_is_a_503_and_leaves_nothing_behind(provider: LocalFiles, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The next file's part is /dev/full, where every write fails as on a full disk (ENOSPC).
+    monkeypatch.setattr("providers.files.local.random_hex", lambda _: "000000000000")
+    (provider.directory / "file-000000000000.part").symlink_to("/dev/full")
+    with pytest.raises(ServiceUnavailableError) as refused:
+        await provider.create_file(io.BytesIO(b"x" * 100), "notes.txt", "user_data", None)
+    assert (refused.value.status, refused.value.code, refused.value.param) == (503, "insufficient_storage", "file")
+    assert list(provider.directory.iterdir()) == [] and (await provider.list_files(None, None, 10, "asc"))[0] == []
