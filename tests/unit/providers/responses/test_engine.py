@@ -169,3 +169,33 @@ async def test_a_stream_broken_by_a_fault_ends_failed_for_the_client_and_in_the_
     finally:
         await engine.close()
         await db.close()
+
+
+async def test_a_background_end_tried_again_keeps_its_earlier_try_that_landed_but_not_over_a_cancel(
+        backend: SqliteBackend | PostgresBackend) -> None:
+    # After an outage the engine stores a response's end again (`_store_end` with "tried" done): if
+    # the earlier try committed though its answer was lost (PostgreSQL), that try is what stays;
+    # a cancel that came meanwhile still wins.
+    db = open_database(backend)
+    store = ResponseStore(db)
+    await store.create_tables()
+    engine = ResponsesEngine(SlowModel(tokens=1, delay_s=0), store, lease_s=5)
+    try:
+        for cancelled_meanwhile in (False, True):
+            turn = await engine.prepare(CreateResponse(model="m", input="hello", background=True))
+            await store.insert(dict(turn.response), ancestors=turn.ancestors, input_items=turn.input_items, request={})
+            output = [{"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
+                       "content": [{"type": "output_text", "text": "done", "annotations": []}]}]
+            turn.response.update(status="completed", output=output)
+            if cancelled_meanwhile:
+                await store.set_status(turn.response["id"], "cancelled", {**turn.response, "status": "cancelled", "output": []},
+                                       only_if_status=["queued"])
+            else:  # the earlier try, landed
+                await store.finish(turn.response, output, only_if_status=["queued", "in_progress"])
+            await engine._store_end(turn, {"tried"})
+            stored = await store.get(turn.response["id"])
+            assert stored.status == ("cancelled" if cancelled_meanwhile else "completed")
+            assert [item["id"] for item in await store.items_of(turn.response["id"], "output")] == ["msg_1"]  # the output kept either way
+    finally:
+        await engine.close()
+        await db.close()
