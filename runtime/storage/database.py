@@ -39,6 +39,7 @@ log = logging.getLogger("stack")
 _SCHEMA_LOCK = 0x57AC4  # the advisory lock key under which tables are made or extended
 SMALL_WRITE_ROWS = 32  # rows up to which a write of a hot path is `small` (Database.write)
 PING_TIMEOUT_S = 2.0  # how long the health route waits for a database's answer
+DISPOSE_S = 5.0  # how long closing PostgreSQL's pooled connections may take
 
 
 class Database:
@@ -366,7 +367,16 @@ class Database:
         if self._pg is not None:
             await self._pg.close()
         if self._engine is not None:
-            await self._engine.dispose()
+            if self._pg is None:
+                await self._engine.dispose()
+            else:
+                # The pool closes each connection politely, which on a network that stopped carrying
+                # them waits for an answer that never comes: the close would never end (a shutdown
+                # stuck until it is killed). Past DISPOSE_S the rest are left to end with the process.
+                try:
+                    await asyncio.wait_for(self._engine.dispose(), DISPOSE_S)
+                except TimeoutError:
+                    log.warning("closing the database's pooled connections took over %.0f s: left to end with the process", DISPOSE_S)
         if self._write_lock is not None and self._writing is not None:
             async with self._write_lock:  # a write on the writer thread holds it
                 self._writing.close()

@@ -15,7 +15,7 @@ import sqlean  # type: ignore[import-untyped]
 
 from builder.config import PostgresBackend
 from runtime.errors import APIError, InvalidRequestError
-from runtime.storage import StorageUnavailableError, open_database, postgres
+from runtime.storage import StorageUnavailableError, database, open_database, postgres
 from runtime.storage.database import _SCHEMA_LOCK
 from runtime.storage.outage import outage, unavailable
 from support.postgres import fresh_database
@@ -202,3 +202,19 @@ async def test_a_listen_connection_a_partition_silenced_is_made_again(pg_dsn: st
         finally:
             await other.close()
             await db.close()
+
+
+@pytest.mark.postgres
+async def test_closing_a_database_the_network_silenced_ends(pg_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(database, "DISPOSE_S", 0.5)
+    with tcp_proxy("127.0.0.1", 5432) as proxy:
+        db = open_database(PostgresBackend(type="postgres", dsn=pg_dsn.replace("127.0.0.1:5432", f"127.0.0.1:{proxy.port}"), pool_size=4))
+
+        async def read() -> None:
+            await db.read_with(lambda connection: connection.exec_driver_sql("SELECT pg_sleep(0.2)").all())
+
+        await asyncio.gather(*(read() for _ in range(4)))  # two connections kept, two back in the pool
+        assert db.kept_connections == 2
+        proxy.blackhole()
+        # Each pooled connection's polite close would wait for ever on a network that carries nothing.
+        await asyncio.wait_for(db.close(), 10)
