@@ -168,3 +168,18 @@ def test_a_database_that_stops_answering_is_a_503_within_the_command_timeout_not
     # The connection that timed out was dropped: the next request takes a new one and is answered.
     assert client.conversations.retrieve(conversation.id).id == conversation.id
     assert _health(client)["status"] == "ok"
+
+
+def test_over_a_websocket_the_database_away_is_an_error_event_and_the_socket_stays_open(tmp_path: Path, upstream: FakeUpstream) -> None:
+    with fresh_database() as dsn, tcp_proxy("127.0.0.1", 5432) as proxy:
+        proxied = dsn.replace("127.0.0.1:5432", f"127.0.0.1:{proxy.port}")
+        with served("server", _config(tmp_path, upstream, proxied)) as client, client.responses.connect() as connection:
+            for away in (False, True, False):
+                (proxy.cut if away else proxy.restore)()
+                connection.response.create(model="fake/fake-model", input="[tokens:2] over the socket")
+                last = next(event for event in connection if event.type in ("response.completed", "response.failed", "error"))
+                if away:
+                    assert last.type == "error"
+                    assert (last.status, last.error.type, last.error.code) == (503, "service_unavailable", "storage_unavailable")
+                else:
+                    assert last.type == "response.completed"
