@@ -131,8 +131,7 @@ class Background:
                         away = True
                         continue
                     batch, flushed = [], time.monotonic()
-            for watcher in self._watchers.get(response_id, ()):
-                watcher.put_nowait(None)
+            self._end_watchers(response_id)  # they have every event: not kept waiting for the database
             if batch:  # what the database was away for, logged once it is back
                 await when_back(lambda: self.store.append_events(response_id, batch), within_s=STORE_RETRY_S)
         except asyncio.CancelledError:
@@ -144,8 +143,12 @@ class Background:
                       response_id, len(batch), STORE_RETRY_S)
         finally:
             heartbeat.cancel()
-            for watcher in self._watchers.get(response_id, ()):
-                watcher.put_nowait(None)
+            self._end_watchers(response_id)
+
+    def _end_watchers(self, response_id: str) -> None:
+        # Each watcher stops at its first None and is forgotten: told once, whichever path ends the run.
+        for watcher in self._watchers.pop(response_id, ()):
+            watcher.put_nowait(None)
 
     async def listen(self) -> None:
         """Stop a response this process runs when any process cancels it."""

@@ -52,13 +52,17 @@ def drop_at_once(context: sa.engine.ExceptionContext) -> None:
     statement past command_timeout_s, say) is ended here, at once. SQLAlchemy would close it
     politely, waiting up to 2 s for a database that may never answer, before it gave the error."""
     if context.connection is not None and outage(context.original_exception) is not None:
-        driver = context.connection.connection.driver_connection
-        if driver is not None and not driver.is_closed():
-            driver.terminate()
+        _terminate(context.connection.connection.driver_connection)
 
 
 def _closed(driver_connection: Any) -> bool:
     return driver_connection is None or bool(driver_connection.is_closed())
+
+
+def _terminate(driver_connection: Any) -> None:
+    """End an asyncpg connection at once, with no round trip (its polite close waits for an answer)."""
+    if not _closed(driver_connection):
+        driver_connection.terminate()
 
 
 def in_transaction(connection: sa.Connection, work: Callable[[sa.Connection], T]) -> T:
@@ -178,9 +182,8 @@ class PgConnections:
         command_timeout_s (the stack's shutdown with it). An idle connection holds no transaction."""
         idle, self.idle = self.idle, []
         for connection in idle:
-            sync = connection.sync_connection
-            if sync is not None and not sync.invalidated and (driver := sync.connection.driver_connection) is not None:
-                driver.terminate()
+            if (sync := connection.sync_connection) is not None and not sync.invalidated:
+                _terminate(sync.connection.driver_connection)
             await connection.invalidate()
 
 
@@ -274,6 +277,5 @@ class PgListener:
         if self._watchdog is not None:
             self._watchdog.cancel()
             self._watchdog = None
-        if self._connection is not None and not self._connection.is_closed():
-            self._connection.terminate()  # a polite close waits for an answer a silent network never brings
+        _terminate(self._connection)  # a polite close waits for an answer a silent network never brings
         self._connection = None

@@ -18,7 +18,7 @@ import pytest
 from fake_upstream.server import FakeUpstream
 from support.live_stack import served
 from support.postgres import fresh_database
-from support.tcp_proxy import TcpProxy, tcp_proxy
+from support.tcp_proxy import TcpProxy, postgres_behind_proxy
 
 pytestmark = pytest.mark.postgres
 
@@ -43,8 +43,7 @@ storage:
 
 @pytest.fixture(params=["server", "library"])
 def outage(request: pytest.FixtureRequest, tmp_path: Path, upstream: FakeUpstream) -> Iterator[tuple[openai.OpenAI, TcpProxy]]:
-    with fresh_database() as dsn, tcp_proxy("127.0.0.1", 5432) as proxy:
-        proxied = dsn.replace("127.0.0.1:5432", f"127.0.0.1:{proxy.port}")
+    with fresh_database() as dsn, postgres_behind_proxy(dsn) as (proxied, proxy):
         with served(request.param, _config(tmp_path, upstream, proxied)) as client:
             yield client, proxy
 
@@ -171,8 +170,7 @@ def test_a_database_that_stops_answering_is_a_503_within_the_command_timeout_not
 
 
 def test_over_a_websocket_the_database_away_is_an_error_event_and_the_socket_stays_open(tmp_path: Path, upstream: FakeUpstream) -> None:
-    with fresh_database() as dsn, tcp_proxy("127.0.0.1", 5432) as proxy:
-        proxied = dsn.replace("127.0.0.1:5432", f"127.0.0.1:{proxy.port}")
+    with fresh_database() as dsn, postgres_behind_proxy(dsn) as (proxied, proxy):
         with served("server", _config(tmp_path, upstream, proxied)) as client, client.responses.connect() as connection:
             for away in (False, True, False):
                 (proxy.cut if away else proxy.restore)()

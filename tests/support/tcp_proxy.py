@@ -13,7 +13,7 @@ from typing import Any
 
 from runtime.testing.targets import free_port
 
-__all__ = ["TcpProxy", "tcp_proxy"]
+__all__ = ["TcpProxy", "postgres_behind_proxy", "tcp_proxy"]
 
 
 class TcpProxy:
@@ -113,3 +113,11 @@ def tcp_proxy(target_host: str, target_port: int) -> Iterator[TcpProxy]:
         yield proxy
     finally:
         proxy.close()
+
+
+@contextlib.contextmanager
+def postgres_behind_proxy(dsn: str) -> Iterator[tuple[str, TcpProxy]]:
+    """`dsn`, a database of the server at 127.0.0.1:5432, reached through a proxy: the DSN that
+    goes through it, and the proxy."""
+    with tcp_proxy("127.0.0.1", 5432) as proxy:
+        yield dsn.replace("127.0.0.1:5432", f"127.0.0.1:{proxy.port}"), proxy

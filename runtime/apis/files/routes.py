@@ -39,10 +39,10 @@ def router(impl: FilesProvider, vector_stores: VectorStoresProvider | None = Non
     async def create_file(request: Request) -> Response:
         try:
             return await _create_file(request)
-        except OSError as error:  # the parser's spool on a disk with no room (the provider's own writes say so themselves)
+        except OSError as error:  # the parser's spool (or a provider's write) on a disk with no room
             if error.errno not in NO_ROOM:
                 raise
-            log.warning("an upload did not fit in the temporary directory: %s", os.strerror(error.errno))
+            log.warning("an upload did not fit on the server's disk: %s", os.strerror(error.errno))
             raise no_room() from None
 
     async def _create_file(request: Request) -> Response:

@@ -19,7 +19,7 @@ from runtime.storage import StorageUnavailableError, database, open_database, po
 from runtime.storage.database import _SCHEMA_LOCK
 from runtime.storage.outage import outage, unavailable
 from support.postgres import fresh_database
-from support.tcp_proxy import tcp_proxy
+from support.tcp_proxy import postgres_behind_proxy
 
 
 def _sqlite_error(path: Path, *statements: str, uri: bool = False) -> BaseException:
@@ -181,8 +181,8 @@ async def test_the_schema_waits_for_another_replicas_past_the_command_timeout_an
 @pytest.mark.postgres
 async def test_a_listen_connection_a_partition_silenced_is_made_again(pg_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(postgres, "LISTEN_CHECK_S", 0.3)
-    with tcp_proxy("127.0.0.1", 5432) as proxy:
-        db = open_database(PostgresBackend(type="postgres", dsn=pg_dsn.replace("127.0.0.1:5432", f"127.0.0.1:{proxy.port}")))
+    with postgres_behind_proxy(pg_dsn) as (proxied, proxy):
+        db = open_database(PostgresBackend(type="postgres", dsn=proxied))
         heard: list[str] = []
         await db.subscribe("stack_test", heard.append)
         await db.notify("stack_test", "before")
@@ -207,8 +207,8 @@ async def test_a_listen_connection_a_partition_silenced_is_made_again(pg_dsn: st
 @pytest.mark.postgres
 async def test_closing_a_database_the_network_silenced_ends(pg_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(database, "DISPOSE_S", 0.5)
-    with tcp_proxy("127.0.0.1", 5432) as proxy:
-        db = open_database(PostgresBackend(type="postgres", dsn=pg_dsn.replace("127.0.0.1:5432", f"127.0.0.1:{proxy.port}"), pool_size=4))
+    with postgres_behind_proxy(pg_dsn) as (proxied, proxy):
+        db = open_database(PostgresBackend(type="postgres", dsn=proxied, pool_size=4))
 
         async def read() -> None:
             await db.read_with(lambda connection: connection.exec_driver_sql("SELECT pg_sleep(0.2)").all())

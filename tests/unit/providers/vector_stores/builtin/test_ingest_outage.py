@@ -16,7 +16,7 @@ from providers.vector_stores.builtin.tables import files, metadata, stores
 from runtime.apis.files.protocol import FileContent
 from runtime.storage import open_database
 from support.postgres import fresh_database
-from support.tcp_proxy import TcpProxy, tcp_proxy
+from support.tcp_proxy import TcpProxy, postgres_behind_proxy
 
 pytestmark = pytest.mark.postgres
 
@@ -44,8 +44,8 @@ class CuttingFiles:
 
 @pytest.fixture
 def proxied_dsn() -> Iterator[tuple[str, TcpProxy]]:
-    with fresh_database() as dsn, tcp_proxy("127.0.0.1", 5432) as proxy:
-        yield dsn.replace("127.0.0.1:5432", f"127.0.0.1:{proxy.port}"), proxy
+    with fresh_database() as dsn, postgres_behind_proxy(dsn) as proxied:
+        yield proxied
 
 
 async def test_a_file_whose_ingestion_loses_the_database_is_taken_up_again_not_failed(proxied_dsn: tuple[str, TcpProxy]) -> None:
