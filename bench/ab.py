@@ -12,7 +12,7 @@ request. Each checkout runs its own code (PYTHONPATH) with this virtual environm
 SQLite (`bench/stack-pg-run.yaml`, this checkout's if the other has none).
 
     git worktree add /tmp/base HEAD
-    .venv/bin/python bench/ab.py /tmp/base . [--stream] [--responses] [--conversations] [--postgres [ADMIN_DSN]] [--run-yaml PATH] [--windows 6]
+    .venv/bin/python bench/ab.py /tmp/base . [--stream] [--responses] [--conversations] [--lookups] [--postgres [ADMIN_DSN]] [--run-yaml PATH] [--windows 6]
 """
 
 from __future__ import annotations
@@ -30,12 +30,12 @@ from collections.abc import Callable
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import (  # noqa: E402
-    CLIENT_CORE, ROOT, STACK, STACK_CORE, UPSTREAM_CORE, Request, cpu_per_request_us, free_port, get, post,
+    CLIENT_CORE, ROOT, STACK, STACK_CORE, UPSTREAM_CORE, Request, cpu_per_request_us, fetch, free_port, get, post,
     measure_throughput, percentile, progress, prompt_client, read_listening_url, sample_interleaved, spawn, stack_env,
     stop, wait_healthy,
 )
 from chat import chat_request  # noqa: E402
-from responses import create_response  # noqa: E402
+from responses import EXPECT_TEXT, MESSAGE, MODEL, create_response  # noqa: E402
 from smg import ADMIN_DSN, CONVERSATION_SIZE, conversation_of, fresh_database, items  # noqa: E402
 
 
@@ -57,7 +57,7 @@ async def measure(options: argparse.Namespace, make: Callable[[int, bool], Reque
         for name, checkout in (("A", options.a), ("B", options.b)):
             port = free_port()
             stack = stack_env(url, logs / f"state-{name}") | {"PYTHONPATH": str(checkout.resolve())}
-            stored = options.responses or options.conversations
+            stored = options.responses or options.conversations or options.lookups
             default = "stack-pg-run.yaml" if options.postgres else "stack-run.yaml" if stored else "chat-run.yaml"
             run_yaml = checkout / (options.run_yaml or Path("bench") / default)
             if options.postgres:
@@ -70,6 +70,9 @@ async def measure(options: argparse.Namespace, make: Callable[[int, bool], Reque
             await wait_healthy(port, "/v1/health", process)
         if options.conversations:
             await compare_conversations({name: port for name, (_, port) in stacks.items()}, options.requests)
+            return
+        if options.lookups:
+            await compare_lookups({name: port for name, (_, port) in stacks.items()}, options.requests)
             return
         progress("c=1, interleaved")
         # The upstream alone is the floor of a chat request; it has no Responses API.
@@ -119,6 +122,27 @@ async def compare_conversations(ports: dict[str, int], requests: int) -> None:
               + f"; errors {sum(samples[f'{name} {what}'].errors for name in ports)}")
 
 
+async def compare_lookups(ports: dict[str, int], requests: int) -> None:
+    """c=1: what reads one stored row by its id (a conversation, a response) and a stored response
+    continuing another (`previous_response_id`: the previous one's row is checked on every turn),
+    interleaved."""
+    measured: dict[str, tuple[int, Request]] = {}
+    for name, port in ports.items():
+        conversation_id = await conversation_of(port, 20)
+        first = (await fetch(port, create_response(port, False, keep=True))).json()["id"]
+        measured[f"{name} conversation"] = (port, get(port, f"/v1/conversations/{conversation_id}", b'"conversation"'))
+        measured[f"{name} response"] = (port, get(port, f"/v1/responses/{first}", b'"response"'))
+        measured[f"{name} continued"] = (port, post(port, "/v1/responses", {"model": MODEL, "input": MESSAGE, "previous_response_id": first},
+                                                    EXPECT_TEXT))
+    progress("c=1, interleaved")
+    with prompt_client():
+        samples = await sample_interleaved(measured, requests, 200, rounds=10)
+    print("c=1 p50:")
+    for what in ("conversation", "response", "continued"):
+        print(f"  {what}: " + ", ".join(f"{name} {percentile(samples[f'{name} {what}'].totals, 0.5):.3f} ms" for name in ports)
+              + f"; errors {sum(samples[f'{name} {what}'].errors for name in ports)}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("a", type=Path, help="checkout A (the base)")
@@ -126,6 +150,8 @@ def main() -> None:
     parser.add_argument("--stream", action="store_true", help="streamed chat (c=1 measures the first content)")
     parser.add_argument("--responses", action="store_true", help="stored responses instead of chat completions")
     parser.add_argument("--conversations", action="store_true", help="conversation items create and list(100), c=1 only")
+    parser.add_argument("--lookups", action="store_true",
+                        help="a conversation and a response read by id, a response continuing another: c=1 only")
     parser.add_argument("--run-yaml", type=Path, help="relative to each checkout (bench/chat-run.yaml, or stack-run.yaml with --responses)")
     parser.add_argument("--postgres", nargs="?", const=ADMIN_DSN, metavar="ADMIN_DSN",
                         help=f"keep the stored rows in PostgreSQL, a fresh database each (default server: {ADMIN_DSN})")

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import re
 import threading
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import asyncpg
@@ -76,3 +79,21 @@ def insert_noting_thread(table: sa.Table, k: int, threads: list[str]) -> Any:
         threads.append(threading.current_thread().name)
         return conn.execute(table.insert().values(k=k)).rowcount
     return work
+
+
+@contextlib.contextmanager
+def statement_threads() -> Iterator[list[tuple[str, str]]]:
+    """The (thread name, table) of each SELECT run through SQLAlchemy while inside: where a store's
+    reads are made (the event loop's thread, or a reading thread)."""
+    seen: list[tuple[str, str]] = []
+
+    def noted(_conn: Any, _cursor: Any, statement: str, *_rest: Any) -> None:
+        if statement.lstrip().upper().startswith("SELECT"):
+            table = re.search(r"\bFROM\s+(\w+)", statement)
+            seen.append((threading.current_thread().name, table.group(1) if table else ""))
+
+    sa.event.listen(sa.engine.Engine, "before_cursor_execute", noted)
+    try:
+        yield seen
+    finally:
+        sa.event.remove(sa.engine.Engine, "before_cursor_execute", noted)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,6 +17,7 @@ from runtime import auth
 from runtime.auth import Principal
 from runtime.errors import NotFoundError
 from runtime.storage import Database, open_database
+from support.storage import statement_threads
 
 
 
@@ -133,6 +135,35 @@ def test_the_cache_is_bounded_by_items(tmp_path: Path) -> None:
             await db.close()
 
     asyncio.run(scenario())
+
+
+async def test_lookups_by_id_and_a_cached_context_s_check_are_read_on_the_event_loop(tmp_path: Path) -> None:
+    # One indexed row each: a reading thread's hop there and back would cost more than the read.
+    db = open_database(SqliteBackend(type="sqlite", path=tmp_path / "l.db"))
+    store = ConversationStore(db)
+    other = ConversationStore(db)  # another process's cache, so to speak: this one's goes stale
+    loop_thread = threading.current_thread().name
+    try:
+        await store.create_tables()
+        await store.create("conv_l", None, items("a", 3))
+        with statement_threads() as uncached:
+            await store.items("conv_l")  # not cached yet: the whole list, on a reading thread
+        with statement_threads() as looked_up:
+            await store.get("conv_l")
+            await store.get_item("conv_l", "a-1")
+            await store.items("conv_l")  # cached: only its version is read
+            await store.append("conv_l", [])
+        await other.append("conv_l", items("b", 1))
+        with statement_threads() as stale:
+            assert [item["id"] for item in await store.items("conv_l")][-1] == "b-0"
+    finally:
+        await db.close()
+    assert {thread for thread, _ in uncached} != {loop_thread}
+    assert [table for _, table in looked_up] == ["conversations", "conversations", "conversation_items", "conversations", "conversations"]
+    assert {thread for thread, _ in looked_up} == {loop_thread}
+    # A stale list: its version on the loop, then version and items together, in one snapshot, on a reading thread.
+    assert stale[0] == (loop_thread, "conversations") and [table for _, table in stale[1:]] == ["conversations", "conversation_items"]
+    assert loop_thread not in {thread for thread, _ in stale[1:]}
 
 
 @contextmanager

@@ -5,6 +5,7 @@ response's status, lease and logged events."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from typing import Any
 
@@ -12,6 +13,7 @@ import pytest
 
 from providers.responses.store import ResponseStore
 from runtime.storage import Database
+from support.storage import statement_threads
 
 
 @pytest.fixture
@@ -91,3 +93,16 @@ async def test_logged_events_are_read_back_in_order_and_announced(store: Respons
     assert [await asyncio.wait_for(announced.get(), 10) for _ in range(2)] == ["resp_5", "resp_5"]
     await asyncio.sleep(0.2)
     assert announced.empty()
+
+
+async def test_a_response_and_whether_it_is_readable_are_read_on_the_event_loop(store: ResponseStore) -> None:
+    # One indexed row each (a response continued by previous_response_id is checked on every turn):
+    # a reading thread's hop there and back would cost more than the read. PostgreSQL has no threads.
+    await store.insert(response("resp_l", "completed"), ancestors=[], input_items=[], output_items=[message("msg_l", "hi")])
+    with statement_threads() as looked_up:
+        assert (await store.get("resp_l")).status == "completed"
+        assert await store.readable("resp_l")
+        assert not await store.readable("resp_absent")
+    assert [table for _, table in looked_up] == ["responses"] * 3
+    if store.db.dialect == "sqlite":
+        assert {thread for thread, _ in looked_up} == {threading.current_thread().name}
