@@ -294,6 +294,13 @@ class ServerConfig(_Strict):
     cors: CorsConfig | None = None
     max_request_bytes: int = Field(default=32 * 1024 * 1024, ge=1024)
     """Requests whose body is larger are refused with a 413."""
+    max_header_bytes: int = Field(default=64 * 1024, ge=1024, le=16 * 1024 * 1024)
+    """Requests whose head (request line and headers) is larger are refused with a 431."""
+    header_timeout_s: float = Field(default=10.0, gt=0, le=3600)
+    """A request's head must arrive within this time of its first byte (else a 408), and a new
+    connection must begin one within it (else it is closed)."""
+    body_timeout_s: float = Field(default=60.0, gt=0, le=3600)
+    """While a request's body arrives, the most time between two of its reads (else a 408)."""
     workers: int = Field(default=1, ge=1, le=64)
     """Server processes sharing the port (`stack run --workers N` overrides): each runs the whole
     stack; they share state through the storage (runtime/workers.py)."""

@@ -15,6 +15,7 @@ import uvicorn
 
 from builder.resolve import StackPlan
 from runtime.app import create_app
+from runtime.http_protocol import HttpLimits, guarded_protocol, sweep
 from runtime.stack import open_stack
 
 __all__ = ["run_server", "serve"]
@@ -29,6 +30,7 @@ async def serve(plan: StackPlan, host: str | None = None, port: int | None = Non
     async with open_stack(plan) as stack:
         app = create_app(stack)
         _freeze_startup_objects()
+        limits = HttpLimits(server_config.header_timeout_s, server_config.body_timeout_s, server_config.max_header_bytes)
         config = uvicorn.Config(
             app,
             host=host or server_config.host,
@@ -43,11 +45,16 @@ async def serve(plan: StackPlan, host: str | None = None, port: int | None = Non
             log_config=None,
             timeout_graceful_shutdown=server_config.shutdown_grace_s,
             ws=_websocket_protocol,  # type: ignore[arg-type]  # uvicorn calls it like the protocol class
+            http=guarded_protocol(limits),  # type: ignore[arg-type]  # likewise
         )
         server = _Server(config)
         _stop_on_signals(server, lambda: _begin_shutdown(app, stack.impls.values(), server_config.shutdown_grace_s))
         log.info("serving %s on %s://%s:%d", plan.config.name, "https" if server_config.tls_certfile else "http", config.host, config.port)
-        await server.serve(sockets=[_shared_socket(config.host, config.port)] if reuse_port else None)
+        sweeper = asyncio.create_task(sweep(server.server_state, limits))
+        try:
+            await server.serve(sockets=[_shared_socket(config.host, config.port)] if reuse_port else None)
+        finally:
+            sweeper.cancel()
     log.info("stopped")
 
 

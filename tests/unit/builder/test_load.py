@@ -159,3 +159,11 @@ def test_an_auth_mistake_names_its_path(auth: dict[str, object], path: str) -> N
 def test_auth_keys_may_come_from_the_environment() -> None:
     config = parse_config({"server": {"auth": {"api_keys": [{"principal": "a", "key": "${env.TEAM_KEY}"}]}}}, {"TEAM_KEY": "sk-team-0123456"})
     assert config.server.auth is not None and config.server.auth.api_keys[0].key == "sk-team-0123456"
+
+
+@pytest.mark.parametrize(("key", "value"), [("header_timeout_s", 0), ("body_timeout_s", -1), ("max_header_bytes", 100)])
+def test_the_limits_on_receiving_a_request_are_bounded(key: str, value: int) -> None:
+    with pytest.raises(ConfigError, match=rf"^server\.{key}: "):
+        parse_config({"server": {key: value}}, {})
+    assert parse_config({}, {}).server.model_dump(include={"header_timeout_s", "body_timeout_s", "max_header_bytes"}) == {
+        "header_timeout_s": 10.0, "body_timeout_s": 60.0, "max_header_bytes": 65536}

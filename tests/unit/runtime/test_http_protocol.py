@@ -1,0 +1,180 @@
+"""The limits on receiving a request, case by case: the protocol fed by hand, its sweep's clock given,
+an app that holds what it is sent. (tests/integration/test_slow_clients.py drives them over sockets.)"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from uvicorn.config import Config
+from uvicorn.server import ServerState
+
+from runtime.http_protocol import LINGER_S, GuardedHttpProtocol, HttpLimits
+
+LIMITS = HttpLimits(header_timeout_s=10, body_timeout_s=60, max_header_bytes=2048)
+
+
+class Transport(asyncio.Transport):
+    """What the protocol writes, and whether it closed or shut its writing side."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.written = b""
+        self.closed = self.eof = self.paused = False
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.written += bytes(data)
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return {"peername": ("127.0.0.1", 40000), "sockname": ("127.0.0.1", 8321)}.get(name, default)
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+    def can_write_eof(self) -> bool:
+        return True
+
+    def write_eof(self) -> None:
+        self.eof = True
+
+    def pause_reading(self) -> None:
+        self.paused = True
+
+    def resume_reading(self) -> None:
+        self.paused = False
+
+
+class App:
+    """Answers each request once `release` is set, reading its body only if `reads`."""
+
+    def __init__(self, reads: bool = True) -> None:
+        self.reads = reads
+        self.release = asyncio.Event()
+        self.bodies: list[bytes] = []
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        body = b""
+        while self.reads:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        self.bodies.append(body)
+        await self.release.wait()
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+
+def connection(app: App) -> tuple[GuardedHttpProtocol, Transport]:
+    config = Config(app=app, lifespan="off", access_log=False, log_config=None)
+    config.load()
+    protocol = GuardedHttpProtocol(config=config, server_state=ServerState(), app_state={}, limits=LIMITS)
+    transport = Transport()
+    protocol.connection_made(transport)
+    return protocol, transport
+
+
+def answered(transport: Transport) -> tuple[int, dict[str, Any]]:
+    head, _, body = transport.written.partition(b"\r\n\r\n")
+    return int(head.split()[1]), json.loads(body)
+
+
+async def settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+def sweep(protocol: GuardedHttpProtocol, *times: float) -> None:
+    for now in times:
+        protocol.expire(now)
+
+
+async def test_a_head_is_late_from_when_the_sweep_first_sees_it_whatever_trickles_in() -> None:
+    protocol, transport = connection(App())
+    protocol.data_received(b"POST /v1/conversations HTTP/1.1\r\n")
+    sweep(protocol, 100.0)
+    protocol.data_received(b"host: test\r\n")  # a byte now and then does not put the deadline off
+    sweep(protocol, 109.0)
+    assert not transport.written
+    sweep(protocol, 110.5)
+    assert answered(transport) == (408, {"error": {"message": "The request's headers did not arrive within 10 s.",
+                                                   "type": "invalid_request_error", "param": None, "code": "request_timeout"}})
+    assert transport.eof and not transport.closed  # lingering: what the client still sends is dropped
+    protocol.data_received(b"x-more: 1\r\n\r\n")
+    sweep(protocol, 111.0, 111.0 + LINGER_S + 0.5)
+    assert transport.closed
+
+
+async def test_a_body_that_moves_is_never_late_and_one_that_stops_is() -> None:
+    app = App()
+    protocol, transport = connection(app)
+    protocol.data_received(b"POST /v1/conversations HTTP/1.1\r\nhost: test\r\ncontent-length: 30\r\n\r\n{")
+    await settle()
+    for second in range(0, 300, 50):  # a byte every 50 s, for longer than any one timeout
+        sweep(protocol, float(second), second + 49.0)
+        protocol.data_received(b" ")
+        await settle()
+    assert not transport.written
+    sweep(protocol, 400.0, 461.0)
+    assert answered(transport)[0] == 408
+    await settle()
+    assert app.bodies == [b"{      "]  # the app read what came, then saw the client gone
+    app.release.set()
+    await settle()
+    assert answered(transport)[0] == 408  # its answer went nowhere: the 408 is the only one
+
+
+async def test_time_the_server_stopped_reading_is_not_the_client_s() -> None:
+    protocol, transport = connection(App(reads=False))  # an app that has not taken the body yet
+    protocol.data_received(b"POST /v1/conversations HTTP/1.1\r\nhost: test\r\ncontent-length: 200000\r\n\r\n" + b"x" * 70_000)
+    await settle()
+    assert transport.paused  # uvicorn stopped reading: the app holds more than its high-water mark
+    sweep(protocol, 0.0, 1000.0)
+    assert not transport.written
+
+
+async def test_a_request_received_whole_waits_for_its_answer_without_a_deadline() -> None:
+    app = App()
+    protocol, transport = connection(app)
+    protocol.data_received(b"POST /v1/conversations HTTP/1.1\r\nhost: test\r\ncontent-length: 2\r\n\r\n{}")
+    await settle()
+    sweep(protocol, 0.0, 1000.0)  # a long answer (a stream) is not the client's delay
+    app.release.set()
+    await settle()
+    assert transport.written.startswith(b"HTTP/1.1 200 ") and not transport.closed
+
+
+async def test_a_pipelined_head_waits_while_the_answer_before_it_is_sent() -> None:
+    app = App()
+    protocol, transport = connection(app)
+    protocol.data_received(b"GET /v1/health HTTP/1.1\r\nhost: test\r\n\r\nGET /v1/health HTTP/1.1\r\n")
+    await settle()
+    sweep(protocol, 0.0, 100.0)
+    assert not transport.written  # the first answer is still under way
+    app.release.set()
+    await settle()
+    assert transport.written.startswith(b"HTTP/1.1 200 ")
+    sweep(protocol, 105.0, 116.0)
+    assert transport.written.count(b"HTTP/1.1 408 ") == 1
+
+
+async def test_an_oversized_head_is_refused_before_the_app_sees_it_even_with_its_body_in_the_same_read() -> None:
+    app = App()
+    protocol, transport = connection(app)
+    protocol.data_received(b"POST /v1/conversations HTTP/1.1\r\nhost: test\r\nx-big: " + b"a" * 4000
+                           + b"\r\ncontent-length: 2\r\n\r\n{}GET /v1/health HTTP/1.1\r\n\r\n")
+    await settle()
+    assert answered(transport)[0] == 431 and app.bodies == []
+    assert transport.eof
+
+
+async def test_a_connection_that_never_sends_is_closed_silently() -> None:
+    protocol, transport = connection(App())
+    sweep(protocol, 0.0, 9.0)
+    assert not transport.closed
+    sweep(protocol, 10.5)
+    assert transport.closed and not transport.written
