@@ -31,6 +31,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from http import HTTPStatus
 from itertools import chain
 from typing import Any
 
@@ -38,6 +39,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
 from runtime import fastjson
+from runtime.middleware import new_request_id
 
 __all__ = ["HttpLimits", "guarded_protocol", "sweep"]
 
@@ -205,13 +207,10 @@ async def sweep(state: ServerState, limits: HttpLimits) -> None:
                 connection.expire(now)
 
 
-_REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
-
-
 def _error_response(status: int, code: str, message: str) -> bytes:
     body = fastjson.dumps({"error": {"message": message, "type": "invalid_request_error", "param": None, "code": code}})
-    return b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n%s" % (
-        status, _REASONS[status], len(body), body)
+    return (b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\nx-request-id: %s\r\nconnection: close\r\n\r\n%s"
+            % (status, HTTPStatus(status).phrase.encode(), len(body), new_request_id().encode(), body))
 
 
 LOG_EVERY_S = 10.0

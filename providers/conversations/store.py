@@ -227,8 +227,8 @@ class ConversationStore:
             return version, [row.item for row in connection.execute(_ALL_ITEMS, {"cid": conversation_id})]
 
         found: tuple[int, list[dict[str, Any]] | None] | None
-        if cached is None:
-            found = await self.db.read_with(work)
+        if cached is None or self.db.dialect != "sqlite":
+            found = await self.db.read_with(work)  # on PostgreSQL one round trip, whichever way it goes
         else:
             # Whether the cached list is still the conversation's is one indexed row: read on the
             # event loop, where a reading thread's hop there and back costs more than the read.

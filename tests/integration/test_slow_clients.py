@@ -75,7 +75,7 @@ def test_a_head_that_does_not_arrive_in_time_is_a_408_and_the_connection_is_clos
     with connect(server) as connection:
         connection.sendall(b"POST /v1/conversations HTTP/1.1\r\nhost: test\r\n")  # and nothing more
         status, headers, error = answer(read_all(connection))
-    assert status == 408 and headers["connection"] == "close"
+    assert status == 408 and headers["connection"] == "close" and headers["x-request-id"].startswith("req_")
     assert error == {"error": {"message": f"The request's headers did not arrive within {HEADER_TIMEOUT_S:g} s.",
                                "type": "invalid_request_error", "param": None, "code": "request_timeout"}}
 
