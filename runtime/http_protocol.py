@@ -13,7 +13,8 @@ head is whole. So the limits are kept here, as nginx keeps its `client_header_ti
   connection is closed without a word);
 - a head larger than `max_header_bytes` is a 431;
 - while a body arrives, no more than `body_timeout_s` may pass between two reads of it (not counting time
-  the server itself stopped reading, as it does while the app has not taken what came): else a 408.
+  the server itself stopped reading, as it does while the app has not taken what came): else a 408;
+- what the parser cannot read is a 400 like the rest, where uvicorn's own answer is plain text.
 
 Each refusal is in OpenAI's error shape. The connection is then shut for writing and what the client
 still sends is dropped until it closes, for at most LINGER_S, as nginx's lingering close does: closed at
@@ -147,6 +148,11 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             self._seen = (waiting, marker, now)  # the answer to the request before it is still being sent: wait for it
         else:
             self._refuse(408, "request_timeout", f"The request's headers did not arrive within {self.limits.header_timeout_s:g} s.")
+
+    def send_400_response(self, msg: str) -> None:
+        """What the parser cannot read (a malformed request line or header, a body framed two ways,
+        broken chunks): a 400 in OpenAI's shape, where uvicorn's own is plain text."""
+        self._refuse(400, "invalid_http_request", "The request is not valid HTTP/1.1.")
 
     def _refuse_large_head(self) -> None:
         self._refuse(431, "request_header_fields_too_large", f"The request's headers are larger than {self.limits.max_header_bytes} bytes.")

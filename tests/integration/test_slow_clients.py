@@ -1,5 +1,5 @@
-"""Clients that send a request too slowly, or too large a head, against `stack run`: each is refused in
-OpenAI's error shape and its connection closed, while steady clients, however slow, are served.
+"""Clients that send a request too slowly, too large a head, or what is not HTTP, against `stack run`: each is
+refused in OpenAI's error shape and its connection closed, while steady clients, however slow, are served.
 (Server mode only: the limits are the HTTP server's; the library client has no connections.)"""
 
 from __future__ import annotations
@@ -172,3 +172,11 @@ def test_the_server_serves_others_while_refusing(server: tuple[str, int]) -> Non
         for connection in stalled:
             connection.close()
 
+
+
+def test_a_request_the_parser_cannot_read_is_a_400_in_openai_s_shape(server: tuple[str, int]) -> None:
+    with connect(server) as connection:  # framed two ways: the way request smuggling begins
+        connection.sendall(request_head(body_bytes=2, extra="transfer-encoding: chunked\r\n") + b"{}")
+        status, headers, error = answer(read_all(connection))
+    assert status == 400 and headers["connection"] == "close"
+    assert error["error"]["code"] == "invalid_http_request"  # type: ignore[index]

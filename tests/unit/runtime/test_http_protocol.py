@@ -178,3 +178,14 @@ async def test_a_connection_that_never_sends_is_closed_silently() -> None:
     assert not transport.closed
     sweep(protocol, 10.5)
     assert transport.closed and not transport.written
+
+
+async def test_what_the_parser_cannot_read_is_a_400_in_openai_s_shape() -> None:
+    # uvicorn's own answer is plain text ("Invalid HTTP request received.").
+    for request in (b"FOO /v1/models HTTP/1.1\r\nhost: test\r\n\r\n",
+                    b"POST /v1/conversations HTTP/1.1\r\nhost: test\r\ncontent-length: 2\r\ntransfer-encoding: chunked\r\n\r\n{}"):
+        protocol, transport = connection(App())
+        protocol.data_received(request)
+        assert answered(transport) == (400, {"error": {"message": "The request is not valid HTTP/1.1.", "type": "invalid_request_error",
+                                                       "param": None, "code": "invalid_http_request"}})
+        assert transport.eof
