@@ -301,6 +301,10 @@ class ServerConfig(_Strict):
     connection must begin one within it (else it is closed)."""
     body_timeout_s: float = Field(default=60.0, gt=0, le=3600)
     """While a request's body arrives, the most time between two of its reads (else a 408)."""
+    keep_alive_timeout_s: float = Field(default=5.0, gt=0, le=3600)
+    """An idle keep-alive connection (its last answer sent, no new request begun) is closed after
+    this long. Behind a load balancer, set it above the balancer's own idle timeout, so the
+    balancer never sends a request on a connection the server is closing."""
     workers: int = Field(default=1, ge=1, le=64)
     """Server processes sharing the port (`stack run --workers N` overrides): each runs the whole
     stack; they share state through the storage (runtime/workers.py)."""

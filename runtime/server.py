@@ -30,7 +30,8 @@ async def serve(plan: StackPlan, host: str | None = None, port: int | None = Non
     async with open_stack(plan) as stack:
         app = create_app(stack)
         _freeze_startup_objects()
-        limits = HttpLimits(server_config.header_timeout_s, server_config.body_timeout_s, server_config.max_header_bytes)
+        limits = HttpLimits(server_config.header_timeout_s, server_config.body_timeout_s, server_config.max_header_bytes,
+                            server_config.keep_alive_timeout_s)
         config = uvicorn.Config(
             app,
             host=host or server_config.host,

@@ -118,7 +118,7 @@ class OpenAICompatAdapter:
                 code="upstream_stream_error",
             ) from error
         finally:
-            await response.aclose()
+            await _close(response)
 
     def _request(self, method: str, path: str, payload: bytes | None, timeout: Mapping[str, float] | None = None) -> httpx2.Request:
         # Built with `stream=` and its headers complete (Host, Content-Length), httpx2 encodes and
@@ -160,6 +160,14 @@ def _chunks(response: httpx2.Response) -> AsyncIterator[bytes]:
     if "content-encoding" in response.headers:
         return response.aiter_bytes()
     return aiter(response.stream)  # type: ignore[arg-type]  # an async stream, from an async transport
+
+
+async def _close(response: httpx2.Response) -> None:
+    """`response.aclose()` without the context manager it enters, which only words a transport's error
+    with the request (1.4 µs of a proxied request's CPU). The transport's streams do not raise on close."""
+    if not response.is_closed:
+        response.is_closed = True
+        await response.stream.aclose()  # type: ignore[union-attr]  # an async stream, from an async transport
 
 
 async def _body(response: httpx2.Response) -> bytes:

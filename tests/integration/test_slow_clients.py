@@ -18,6 +18,7 @@ from runtime.testing.targets import running_server
 HEADER_TIMEOUT_S = 2.0
 BODY_TIMEOUT_S = 2.0
 MAX_HEADER_BYTES = 8192
+KEEP_ALIVE_TIMEOUT_S = 2.0
 WAIT_S = 15.0  # far longer than any limit: a refusal not come by then is not coming
 
 
@@ -29,6 +30,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]
         f"name: slow-clients\nstate_dir: {directory / 'state'}\n"
         "providers:\n  conversations:\n    - {provider_id: builtin, provider_type: builtin}\n"
         f"server:\n  header_timeout_s: {HEADER_TIMEOUT_S}\n  body_timeout_s: {BODY_TIMEOUT_S}\n  max_header_bytes: {MAX_HEADER_BYTES}\n"
+        f"  keep_alive_timeout_s: {KEEP_ALIVE_TIMEOUT_S}\n"
     )
     with running_server(str(config)) as base_url:
         host, port = base_url.removeprefix("http://").removesuffix("/v1").split(":")
@@ -157,6 +159,18 @@ def test_slow_but_steady_clients_are_served_and_keep_their_connection(server: tu
         # The connection is kept: the next request on it is served too.
         connection.sendall(b"GET /v1/health HTTP/1.1\r\nhost: test\r\n\r\n")
         assert answer(read_one(connection))[0] == 200
+
+
+def test_an_idle_keep_alive_connection_is_closed_after_its_timeout(server: tuple[str, int]) -> None:
+    with connect(server) as connection:
+        connection.sendall(b"GET /v1/health HTTP/1.1\r\nhost: test\r\n\r\n")
+        assert answer(read_one(connection))[0] == 200
+        time.sleep(KEEP_ALIVE_TIMEOUT_S / 2)
+        connection.sendall(b"GET /v1/health HTTP/1.1\r\nhost: test\r\n\r\n")  # within its time: served
+        assert answer(read_one(connection))[0] == 200
+        idle_since = time.monotonic()
+        assert read_all(connection) == b""  # then closed without a word
+        assert KEEP_ALIVE_TIMEOUT_S <= time.monotonic() - idle_since < WAIT_S
 
 
 def test_the_server_serves_others_while_refusing(server: tuple[str, int]) -> None:

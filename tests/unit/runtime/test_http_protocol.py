@@ -12,7 +12,7 @@ from uvicorn.server import ServerState
 
 from runtime.http_protocol import LINGER_S, GuardedHttpProtocol, HttpLimits
 
-LIMITS = HttpLimits(header_timeout_s=10, body_timeout_s=60, max_header_bytes=2048)
+LIMITS = HttpLimits(header_timeout_s=10, body_timeout_s=60, max_header_bytes=2048, keep_alive_timeout_s=5)
 
 
 class Transport(asyncio.Transport):
@@ -21,10 +21,15 @@ class Transport(asyncio.Transport):
     def __init__(self) -> None:
         super().__init__()
         self.written = b""
+        self.writes: list[bytes] = []  # each system call's bytes
         self.closed = self.eof = self.paused = False
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         self.written += bytes(data)
+        self.writes.append(bytes(data))
+
+    def writelines(self, list_of_data: Any) -> None:  # one writev
+        self.write(b"".join(list_of_data))
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         return {"peername": ("127.0.0.1", 40000), "sockname": ("127.0.0.1", 8321)}.get(name, default)
@@ -69,7 +74,7 @@ class App:
         await send({"type": "http.response.body", "body": b"{}"})
 
 
-def connection(app: App) -> tuple[GuardedHttpProtocol, Transport]:
+def connection(app: Any) -> tuple[GuardedHttpProtocol, Transport]:
     config = Config(app=app, lifespan="off", access_log=False, log_config=None)
     config.load()
     protocol = GuardedHttpProtocol(config=config, server_state=ServerState(), app_state={}, limits=LIMITS)
@@ -172,6 +177,36 @@ async def test_an_oversized_head_is_refused_before_the_app_sees_it_even_with_its
     assert transport.eof
 
 
+async def test_an_idle_keep_alive_connection_is_closed_by_the_sweep_not_a_timer_per_answer() -> None:
+    app = App()
+    app.release.set()
+    protocol, transport = connection(app)
+    protocol.data_received(b"GET /v1/health HTTP/1.1\r\nhost: test\r\n\r\n")
+    await settle()
+    assert transport.written.startswith(b"HTTP/1.1 200 ")
+    assert protocol.timeout_keep_alive_task is None  # uvicorn's own timer is not armed after each answer
+    sweep(protocol, 100.0, 104.5)
+    assert not transport.closed
+    sweep(protocol, 105.5)
+    assert transport.closed and transport.written.count(b"HTTP/1.1 ") == 1  # closed without a word
+
+
+async def test_a_connection_in_use_is_not_idle() -> None:
+    app = App()
+    app.release.set()
+    protocol, transport = connection(app)
+    for second in range(0, 40, 4):  # a request every 4 s, for longer than the keep-alive timeout
+        protocol.data_received(b"GET /v1/health HTTP/1.1\r\nhost: test\r\n\r\n")
+        await settle()
+        sweep(protocol, float(second), second + 3.9)
+    assert not transport.closed and transport.written.count(b"HTTP/1.1 200 ") == 10
+    protocol.data_received(b"GET /v1/health HTTP/1.1\r\n")  # a head begun: its own limit, not the idle one
+    sweep(protocol, 50.0, 56.0)
+    assert not transport.closed
+    sweep(protocol, 60.5)
+    assert transport.written.count(b"HTTP/1.1 408 ") == 1
+
+
 async def test_a_connection_that_never_sends_is_closed_silently() -> None:
     protocol, transport = connection(App())
     sweep(protocol, 0.0, 9.0)
@@ -189,3 +224,94 @@ async def test_what_the_parser_cannot_read_is_a_400_in_openai_s_shape() -> None:
         assert answered(transport) == (400, {"error": {"message": "The request is not valid HTTP/1.1.", "type": "invalid_request_error",
                                                        "param": None, "code": "invalid_http_request"}})
         assert transport.eof
+
+
+class Answers:
+    """Reads the request's body, then sends `messages`, then fails if `fail`."""
+
+    def __init__(self, *messages: dict[str, Any], fail: bool = False) -> None:
+        self.messages = messages
+        self.fail = fail
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        while (await receive()).get("more_body"):
+            pass
+        for message in self.messages:
+            await send(message)
+        if self.fail:
+            raise RuntimeError("the app failed mid-answer")
+
+
+def served(app: Any, request: bytes) -> Transport:
+    protocol, transport = connection(app)
+    protocol.data_received(request)
+    return transport
+
+
+START = {"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json"), (b"content-length", b"11")]}
+GET = b"GET /v1/models HTTP/1.1\r\nhost: test\r\n\r\n"
+
+
+async def test_an_answer_with_a_content_length_goes_out_in_one_write() -> None:
+    transport = served(Answers(START, {"type": "http.response.body", "body": b'{"data":[]}'}), GET)
+    await settle()
+    assert len(transport.writes) == 1
+    head, _, body = transport.writes[0].partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 OK\r\n") and b"content-length: 11" in head and body == b'{"data":[]}'
+
+
+async def test_a_body_sent_in_parts_is_whole_and_only_its_first_part_waits_for_the_head() -> None:
+    parts = (b'{"a":', b"HTTP/1.1 ", b'1}')  # a part that looks like a head is body all the same
+    start = {**START, "headers": [(b"content-length", b"%d" % sum(map(len, parts)))]}
+    transport = served(Answers(start, *({"type": "http.response.body", "body": part, "more_body": True} for part in parts),
+                               {"type": "http.response.body", "body": b""}), GET)
+    await settle()
+    assert transport.writes[0].endswith(b"\r\n\r\n" + parts[0]) and transport.writes[1:] == [parts[1], parts[2], b""]
+
+
+async def test_a_stream_s_head_goes_out_with_its_first_part() -> None:
+    start = {"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]}
+    transport = served(Answers(start, {"type": "http.response.body", "body": b"data: 1\n\n", "more_body": True},
+                               {"type": "http.response.body", "body": b""}), GET)
+    await settle()
+    assert transport.writes[0].endswith(b"transfer-encoding: chunked\r\n\r\n9\r\ndata: 1\n\n\r\n")
+    assert transport.writes[1:] == [b"0\r\n\r\n"]
+
+
+async def test_a_stream_whose_first_part_is_slow_shows_its_head_at_once() -> None:
+    first = asyncio.Event()
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]})
+        await first.wait()
+        await send({"type": "http.response.body", "body": b"data: 1\n\n"})
+
+    transport = served(app, GET)
+    await settle()
+    assert transport.writes == [transport.written] and transport.written.endswith(b"transfer-encoding: chunked\r\n\r\n")
+    first.set()
+    await settle()
+    assert transport.writes[1:] == [b"9\r\ndata: 1\n\n\r\n0\r\n\r\n"]
+
+
+async def test_a_head_request_s_answer_is_its_head_alone() -> None:
+    transport = served(Answers(START, {"type": "http.response.body", "body": b""}), b"HEAD /v1/models HTTP/1.1\r\nhost: test\r\n\r\n")
+    await settle()
+    assert transport.written.startswith(b"HTTP/1.1 200 OK\r\n") and transport.written.endswith(b"content-length: 11\r\n\r\n")
+
+
+async def test_a_100_continue_goes_before_the_answer_and_is_not_held() -> None:
+    request = b"POST /v1/files HTTP/1.1\r\nhost: test\r\ncontent-length: 2\r\nexpect: 100-continue\r\n\r\n"
+    protocol, transport = connection(Answers(START, {"type": "http.response.body", "body": b'{"data":[]}'}))
+    protocol.data_received(request)
+    await settle()
+    assert transport.writes == [b"HTTP/1.1 100 Continue\r\n\r\n"]  # the app waits for the body
+    protocol.data_received(b"{}")
+    await settle()
+    assert len(transport.writes) == 2 and transport.writes[1].endswith(b'\r\n\r\n{"data":[]}')
+
+
+async def test_an_answer_the_app_abandons_after_its_start_closes_the_connection() -> None:
+    transport = served(Answers(START, fail=True), GET)
+    await settle()
+    assert transport.closed and not transport.written  # no head promising a body that never comes
