@@ -45,6 +45,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
 from runtime import fastjson
+from runtime.departure import DEPARTURE
 from runtime.middleware import new_request_id
 
 __all__ = ["HttpLimits", "guarded_protocol", "sweep"]
@@ -86,6 +87,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self._read = 0  # bytes in the read being parsed
         self._begin_read = 0  # bytes in the read the head under way began in
         self._seen: tuple[int, int, float] | None = None  # (state, its marker, when the sweep first saw them)
+        self._departures: list[Callable[[], None]] = []  # to call if the client leaves (runtime.departure)
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -127,6 +129,36 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         cycle = self.cycle
         if cycle is not before and cycle is not None:  # a request cycle begun (not a WebSocket upgrade)
             cycle.transport = _OneWriteAnswer(self.transport, cycle, self.loop)  # type: ignore[assignment]
+            # An ASGI extension's value is a dict (runtime.departure reads its "notice").
+            self.scope.setdefault("extensions", {})[DEPARTURE] = {"notice": self._on_departure}
+
+    def _on_departure(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """runtime.departure's notice: `callback` is called once if the connection is lost (or refused)
+        while the request is answered. Only the request whose app runs can register: a pipelined one
+        waits for the answer before it."""
+        if self._waiting == _CLOSING or self.transport.is_closing():
+            return self.loop.call_soon(callback).cancel  # gone already
+        departures = self._departures
+        departures.append(callback)
+
+        def forget() -> None:
+            if callback in departures:
+                departures.remove(callback)
+
+        return forget
+
+    def _depart(self) -> None:
+        departures, self._departures = self._departures, []
+        for callback in departures:
+            try:
+                callback()
+            except Exception:  # one failing must not keep the others from stopping their work
+                log.exception("a callback for a departed client failed")
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        if self._departures:
+            self._depart()
 
     def expire(self, now: float) -> None:
         """End the connection if what it waits for is late (called by `sweep`)."""
@@ -194,6 +226,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             # writes go nowhere.
             cycle.disconnected = True
             cycle.message_event.set()
+            self._depart()
         if not receiving_body:
             # The rest of a read being parsed may hold a body for the refused head: uvicorn's
             # callbacks drop what comes for a request whose answer is complete.

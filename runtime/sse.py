@@ -9,6 +9,8 @@ from typing import Any
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from runtime.departure import on_departure
+
 __all__ = ["DONE", "EventStreamResponse", "close_frames", "iter_sse_data", "sse_frame"]
 
 DONE = b"[DONE]"
@@ -95,7 +97,7 @@ class EventStreamResponse(Response):
         loop = asyncio.get_running_loop()
         frames = aiter(self.frames)
         target = _Target(asyncio.current_task())
-        watcher = loop.create_task(_watch_disconnect(receive, target, outbox))
+        forget = on_departure(scope, receive, lambda: _departed(target, outbox))
         producer: asyncio.Task[None] | None = None
         try:
             head: list[bytes] = []
@@ -108,7 +110,7 @@ class EventStreamResponse(Response):
             except asyncio.CancelledError:
                 if not outbox.gone or target.task is None:
                     raise
-                target.task.uncancel()  # the watcher's: the client has gone
+                target.task.uncancel()  # the departure's: the client has gone
                 await close_frames(frames)
                 return
             await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
@@ -131,7 +133,7 @@ class EventStreamResponse(Response):
             producer.result()  # the producer's own error, if it had one
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
-            watcher.cancel()
+            forget()
             if producer is not None:
                 if not producer.done():
                     producer.cancel()
@@ -189,9 +191,7 @@ async def close_frames(frames: AsyncIterator[Any]) -> None:
         await close()
 
 
-async def _watch_disconnect(receive: Receive, target: _Target, outbox: _Outbox) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
+def _departed(target: _Target, outbox: _Outbox) -> None:
     outbox.gone = True
     if target.task is not None:
         target.task.cancel()

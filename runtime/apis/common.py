@@ -11,6 +11,7 @@ from starlette.responses import Response
 
 from runtime import fastjson
 from runtime.apis.items import ItemText, check_include
+from runtime.departure import on_departure
 from runtime.errors import JSON_INVALID_MESSAGE, InvalidRequestError
 
 __all__ = ["MAX_STRING", "JSONBytes", "include_query", "cursor_page", "parse_json_object", "unless_disconnected", "validate_id", "validate_limit", "validate_metadata",
@@ -127,15 +128,13 @@ async def unless_disconnected(request: Request, work: Awaitable[T]) -> T | None:
     current = asyncio.current_task()
     gone = False
 
-    async def watch() -> None:
+    def leave() -> None:
         nonlocal gone
-        while (await request.receive())["type"] != "http.disconnect":
-            pass
         gone = True
         if current is not None:
             current.cancel()
 
-    watcher = asyncio.create_task(watch())
+    forget = on_departure(request.scope, request.receive, leave)
     try:
         return await work
     except asyncio.CancelledError:
@@ -144,7 +143,7 @@ async def unless_disconnected(request: Request, work: Awaitable[T]) -> T | None:
         current.uncancel()
         return None
     finally:
-        watcher.cancel()
+        forget()
 
 
 METADATA_SCHEMA: dict[str, Any] = {"type": ["object", "null"], "maxProperties": 16,

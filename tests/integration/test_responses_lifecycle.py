@@ -314,16 +314,18 @@ def test_a_stream_that_stalls_after_it_started_fails_within_the_gap(upstream: Fa
         assert "".join(chunk.choices[0].delta.content or "" for chunk in steady if chunk.choices) == "tok1 tok2 tok3"
 
 
-@pytest.mark.parametrize("what", ["chat stream before its first chunk", "non-streamed response"])
+@pytest.mark.parametrize("what", ["chat stream before its first chunk", "non-streamed chat", "non-streamed response"])
 def test_a_client_that_leaves_cancels_the_upstream_call(live: StackTarget, upstream: FakeUpstream, what: str) -> None:
     """Nobody would read the answer: the upstream call is cancelled, not left to run its course."""
     before = len(upstream.abandoned)
     client = live.openai(max_retries=0, timeout=0.5)  # the client gives up after half a second
     with pytest.raises(openai.APITimeoutError):
-        if what.startswith("chat"):
+        if what == "chat stream before its first chunk":
             stream = client.chat.completions.create(model="fake-model", messages=[{"role": "user", "content": "[tokens:3] [slow:4000]"}],
                                                     stream=True)
             list(stream)
+        elif what == "non-streamed chat":
+            client.chat.completions.create(model="fake-model", messages=[{"role": "user", "content": "[slow:4000] hi"}])
         else:
             client.responses.create(model="fake-model", input="[slow:4000] a long think")
     client.close()

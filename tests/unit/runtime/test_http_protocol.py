@@ -10,6 +10,7 @@ from typing import Any
 from uvicorn.config import Config
 from uvicorn.server import ServerState
 
+from runtime.departure import on_departure
 from runtime.http_protocol import LINGER_S, GuardedHttpProtocol, HttpLimits
 
 LIMITS = HttpLimits(header_timeout_s=10, body_timeout_s=60, max_header_bytes=2048, keep_alive_timeout_s=5)
@@ -315,3 +316,39 @@ async def test_an_answer_the_app_abandons_after_its_start_closes_the_connection(
     transport = served(Answers(START, fail=True), GET)
     await settle()
     assert transport.closed and not transport.written  # no head promising a body that never comes
+
+
+async def test_an_app_is_told_its_client_left_without_a_task_waiting_to_find_out() -> None:
+    told: list[str] = []
+    registered = asyncio.Event()
+    tasks_while_watching: list[int] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        before = len(asyncio.all_tasks())
+        on_departure(scope, receive, lambda: told.append("kept"))
+        forget = on_departure(scope, receive, lambda: told.append("forgotten"))
+        forget()
+        tasks_while_watching.append(len(asyncio.all_tasks()) - before)
+        registered.set()
+        await asyncio.sleep(3600)
+
+    protocol, transport = connection(app)
+    protocol.data_received(GET)
+    await registered.wait()
+    assert tasks_while_watching == [0]  # runtime.departure's fallback would have added one per watch
+    protocol.connection_lost(None)
+    assert told == ["kept"]
+    for task in protocol.tasks:
+        task.cancel()
+
+
+async def test_a_watch_begun_after_the_client_left_is_told_at_once() -> None:
+    told: list[str] = []
+    protocol, transport = connection(App())
+    protocol.data_received(b"POST /v1/conversations HTTP/1.1\r\nhost: test\r\ncontent-length: 9\r\n\r\n{")
+    await settle()
+    sweep(protocol, 0.0, 61.0)  # the body is late: refused, and the app's client is gone
+    notice = protocol.scope["extensions"]["stack.departure"]["notice"]
+    notice(lambda: told.append("gone"))
+    await settle()
+    assert told == ["gone"]
