@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import re
 import ssl
+from collections.abc import Mapping
 from typing import Final
 
 import httpx2
@@ -74,12 +75,37 @@ class PooledTransport(httpx2.AsyncBaseTransport):
         self._closed = False
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        loop = asyncio.get_running_loop()
-        if loop is not self._loop:
-            self._bind(loop)
         url = request.url
-        pool = self._pools.get((url.scheme, url.netloc)) or self._new_pool(url)
-        timeouts = request.extensions.get("timeout")
+        pool = self._pool(url)
+        head = _encode_head(request, pool.host_header)
+        try:
+            body = request.content
+        except httpx2.RequestNotRead:  # a streamed body: read it all (it is sent in one write)
+            body = await request.aread()
+        conn, stream = await self._send(pool, _frame_body(head, body), request.method == "HEAD", request.extensions.get("timeout"))
+        try:
+            return httpx2.Response(conn.status, headers=conn.headers, stream=stream, extensions={"http_version": _HTTP11})
+        except BaseException:
+            conn.discard()
+            raise
+
+    async def send_prepared(self, url: httpx2.URL, payload: bytes,
+                            timeouts: Mapping[str, float] | None = None) -> tuple[int, list[tuple[bytes, bytes]], ResponseStream]:
+        """Send a request already encoded whole (head with Host, and body: see `prepared_head`) to
+        `url`'s origin; its answer's status, raw headers and body stream, as `handle_async_request`
+        would put them in an `httpx2.Response`. For a caller that sends many requests alike:
+        building the Request and Response objects (their headers normalized each time) cost more
+        than the rest of the exchange. Timeouts and errors as for `handle_async_request`."""
+        conn, stream = await self._send(self._pool(url), payload, False, timeouts)
+        return conn.status, conn.headers, stream
+
+    def _pool(self, url: httpx2.URL) -> Pool:
+        if asyncio.get_running_loop() is not self._loop:
+            self._bind(asyncio.get_running_loop())
+        return self._pools.get((url.scheme, url.netloc)) or self._new_pool(url)
+
+    async def _send(self, pool: Pool, payload: bytes, is_head: bool,
+                    timeouts: Mapping[str, float] | None) -> tuple[Connection, ResponseStream]:
         gap_timeout = None
         if timeouts is None:
             connect_timeout, read_timeout, pool_timeout = self._connect_timeout, None, None
@@ -87,25 +113,10 @@ class PooledTransport(httpx2.AsyncBaseTransport):
             connect_timeout = timeouts.get("connect", self._connect_timeout)
             read_timeout, pool_timeout = timeouts.get("read"), timeouts.get("pool")
             gap_timeout = timeouts.get("gap")  # ours: between two body chunks, once the first came
-        head = _encode_head(request, pool.host_header)
-        try:
-            body = request.content
-        except httpx2.RequestNotRead:  # a streamed body: read it all (it is sent in one write)
-            body = await request.aread()
-        payload = _frame_body(head, body)
         # Fast path without a coroutine: an idle connection, or room to open one.
-        conn = pool.take() if pool.idle or pool.total < pool.max else await pool.wait(loop, pool_timeout)
-        conn = await self._exchange(pool, conn, payload, request.method == "HEAD", connect_timeout, read_timeout)
-        try:
-            return httpx2.Response(
-                conn.status,
-                headers=conn.headers,
-                stream=ResponseStream(conn, read_timeout, gap_timeout),
-                extensions={"http_version": _HTTP11},
-            )
-        except BaseException:
-            conn.discard()
-            raise
+        conn = pool.take() if pool.idle or pool.total < pool.max else await pool.wait(pool.loop, pool_timeout)
+        conn = await self._exchange(pool, conn, payload, is_head, connect_timeout, read_timeout)
+        return conn, ResponseStream(conn, read_timeout, gap_timeout)
 
     async def aclose(self) -> None:
         self._closed = True
@@ -200,16 +211,27 @@ def _method_bytes(method: str) -> bytes:
 def _encode_head(request: httpx2.Request, host_header: bytes) -> bytes:
     """The request line and headers, validated, as one buffer."""
     raw = request.headers.raw
-    parts = [_method_bytes(request.method), b" ", request.url.raw_path, b" HTTP/1.1\r\n"]
-    lines = len(raw) + 2
     # httpx2 puts Host first when it adds it; only a request built with `stream=` may lack it.
     if not raw or raw[0][0].lower() != b"host" and "host" not in request.headers:
-        parts += (b"Host: ", host_header, b"\r\n")
-        lines += 1
-    for name, value in raw:
+        raw = [(b"Host", host_header), *raw]
+    return _head(_method_bytes(request.method), request.url.raw_path, raw)
+
+
+def prepared_head(method: str, url: httpx2.URL, headers: list[tuple[bytes, bytes]]) -> bytes:
+    """The head of a request to `url` with `headers` (Host among them) and a body, up to its
+    Content-Length's value: a request for `PooledTransport.send_prepared` is this, then
+    `b"%d\r\n\r\n" % len(body)`, then the body. Validated as `handle_async_request` validates a head."""
+    head = _head(_method_bytes(method), url.raw_path, [*headers, (b"content-length", b"0")])
+    return head[: -len(b"0\r\n\r\n")]
+
+
+def _head(method: bytes, target: bytes, headers: list[tuple[bytes, bytes]]) -> bytes:
+    parts = [method, b" ", target, b" HTTP/1.1\r\n"]
+    for name, value in headers:
         parts += (name, b": ", value, b"\r\n")
     parts.append(b"\r\n")
     head = b"".join(parts)
+    lines = len(headers) + 2
     # CR, LF or NUL inside a name or value would let a header smuggle others in: each line
     # must end with exactly one CRLF. Two C-speed scans instead of a per-header check.
     if head.count(b"\n") != lines or head.count(b"\r") != lines or b"\0" in head:

@@ -21,6 +21,8 @@ from providers.inference.openai_compat import OpenAICompatAdapter
 from providers.spec import Api
 from runtime.apis.inference.protocol import UpstreamRequest
 from runtime.errors import UpstreamError
+from runtime.fast_transport.transport import _encode_head, _frame_body
+from runtime.http import TRANSPORT_ENV
 from runtime.stack import open_stack
 
 
@@ -40,10 +42,17 @@ def plan_for(tmp_path: Path, base_url: str, **config: Any) -> Any:
     return resolve(parse_config(document, {}), {})
 
 
-@pytest.fixture
-async def adapter(tmp_path: Path, upstream: FakeUpstream) -> AsyncIterator[OpenAICompatAdapter]:
+@pytest.fixture(params=["prepared", "httpx2 objects"])
+async def adapter(request: pytest.FixtureRequest, tmp_path: Path, upstream: FakeUpstream,
+                  monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[OpenAICompatAdapter]:
+    """Over the stack's transport, which takes requests already encoded, and over httpx2's own,
+    which is given httpx2's Request and Response objects (as a recording transport is): both alike."""
+    if request.param == "httpx2 objects":
+        monkeypatch.setenv(TRANSPORT_ENV, "httpx2")
     async with open_stack(plan_for(tmp_path, upstream.base_url)) as stack:
-        yield stack.impls[Api.inference].providers["up"]
+        adapter = stack.impls[Api.inference].providers["up"]
+        assert (adapter._send_prepared is not None) == (request.param == "prepared")
+        yield adapter
 
 
 def chat(text: str, **extra: Any) -> UpstreamRequest:
@@ -175,3 +184,16 @@ def test_upstream_requests_carry_the_headers_and_body_httpx2_would_give(adapter:
     listing = adapter._request("GET", "models", None)
     assert "content-length" not in listing.headers and listing.headers["host"] == theirs.headers["host"]
     assert listing.content == b""
+
+
+def test_a_prepared_request_is_the_bytes_of_the_httpx2_request_it_stands_for(adapter: OpenAICompatAdapter) -> None:
+    payload = b'{"model":"fake-model","messages":[]}'
+    request = adapter._request("POST", "chat/completions", payload)
+    host = adapter._urls["chat/completions"].netloc
+    from runtime.fast_transport.transport import prepared_head
+
+    prepared = prepared_head("POST", adapter._urls["chat/completions"], adapter._headers) + b"%d\r\n\r\n" % len(payload) + payload
+    assert prepared == _frame_body(_encode_head(request, host), payload)
+    if adapter._heads:
+        assert adapter._heads["chat/completions"] + b"%d\r\n\r\n" % len(payload) + payload == prepared
+
