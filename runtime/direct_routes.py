@@ -29,14 +29,14 @@ from urllib.parse import parse_qsl
 from fastapi import APIRouter
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, ValidationError
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from runtime import fastjson
 from runtime.errors import JSON_INVALID_MESSAGE, APIError, InvalidRequestError
 
-__all__ = ["DirectRoutes", "direct", "direct_routes", "direct_with_body", "replay_body"]
+__all__ = ["DirectRoutes", "direct", "direct_routes", "direct_with_body", "read_body", "replay_body"]
 
 Endpoint = Callable[..., Awaitable[Response]]
 E = TypeVar("E", bound=Endpoint)
@@ -179,7 +179,7 @@ class DirectRoutes:
             arguments[call.request_param] = request
         try:
             if call.body is not None:
-                raw = await request.body()
+                raw = await read_body(request)
                 body = _parsed(call.body, scope, raw)
                 if body is None:  # not the common case: FastAPI parses it, and words any mistake
                     await self.app(scope, replay_body(raw, receive), send)
@@ -192,6 +192,29 @@ class DirectRoutes:
             await response(scope, receive, send)
         except APIError as error:  # raised before the response started (runtime.sse: the head of a stream)
             await api_error_response(error)(scope, receive, send)
+
+
+async def read_body(request: Request) -> bytes:
+    """`await request.body()` without the async generator Starlette reads it through (3.4 µs of a
+    request in process, of 4.6): the same messages taken from `receive`, the same `ClientDisconnect`
+    if the client leaves, and the body kept where Starlette keeps it (`_body`, which its `body()`,
+    `stream()`, `json()` and `form()` read first), so a later read of either kind sees it."""
+    body: bytes | None = getattr(request, "_body", None)
+    if body is not None:
+        return body
+    chunks: list[bytes] = []
+    while True:
+        message = await request.receive()
+        kind = message["type"]
+        if kind == "http.request":
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        elif kind == "http.disconnect":
+            raise ClientDisconnect()
+    body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    request._body = body
+    return body
 
 
 def _match(calls: list[Call] | None, path: str, arguments: dict[str, Any]) -> Call | None:

@@ -63,11 +63,10 @@ class OpenAICompatAdapter:
         # and Response objects (each normalizing its headers) cost 8 to 14 µs a call, about a tenth
         # of a proxied request's CPU. Any other transport (a recording one, httpx2's own) gets them.
         self._send_prepared = getattr(transport, "send_prepared", None)
-        self._heads: dict[str, bytes] = {}
+        self._prepared: dict[str, Any] = {}
         if self._send_prepared is not None:
-            from runtime.fast_transport.transport import prepared_head
-
-            self._heads = {path: prepared_head("POST", url, self._headers) for path, url in self._urls.items()}
+            self._prepared = {path: transport.prepare("POST", url, self._headers)  # type: ignore[attr-defined]
+                              for path, url in self._urls.items()}
 
     async def chat_completion(self, request: UpstreamRequest) -> bytes:
         return await self._post("chat/completions", request)
@@ -135,8 +134,7 @@ class OpenAICompatAdapter:
         if send_prepared is None:
             return _ResponseBody(await self._send(self._request("POST", path, payload, timeout)))
         try:
-            status, headers, stream = await send_prepared(self._urls[path], self._heads[path] + b"%d\r\n\r\n" % len(payload) + payload,
-                                                          timeout)
+            status, headers, stream = await send_prepared(self._prepared[path], payload, timeout)
         except httpx2.HTTPError as error:
             raise self._unreachable(error) from error
         if status < 400 and not any(name.lower() == b"content-encoding" for name, _ in headers):

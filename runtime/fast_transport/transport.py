@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from dataclasses import dataclass
 import ssl
 from collections.abc import Mapping
 from typing import Final
@@ -89,14 +90,21 @@ class PooledTransport(httpx2.AsyncBaseTransport):
             conn.discard()
             raise
 
-    async def send_prepared(self, url: httpx2.URL, payload: bytes,
+    def prepare(self, method: str, url: httpx2.URL, headers: list[tuple[bytes, bytes]]) -> PreparedRequest:
+        """A request to `url` with `headers` (Host among them) and a body, encoded and validated once
+        (as `handle_async_request` validates a head), for `send_prepared` to send with any body."""
+        return PreparedRequest(url, (url.scheme, url.netloc), _prepared_head(method, url, headers))
+
+    async def send_prepared(self, request: PreparedRequest, body: bytes,
                             timeouts: Mapping[str, float] | None = None) -> tuple[int, list[tuple[bytes, bytes]], ResponseStream]:
-        """Send a request already encoded whole (head with Host, and body: see `prepared_head`) to
-        `url`'s origin; its answer's status, raw headers and body stream, as `handle_async_request`
-        would put them in an `httpx2.Response`. For a caller that sends many requests alike:
-        building the Request and Response objects (their headers normalized each time) cost more
-        than the rest of the exchange. Timeouts and errors as for `handle_async_request`."""
-        conn, stream = await self._send(self._pool(url), payload, False, timeouts)
+        """Send `request` with `body`: its answer's status, raw headers and body stream, as
+        `handle_async_request` would put them in an `httpx2.Response`. For a caller that sends many
+        requests alike: building the Request and Response objects (their headers normalized each
+        time) cost more than the rest of the exchange. Timeouts and errors as for `handle_async_request`."""
+        if asyncio.get_running_loop() is not self._loop:
+            self._bind(asyncio.get_running_loop())
+        pool = self._pools.get(request.origin) or self._new_pool(request.url)
+        conn, stream = await self._send(pool, request.encode(body), False, timeouts)
         return conn.status, conn.headers, stream
 
     def _pool(self, url: httpx2.URL) -> Pool:
@@ -217,10 +225,20 @@ def _encode_head(request: httpx2.Request, host_header: bytes) -> bytes:
     return _head(_method_bytes(request.method), request.url.raw_path, raw)
 
 
-def prepared_head(method: str, url: httpx2.URL, headers: list[tuple[bytes, bytes]]) -> bytes:
-    """The head of a request to `url` with `headers` (Host among them) and a body, up to its
-    Content-Length's value: a request for `PooledTransport.send_prepared` is this, then
-    `b"%d\r\n\r\n" % len(body)`, then the body. Validated as `handle_async_request` validates a head."""
+@dataclass(frozen=True, slots=True)
+class PreparedRequest:
+    """A request made by `PooledTransport.prepare`: its head, up to its Content-Length's value."""
+
+    url: httpx2.URL
+    origin: tuple[str, bytes]
+    head: bytes
+
+    def encode(self, body: bytes) -> bytes:
+        """The whole request with `body`, as one buffer."""
+        return self.head + b"%d\r\n\r\n" % len(body) + body
+
+
+def _prepared_head(method: str, url: httpx2.URL, headers: list[tuple[bytes, bytes]]) -> bytes:
     head = _head(_method_bytes(method), url.raw_path, [*headers, (b"content-length", b"0")])
     return head[: -len(b"0\r\n\r\n")]
 

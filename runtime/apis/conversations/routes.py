@@ -10,7 +10,7 @@ from fastapi.responses import Response
 from runtime.apis.common import METADATA_SCHEMA, JSONBytes, json_body, include_query, parse_json_object, validate_id, validate_limit, validate_order
 from runtime.apis.conversations.protocol import ConversationsProvider
 from runtime.apis.items import shown_item, shown_items
-from runtime.direct_routes import direct
+from runtime.direct_routes import direct, read_body
 from runtime.errors import InvalidRequestError
 
 __all__ = ["router"]
@@ -78,7 +78,7 @@ def router(impl: ConversationsProvider) -> APIRouter:
 
 
 async def _body(request: Request, known: tuple[str, ...], allow_empty: bool = False) -> dict[str, Any]:
-    raw = await request.body()
+    raw = await read_body(request)
     if allow_empty and not raw.strip():
         return {}
     body = parse_json_object(raw)

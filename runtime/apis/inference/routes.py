@@ -27,7 +27,7 @@ from runtime.apis.files.protocol import FilesProvider
 from runtime.apis.inference.store import new_completion_id
 from runtime.apis.safety.guard import guard_input
 from runtime.apis.safety.protocol import SafetyProvider
-from runtime.direct_routes import direct
+from runtime.direct_routes import direct, read_body
 from runtime import fastjson
 from runtime.errors import APIError, InvalidRequestError, error_body
 from runtime.ids import random_hex
@@ -104,7 +104,7 @@ def router(impl: InferenceRouter, files: FilesProvider | None = None, safety: Sa
     @routes.post("/chat/completions", summary="Create a chat completion (streamed with `stream: true`)", openapi_extra=CHAT_BODY)
     @direct
     async def create_chat_completion(request: Request) -> Response:
-        raw = await request.body()
+        raw = await read_body(request)
         body = parse_json_object(raw)
         _check_chat_body(body)
         forwarded: bytes | None = raw
@@ -122,7 +122,7 @@ def router(impl: InferenceRouter, files: FilesProvider | None = None, safety: Sa
     @routes.post("/completions", summary="Create a completion (the legacy API; streamed with `stream: true`)", openapi_extra=COMPLETIONS_BODY)
     @direct
     async def create_completion(request: Request) -> Response:
-        raw = await request.body()
+        raw = await read_body(request)
         body = parse_json_object(raw)
         _check_completions_body(body)
         if guarded is not None:
@@ -150,7 +150,7 @@ def router(impl: InferenceRouter, files: FilesProvider | None = None, safety: Sa
     @routes.post("/chat/completions/{completion_id}", summary="Update a stored chat completion's metadata",
                  openapi_extra=json_body(["metadata"], {"metadata": METADATA_SCHEMA}))
     async def update_chat_completion(completion_id: str, request: Request) -> Response:
-        body = parse_json_object(await request.body())
+        body = parse_json_object(await read_body(request))
         if "metadata" not in body:
             raise InvalidRequestError("Missing required parameter: 'metadata'.", param="metadata", code="missing_required_parameter")
         return JSONBytes(await impl.store.update_metadata(completion_id, validate_metadata(body["metadata"])))
@@ -170,7 +170,7 @@ def router(impl: InferenceRouter, files: FilesProvider | None = None, safety: Sa
     @routes.post("/embeddings", summary="Create embeddings", openapi_extra=EMBEDDINGS_BODY)
     @direct
     async def create_embeddings(request: Request) -> Response:
-        raw = await request.body()
+        raw = await read_body(request)
         body = parse_json_object(raw)
         _check_embeddings_body(body)
         return _json_or_gone(await unless_disconnected(request, impl.embeddings(body, raw)))

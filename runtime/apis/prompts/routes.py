@@ -10,6 +10,7 @@ from fastapi.responses import Response
 from runtime.apis.common import JSONBytes, json_body, parse_json_object
 from runtime.apis.prompts.protocol import PromptsProvider, check_template
 from runtime.errors import InvalidRequestError, NotFoundError
+from runtime.direct_routes import read_body
 
 __all__ = ["router"]
 
@@ -76,7 +77,7 @@ def router(impl: PromptsProvider) -> APIRouter:
 
 
 async def _body(request: Request, known: tuple[str, ...]) -> dict[str, Any]:
-    body = parse_json_object(await request.body())
+    body = parse_json_object(await read_body(request))
     for key in body:
         if key not in known:
             raise InvalidRequestError(f"Unrecognized request argument supplied: {key}", param=key, code="unknown_parameter")

@@ -10,6 +10,7 @@ from fastapi.responses import Response
 from runtime.apis.common import JSONBytes, parse_json_object
 from runtime.apis.safety.protocol import SafetyProvider
 from runtime.errors import InvalidRequestError
+from runtime.direct_routes import read_body
 
 __all__ = ["moderation_inputs", "router"]
 
@@ -21,7 +22,7 @@ def router(impl: SafetyProvider) -> APIRouter:
 
     @routes.post("/moderations", summary="Classify text and images as potentially harmful")
     async def moderate(request: Request) -> Response:
-        body = parse_json_object(await request.body())
+        body = parse_json_object(await read_body(request))
         for key in body:
             if key not in ("input", "model"):
                 raise InvalidRequestError(f"Unrecognized request argument supplied: {key}", param=key, code="unknown_parameter")

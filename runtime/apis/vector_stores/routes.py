@@ -11,6 +11,7 @@ from runtime.apis.common import METADATA_SCHEMA, JSONBytes, json_body, cursor_pa
 from runtime.apis.vector_stores import models
 from runtime.apis.vector_stores.protocol import FILE_STATUSES, Page, VectorStoresProvider
 from runtime.errors import InvalidRequestError
+from runtime.direct_routes import read_body
 
 __all__ = ["router"]
 
@@ -133,7 +134,7 @@ def _status(value: str | None) -> str | None:
 
 
 async def _body(request: Request, allow_empty: bool = False) -> dict[str, Any]:
-    raw = await request.body()
+    raw = await read_body(request)
     if allow_empty and not raw.strip():
         return {}
     return parse_json_object(raw)

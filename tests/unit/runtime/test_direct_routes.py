@@ -11,10 +11,11 @@ import pytest
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, field_validator
+from starlette.requests import ClientDisconnect
 
 from runtime.app import install_error_handlers
 from runtime.asgi_transport import BackgroundLoop, ThreadedASGITransport
-from runtime.direct_routes import DirectRoutes, direct, direct_routes, direct_with_body
+from runtime.direct_routes import DirectRoutes, direct, direct_routes, direct_with_body, read_body
 from runtime.errors import InvalidRequestError, UpstreamError
 from runtime.metrics import route_template
 from runtime.middleware import RequestGuard
@@ -213,3 +214,23 @@ def test_an_endpoint_that_cannot_be_called_directly_is_refused_when_the_table_is
     routes.get("/a")(direct(listed))
     with pytest.raises(ValueError, match="query parameter 'after'"):
         direct_routes([(routes, "/v1")])
+
+
+async def test_read_body_reads_what_starlette_would_and_leaves_it_for_later_reads() -> None:
+    def receiving(*messages: dict[str, Any]) -> Any:
+        queue = list(messages)
+
+        async def receive() -> dict[str, Any]:
+            return queue.pop(0)
+
+        return receive
+
+    parts = ({"type": "http.request", "body": b'{"a":', "more_body": True}, {"type": "http.request", "body": b"", "more_body": True},
+             {"type": "http.request", "body": b"1}", "more_body": False})
+    scope = {"type": "http", "method": "POST", "path": "/", "headers": []}
+    ours, theirs = Request(scope, receiving(*parts)), Request(scope, receiving(*parts))
+    assert await read_body(ours) == await theirs.body() == b'{"a":1}'
+    assert await ours.body() == b'{"a":1}' and await ours.json() == {"a": 1}
+    assert [chunk async for chunk in ours.stream()] == [b'{"a":1}', b""]  # from what was kept: receive is not called again
+    with pytest.raises(ClientDisconnect):
+        await read_body(Request(scope, receiving(parts[0], {"type": "http.disconnect"})))

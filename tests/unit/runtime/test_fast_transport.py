@@ -20,7 +20,6 @@ import pytest
 
 from fake_upstream.server import FakeUpstream, running_fake_upstream
 from runtime.fast_transport import HIGH_WATER, PooledTransport
-from runtime.fast_transport.transport import prepared_head
 
 # Bounds every wait in this file, so a regression fails instead of hanging.
 WAIT_S = 2.0
@@ -553,4 +552,4 @@ async def test_an_address_guard_decides_which_addresses_are_dialled() -> None:
 
 def test_a_header_that_would_smuggle_another_is_refused_when_the_head_is_prepared() -> None:
     with pytest.raises(httpx2.LocalProtocolError):
-        prepared_head("POST", httpx2.URL("http://up/v1/chat/completions"), [(b"host", b"up"), (b"x-key", b"a\r\nx-admin: 1")])
+        PooledTransport().prepare("POST", httpx2.URL("http://up/v1/chat/completions"), [(b"host", b"up"), (b"x-key", b"a\r\nx-admin: 1")])

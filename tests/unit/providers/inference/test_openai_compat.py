@@ -21,6 +21,7 @@ from providers.inference.openai_compat import OpenAICompatAdapter
 from providers.spec import Api
 from runtime.apis.inference.protocol import UpstreamRequest
 from runtime.errors import UpstreamError
+from runtime.fast_transport import PooledTransport
 from runtime.fast_transport.transport import _encode_head, _frame_body
 from runtime.http import TRANSPORT_ENV
 from runtime.stack import open_stack
@@ -189,11 +190,8 @@ def test_upstream_requests_carry_the_headers_and_body_httpx2_would_give(adapter:
 def test_a_prepared_request_is_the_bytes_of_the_httpx2_request_it_stands_for(adapter: OpenAICompatAdapter) -> None:
     payload = b'{"model":"fake-model","messages":[]}'
     request = adapter._request("POST", "chat/completions", payload)
-    host = adapter._urls["chat/completions"].netloc
-    from runtime.fast_transport.transport import prepared_head
-
-    prepared = prepared_head("POST", adapter._urls["chat/completions"], adapter._headers) + b"%d\r\n\r\n" % len(payload) + payload
-    assert prepared == _frame_body(_encode_head(request, host), payload)
-    if adapter._heads:
-        assert adapter._heads["chat/completions"] + b"%d\r\n\r\n" % len(payload) + payload == prepared
-
+    url = adapter._urls["chat/completions"]
+    prepared = PooledTransport().prepare("POST", url, adapter._headers)
+    assert prepared.encode(payload) == _frame_body(_encode_head(request, url.netloc), payload)
+    if adapter._prepared:
+        assert adapter._prepared["chat/completions"] == prepared
