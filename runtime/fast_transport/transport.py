@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import re
-from dataclasses import dataclass
 import ssl
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Final
 
 import httpx2
