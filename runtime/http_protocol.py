@@ -255,7 +255,7 @@ class _OneWriteAnswer:
 
     def __init__(self, transport: asyncio.Transport, cycle: Any, loop: asyncio.AbstractEventLoop) -> None:
         self.transport = transport
-        self.cycle = cycle
+        self.cycle: Any = cycle
         self.loop = loop
         self.held: bytes | None = None
         self.head_written = False
@@ -272,6 +272,7 @@ class _OneWriteAnswer:
         cycle = self.cycle
         if cycle.response_started:  # the head: before the answer starts, only a "100 Continue" is written
             self.head_written = True
+            self.cycle = None  # not needed any more: the cycle (which holds this) is freed without the GC
             if cycle.scope["method"] != "HEAD":  # whose answer has no body to wait for
                 if cycle.chunked_encoding:
                     self.held = data

@@ -352,3 +352,21 @@ async def test_a_watch_begun_after_the_client_left_is_told_at_once() -> None:
     notice(lambda: told.append("gone"))
     await settle()
     assert told == ["gone"]
+
+
+async def test_an_answered_request_s_cycle_is_freed_without_the_garbage_collector() -> None:
+    import gc
+    import weakref
+
+    protocol, transport = connection(Answers(START, {"type": "http.response.body", "body": b'{"data":[]}'}))
+    protocol.data_received(GET)
+    await settle()
+    cycle = weakref.ref(protocol.cycle)
+    gc.disable()
+    try:
+        protocol.data_received(GET)  # the next request's cycle takes the connection's place
+        await settle()
+        assert cycle() is None  # no reference cycle kept it: freed when the connection let it go
+    finally:
+        gc.enable()
+    assert transport.writes[-1].endswith(b'{"data":[]}')
