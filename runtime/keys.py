@@ -59,7 +59,7 @@ class DatabaseKeys:
 
     async def _find(self, _token: str, digest: str) -> Principal | None:
         await self.create_tables()
-        row = await self.db.fetch_one(sa.select(api_keys).where(api_keys.c.key_sha256 == digest), small=True)
+        row = await self.db.fetch_one(sa.select(api_keys).where(api_keys.c.key_sha256 == digest))
         if row is None or row["revoked_at"] is not None or (row["expires_at"] is not None and row["expires_at"] <= time.time()):
             return None
         return Principal(row["principal"], dict(row["attributes"] or {}), "api_key")

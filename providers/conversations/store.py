@@ -148,7 +148,7 @@ class ConversationStore:
         return _public({"id": conversation_id, "created_at": created_at, "metadata": metadata or {}})
 
     async def get(self, conversation_id: str) -> dict[str, Any]:
-        row = await self.db.fetch_one(*_scoped(_GET, _GET_OWNED, {"cid": conversation_id}), small=True)
+        row = await self.db.fetch_one(*_scoped(_GET, _GET_OWNED, {"cid": conversation_id}))
         if row is None:
             raise _not_found(conversation_id)
         return _public(dict(row))
@@ -176,7 +176,7 @@ class ConversationStore:
     async def append(self, conversation_id: str, items: Sequence[dict[str, Any]]) -> None:
         """Add `items` at the end, contiguous and in order, however many there are."""
         if not items:
-            if await self.db.fetch_one(*_scoped(_VERSION, _VERSION_OWNED, {"cid": conversation_id}, "update"), small=True) is None:
+            if await self.db.fetch_one(*_scoped(_VERSION, _VERSION_OWNED, {"cid": conversation_id}, "update")) is None:
                 raise _not_found(conversation_id)
             return
         block = {"cid": conversation_id, "count": len(items)}
@@ -294,14 +294,14 @@ class ConversationStore:
     async def get_item(self, conversation_id: str, item_id: str) -> dict[str, Any]:
         await self.get(conversation_id)
         row = await self.db.fetch_one(sa.select(conversation_items.c.item).where(
-            conversation_items.c.conversation_id == conversation_id, conversation_items.c.item_id == item_id), small=True)
+            conversation_items.c.conversation_id == conversation_id, conversation_items.c.item_id == item_id))
         if row is None:
             raise _item_not_found(conversation_id, item_id, param="item_id")
         return dict(row["item"])
 
     async def delete_item(self, conversation_id: str, item_id: str) -> None:
         await self.get_item(conversation_id, item_id)
-        if await self.db.fetch_one(*_scoped(_VERSION, _VERSION_OWNED, {"cid": conversation_id}, "update"), small=True) is None:
+        if await self.db.fetch_one(*_scoped(_VERSION, _VERSION_OWNED, {"cid": conversation_id}, "update")) is None:
             raise _not_found(conversation_id)
         delete = conversation_items.delete().where(
             conversation_items.c.conversation_id == conversation_id, conversation_items.c.item_id == item_id)

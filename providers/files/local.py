@@ -124,7 +124,7 @@ class LocalFiles:
         return _public(await self._row(file_id))
 
     async def _row(self, file_id: str, action: str = "read") -> sa.RowMapping:
-        row = await self.db.fetch_one(sa.select(files).where(files.c.id == file_id, _live(), caller_may(action, files.c.principal)), small=True)
+        row = await self.db.fetch_one(sa.select(files).where(files.c.id == file_id, _live(), caller_may(action, files.c.principal)))
         if row is None:
             raise NotFoundError(f"No such File object: {file_id}", param="file_id", code="not_found")
         return row

@@ -62,11 +62,9 @@ class OpenAICompatAdapter:
         # is given each POST as its head, built once a path, plus the body: building httpx2's Request
         # and Response objects (each normalizing its headers) cost 8 to 14 µs a call, about a tenth
         # of a proxied request's CPU. Any other transport (a recording one, httpx2's own) gets them.
-        self._send_prepared = getattr(transport, "send_prepared", None)
-        self._prepared: dict[str, Any] = {}
-        if self._send_prepared is not None:
-            self._prepared = {path: transport.prepare("POST", url, self._headers)  # type: ignore[attr-defined]
-                              for path, url in self._urls.items()}
+        prepare = getattr(transport, "prepare", None)
+        self._prepared: dict[str, Any] | None = None if prepare is None else {
+            path: prepare("POST", self._urls[path], self._headers) for path in ("chat/completions", "completions", "embeddings")}
 
     async def chat_completion(self, request: UpstreamRequest) -> bytes:
         return await self._post("chat/completions", request)
@@ -130,11 +128,11 @@ class OpenAICompatAdapter:
 
     async def _open(self, path: str, payload: bytes, timeout: Mapping[str, float]) -> _Body:
         """POST `payload` to `path`: the body of the upstream's answer, or its error raised."""
-        send_prepared = self._send_prepared
-        if send_prepared is None:
+        prepared = self._prepared
+        if prepared is None:
             return _ResponseBody(await self._send(self._request("POST", path, payload, timeout)))
         try:
-            status, headers, stream = await send_prepared(self._prepared[path], payload, timeout)
+            status, headers, stream = await self.transport.send_prepared(prepared[path], payload, timeout)  # type: ignore[attr-defined]
         except httpx2.HTTPError as error:
             raise self._unreachable(error) from error
         if status < 400 and not any(name.lower() == b"content-encoding" for name, _ in headers):

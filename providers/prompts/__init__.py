@@ -76,7 +76,7 @@ class BuiltinPrompts:
     async def get_prompt(self, prompt_id: str, version: int | None = None) -> dict[str, Any]:
         head = await self._head(prompt_id)
         wanted = head["default_version"] if version is None else version
-        row = await self.db.fetch_one(sa.select(versions).where(versions.c.prompt_id == prompt_id, versions.c.version == wanted), small=True)
+        row = await self.db.fetch_one(sa.select(versions).where(versions.c.prompt_id == prompt_id, versions.c.version == wanted))
         if row is None:
             raise NotFoundError(f"Prompt '{prompt_id}' has no version {wanted}.", param="version", code="not_found")
         return _public(row, head["default_version"])
@@ -122,7 +122,7 @@ class BuiltinPrompts:
         await self.db.write(write)
 
     async def _head(self, prompt_id: str, action: str = "read") -> sa.RowMapping:
-        row = await self.db.fetch_one(sa.select(prompts).where(prompts.c.prompt_id == prompt_id, caller_may(action, prompts.c.principal)), small=True)
+        row = await self.db.fetch_one(sa.select(prompts).where(prompts.c.prompt_id == prompt_id, caller_may(action, prompts.c.principal)))
         if row is None:
             raise NotFoundError(f"No prompt found with id '{prompt_id[:64]}'.", param="prompt_id", code="not_found")
         return row

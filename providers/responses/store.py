@@ -206,7 +206,7 @@ class ResponseStore:
 
     async def get(self, response_id: str, action: str = "read") -> StoredResponse:
         """The response, if the caller may `action` it (any, with auth off): else a 404, as if absent."""
-        row = await self.db.fetch_one(*_for_caller(_GET, _GET_OWNED, response_id, action), small=True)
+        row = await self.db.fetch_one(*_for_caller(_GET, _GET_OWNED, response_id, action))
         if row is None:
             raise NotFoundError(f"Response with id '{response_id}' not found.", param="response_id", code="not_found")
         return StoredResponse(row)
@@ -214,7 +214,7 @@ class ResponseStore:
     async def readable(self, response_id: str) -> bool:
         """Whether the response is stored and the caller may read it: one indexed row, for a
         cache to trust its copy (another replica may have deleted it)."""
-        return await self.db.fetch_one(*_for_caller(_EXISTS, _EXISTS_OWNED, response_id, "read"), small=True) is not None
+        return await self.db.fetch_one(*_for_caller(_EXISTS, _EXISTS_OWNED, response_id, "read")) is not None
 
     async def context(self, response_id: str) -> tuple[StoredResponse, list[dict[str, Any]]]:
         """The response and every item of its chain (its ancestors' and its own), in order."""

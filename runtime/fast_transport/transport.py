@@ -77,7 +77,7 @@ class PooledTransport(httpx2.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         url = request.url
-        pool = self._pool(url)
+        pool = self._pool((url.scheme, url.netloc), url)
         head = _encode_head(request, pool.host_header)
         try:
             body = request.content
@@ -101,16 +101,15 @@ class PooledTransport(httpx2.AsyncBaseTransport):
         `handle_async_request` would put them in an `httpx2.Response`. For a caller that sends many
         requests alike: building the Request and Response objects (their headers normalized each
         time) cost more than the rest of the exchange. Timeouts and errors as for `handle_async_request`."""
-        if asyncio.get_running_loop() is not self._loop:
-            self._bind(asyncio.get_running_loop())
-        pool = self._pools.get(request.origin) or self._new_pool(request.url)
-        conn, stream = await self._send(pool, request.encode(body), False, timeouts)
+        conn, stream = await self._send(self._pool(request.origin, request.url), request.encode(body), False, timeouts)
         return conn.status, conn.headers, stream
 
-    def _pool(self, url: httpx2.URL) -> Pool:
-        if asyncio.get_running_loop() is not self._loop:
-            self._bind(asyncio.get_running_loop())
-        return self._pools.get((url.scheme, url.netloc)) or self._new_pool(url)
+    def _pool(self, origin: tuple[str, bytes], url: httpx2.URL) -> Pool:
+        """The pool of `origin` (`url`'s scheme and host), on the running loop."""
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            self._bind(loop)
+        return self._pools.get(origin) or self._new_pool(url)
 
     async def _send(self, pool: Pool, payload: bytes, is_head: bool,
                     timeouts: Mapping[str, float] | None) -> tuple[Connection, ResponseStream]:

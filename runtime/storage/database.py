@@ -299,8 +299,9 @@ class Database:
         """The rows of a query (with values for its bind parameters), as mappings."""
         return await self.read_with(lambda conn: list(conn.execute(stmt, params).mappings().all()))
 
-    async def fetch_one(self, stmt: sa.Executable, params: dict[str, Any] | None = None, *, small: bool = False) -> sa.RowMapping | None:
-        """The first row of a query (with values for its bind parameters), or None."""
+    async def fetch_one(self, stmt: sa.Executable, params: dict[str, Any] | None = None, *, small: bool = True) -> sa.RowMapping | None:
+        """The first row of a query (with values for its bind parameters), or None. It is taken to be
+        a lookup by key, a `small` read (`read_with`); a query that must scan passes `small=False`."""
         return await self.read_with(lambda conn: conn.execute(stmt, params).mappings().first(), small=small)
 
     async def execute(self, stmt: sa.Executable, params: dict[str, Any] | None = None) -> int:

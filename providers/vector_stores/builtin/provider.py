@@ -124,7 +124,7 @@ class BuiltinVectorStores:
         return {"id": store_id, "object": "vector_store.deleted", "deleted": True}
 
     async def _store(self, store_id: str, action: str = "read") -> sa.RowMapping:
-        row = await self.db.fetch_one(sa.select(stores).where(stores.c.id == store_id, caller_may(action, stores.c.principal)), small=True)
+        row = await self.db.fetch_one(sa.select(stores).where(stores.c.id == store_id, caller_may(action, stores.c.principal)))
         if row is None:
             raise NotFoundError(f"No vector store found with id '{store_id}'.", param="vector_store_id", code="not_found")
         return row
@@ -190,7 +190,7 @@ class BuiltinVectorStores:
     async def _file(self, store_id: str, file_id: str, action: str = "read") -> sa.RowMapping:
         if principal_id() is not None:
             await self._store(store_id, action)  # another owner's store is not there, nor its files
-        row = await self.db.fetch_one(sa.select(files).where(files.c.vector_store_id == store_id, files.c.file_id == file_id), small=True)
+        row = await self.db.fetch_one(sa.select(files).where(files.c.vector_store_id == store_id, files.c.file_id == file_id))
         if row is None:
             await self._store(store_id)
             raise NotFoundError(f"No file found with id '{file_id}' in vector store '{store_id}'.", param="file_id", code="not_found")
@@ -277,7 +277,7 @@ class BuiltinVectorStores:
     async def _batch(self, store_id: str, batch_id: str, action: str = "read") -> sa.RowMapping:
         if principal_id() is not None:
             await self._store(store_id, action)  # another owner's store is not there, nor its batches
-        row = await self.db.fetch_one(sa.select(batches).where(batches.c.id == batch_id, batches.c.vector_store_id == store_id), small=True)
+        row = await self.db.fetch_one(sa.select(batches).where(batches.c.id == batch_id, batches.c.vector_store_id == store_id))
         if row is None:
             await self._store(store_id)
             raise NotFoundError(f"No file batch found with id '{batch_id}' in vector store '{store_id}'.", param="batch_id", code="not_found")

@@ -60,13 +60,13 @@ class ChatCompletionStore:
         await self.db.write(InsertRows((completions, [row])), small=True)
 
     async def get(self, completion_id: str) -> dict[str, Any]:
-        row = await self.db.fetch_one(sa.select(completions).where(completions.c.id == completion_id, caller_may("read", completions.c.principal)), small=True)
+        row = await self.db.fetch_one(sa.select(completions).where(completions.c.id == completion_id, caller_may("read", completions.c.principal)))
         if row is None:
             raise NotFoundError(f"No chat completion found with id '{completion_id}'.", param="completion_id", code="not_found")
         return _public(row)
 
     async def messages(self, completion_id: str) -> list[Any]:
-        row = await self.db.fetch_one(sa.select(completions.c.input_messages).where(completions.c.id == completion_id, caller_may("read", completions.c.principal)), small=True)
+        row = await self.db.fetch_one(sa.select(completions.c.input_messages).where(completions.c.id == completion_id, caller_may("read", completions.c.principal)))
         if row is None:
             raise NotFoundError(f"No chat completion found with id '{completion_id}'.", param="completion_id", code="not_found")
         return list(row["input_messages"])

@@ -52,7 +52,7 @@ async def adapter(request: pytest.FixtureRequest, tmp_path: Path, upstream: Fake
         monkeypatch.setenv(TRANSPORT_ENV, "httpx2")
     async with open_stack(plan_for(tmp_path, upstream.base_url)) as stack:
         adapter = stack.impls[Api.inference].providers["up"]
-        assert (adapter._send_prepared is not None) == (request.param == "prepared")
+        assert (adapter._prepared is not None) == (request.param == "prepared")
         yield adapter
 
 
