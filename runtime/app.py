@@ -1,18 +1,24 @@
-"""The FastAPI app over a started stack: the routes of the served APIs plus the system routes."""
+"""The ASGI app over a started stack: the routes of the served APIs plus the system routes.
+
+The stack's middleware and its direct routes (runtime.direct_routes) answer what they can; every
+other request (another route, a mistake FastAPI words, an unknown path, the OpenAPI document) goes
+to a FastAPI app with all the routes, which is built, FastAPI imported with it, the first time one
+comes (runtime.routing)."""
 
 from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from fastapi import APIRouter, FastAPI, Request
-from fastapi.routing import APIRoute
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from starlette.datastructures import State
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
 from starlette.routing import compile_path
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from builder.config import AuthConfig
 from providers.spec import Api
@@ -26,20 +32,115 @@ from runtime.errors import APIError, error_body, validation_error_body
 from runtime.forms import FormFields
 from runtime.direct_routes import DirectRoutes, api_error_response, direct_routes
 from runtime.middleware import Draining, RequestGuard
+from runtime.routing import Routes, fastapi_router
 from runtime.stack import Stack
-from runtime.system_routes import stack_version, system_router
+from runtime.system_routes import stack_version, system_routes
 
 if TYPE_CHECKING:
+    from fastapi import FastAPI
+
     from runtime.access import AccessPolicy
     from runtime.keys import DatabaseKeys
 
-__all__ = ["create_app", "install_error_handlers"]
+__all__ = ["StackApp", "create_app", "install_error_handlers"]
 
 log = logging.getLogger("stack")
 
+Mounted = tuple[Routes, str, list[str]]  # the routes, the prefix they are mounted under, their tags
 
-def create_app(stack: Stack) -> FastAPI:
+
+class StackApp:
+    """The ASGI app the server and the library client both run.
+
+    `state` is shared with the FastAPI app (`request.app.state` reads the same whichever answers).
+    `fastapi` is that app, built on first use; `openapi()` its amended OpenAPI document."""
+
+    def __init__(self, state: State, build: Callable[[], FastAPI]) -> None:
+        self.state = state
+        self._build = build
+        self._fastapi: FastAPI | None = None
+        self.middleware_stack: ASGIApp = self.routed
+
+    @property
+    def fastapi(self) -> FastAPI:
+        if self._fastapi is None:
+            app = self._build()
+            app.state = self.state
+            self._fastapi = app
+            log.debug("built the FastAPI app")
+        return self._fastapi
+
+    def openapi(self) -> dict[str, Any]:
+        return self.fastapi.openapi()
+
+    async def routed(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The innermost app: what no direct route took, FastAPI routes."""
+        await self.fastapi(scope, receive, send)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        scope["app"] = self
+        await self.middleware_stack(scope, receive, send)
+
+
+def create_app(stack: Stack) -> StackApp:
     """The ASGI app the server and the library client both run."""
+    state = State()
+    mounted: list[Mounted] = [(system_routes(stack, lambda: app.openapi()), "", [])]
+    for api in stack.plan.served_apis:
+        surface = SURFACES.get(api)
+        if surface is not None and surface.router is not None:
+            uses = {used.value: stack.impls.get(used) for used in surface.uses}
+            mounted.append((surface.router(stack.impls[api], **uses), "/v1", [api.value]))
+    for api, inactive in stack.plan.unavailable_apis().items():
+        surface = SURFACES.get(api)
+        if surface is not None and surface.router is not None:
+            stand_in = (NoModels if api is Api.inference else Unavailable)(unavailable_message(api, inactive))
+            mounted.append((surface.router(stand_in, **{used.value: None for used in surface.uses}), "/v1", [api.value]))
+    server = stack.plan.config.server
+    metrics = Metrics() if server.metrics is not None else None
+    if metrics is not None and server.metrics is not None:
+        mounted.append((_metrics_routes(metrics, server.metrics.path), "", []))
+    state.route_methods = [entry for routes, prefix, _ in mounted for entry in _route_methods(routes, prefix)]
+    limits: dict[tuple[str, str], int] = {}
+    forms: dict[str, FormFields] = {}
+    for api in stack.plan.served_apis:
+        surface = SURFACES.get(api)
+        if surface is None:
+            continue
+        if surface.body_limits is not None:
+            limits.update(surface.body_limits(stack.impls[api]))
+        forms.update(surface.form_bodies)
+    state.draining = Draining()
+    state.tracing = Tracing(server.tracing) if server.tracing is not None else None
+    app = StackApp(state, lambda: _fastapi_app(stack, mounted, frozenset(forms)))
+    # Innermost of the stack's middleware: the direct routes skip FastAPI altogether.
+    inner: ASGIApp = DirectRoutes(app.routed, routes=direct_routes((routes, prefix) for routes, prefix, _ in mounted))
+    if server.auth is not None:  # inside CORS, so a browser can read a 401; off, it costs nothing
+        quotas = Quotas(server.auth.quotas) if server.auth.quotas is not None else None
+        open_paths = OPEN_PATHS | ({server.metrics.path} if server.metrics is not None and server.metrics.open else set())
+        inner = AuthGuard(inner, authenticator=Authenticator(server.auth, _database_keys(stack, server.auth)), quotas=quotas,
+                          open_paths=open_paths, access=_access_policy(stack, server.auth))
+    if server.cors is not None:
+        inner = CORSMiddleware(
+            inner,
+            allow_origins=server.cors.allow_origins,
+            allow_methods=server.cors.allow_methods,
+            allow_headers=server.cors.allow_headers,
+            allow_credentials=server.cors.allow_credentials,
+            expose_headers=["x-request-id"],
+        )
+    # Outermost, and it counts requests when metrics are on: refusals (401, 413, 429, 503) are counted too.
+    app.middleware_stack = RequestGuard(inner, max_body_bytes=server.max_request_bytes, route_limits=limits, form_paths=forms,
+                                        draining=state.draining, metrics=metrics, tracing=state.tracing,
+                                        log_context=server.logging is not None,
+                                        access_log=server.logging is not None and server.logging.access_log)
+    return app
+
+
+def _fastapi_app(stack: Stack, mounted: list[Mounted], form_paths: frozenset[str]) -> FastAPI:
+    """FastAPI with every route, for the requests the direct routes leave to it."""
+    from fastapi import FastAPI
+
     app = FastAPI(
         title=f"stack: {stack.plan.config.name}",
         version=stack_version(),
@@ -51,58 +152,10 @@ def create_app(stack: Stack) -> FastAPI:
         # checks the global providers on every request to know whether one is.
         telemetry={"tracing": False, "metrics": False, "logs": False},
     )
-    routers: list[tuple[APIRouter, str, list[str]]] = [(system_router(stack, app), "", [])]
-    for api in stack.plan.served_apis:
-        surface = SURFACES.get(api)
-        if surface is not None and surface.router is not None:
-            uses = {used.value: stack.impls.get(used) for used in surface.uses}
-            routers.append((surface.router(stack.impls[api], **uses), "/v1", [api.value]))
-    for api, inactive in stack.plan.unavailable_apis().items():
-        surface = SURFACES.get(api)
-        if surface is not None and surface.router is not None:
-            stand_in = (NoModels if api is Api.inference else Unavailable)(unavailable_message(api, inactive))
-            routers.append((surface.router(stand_in, **{used.value: None for used in surface.uses}), "/v1", [api.value]))
-    for router, prefix, tags in routers:
-        app.include_router(router, prefix=prefix, tags=list(tags))
-    app.state.route_methods = [entry for router, prefix, _ in routers for entry in _route_methods(router, prefix)]
+    for routes, prefix, tags in mounted:
+        app.include_router(fastapi_router(routes), prefix=prefix, tags=list(tags))
     install_error_handlers(app)
-    # Innermost of the stack's middleware: the hot endpoints skip only FastAPI's routing layers.
-    app.add_middleware(DirectRoutes, routes=direct_routes((router, prefix) for router, prefix, _ in routers))
-    server = stack.plan.config.server
-    metrics = Metrics() if server.metrics is not None else None
-    if metrics is not None and server.metrics is not None:
-        _serve_metrics(app, metrics, server.metrics.path)
-    if server.auth is not None:  # inside CORS, so a browser can read a 401; off, it costs nothing
-        quotas = Quotas(server.auth.quotas) if server.auth.quotas is not None else None
-        open_paths = OPEN_PATHS | ({server.metrics.path} if server.metrics is not None and server.metrics.open else set())
-        app.add_middleware(AuthGuard, authenticator=Authenticator(server.auth, _database_keys(stack, server.auth)), quotas=quotas,
-                           open_paths=open_paths, access=_access_policy(stack, server.auth))
-    if server.cors is not None:
-        app.add_middleware(
-            CORSMiddleware,
-            allow_origins=server.cors.allow_origins,
-            allow_methods=server.cors.allow_methods,
-            allow_headers=server.cors.allow_headers,
-            allow_credentials=server.cors.allow_credentials,
-            expose_headers=["x-request-id"],
-        )
-    limits: dict[tuple[str, str], int] = {}
-    forms: dict[str, FormFields] = {}
-    for api in stack.plan.served_apis:
-        surface = SURFACES.get(api)
-        if surface is None:
-            continue
-        if surface.body_limits is not None:
-            limits.update(surface.body_limits(stack.impls[api]))
-        forms.update(surface.form_bodies)
-    app.state.draining = Draining()
-    # Outermost, and it counts requests when metrics are on: refusals (401, 413, 429, 503) are counted too.
-    app.state.tracing = Tracing(server.tracing) if server.tracing is not None else None
-    app.add_middleware(RequestGuard, max_body_bytes=server.max_request_bytes, route_limits=limits, form_paths=forms,
-                       draining=app.state.draining,
-                       metrics=metrics, tracing=app.state.tracing, log_context=server.logging is not None,
-                       access_log=server.logging is not None and server.logging.access_log)
-    _document_as_served(app, stack, frozenset(forms))
+    _document_as_served(app, stack, form_paths)
     return app
 
 
@@ -147,18 +200,30 @@ def _access_policy(stack: Stack, auth: AuthConfig) -> AccessPolicy | None:
     return AccessPolicy(auth.access_policy, PrincipalRegistry(stack.storage.database("metadata")))
 
 
-def _serve_metrics(app: FastAPI, metrics: Metrics, path: str) -> None:
+def _metrics_routes(metrics: Metrics, path: str) -> Routes:
+    routes = Routes(tags=["system"])
+
+    @routes.get(path, summary="Prometheus metrics", include_in_schema=False)
     async def exposition() -> Response:
         return Response(metrics.exposition(), media_type=CONTENT_TYPE)
 
-    app.add_api_route(path, exposition, methods=["GET"], summary="Prometheus metrics", tags=["system"], include_in_schema=False)
+    return routes
 
 
 def install_error_handlers(app: FastAPI) -> None:
     """OpenAI-shaped bodies for our errors, validation errors and unknown routes."""
+    from fastapi.exceptions import RequestValidationError
+
     app.add_exception_handler(APIError, _api_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
+    # FastAPI's last resort would answer a bug with a plain-text 500 of its own; raised on, it reaches
+    # the stack's RequestGuard, outside FastAPI, which answers in OpenAI's shape with the request id.
+    app.add_exception_handler(Exception, _raise_on)
+
+
+async def _raise_on(_request: Request, error: Exception) -> Response:
+    raise error
 
 
 async def _api_error(_request: Request, error: Exception) -> JSONResponse:
@@ -167,6 +232,8 @@ async def _api_error(_request: Request, error: Exception) -> JSONResponse:
 
 
 async def _validation_error(_request: Request, error: Exception) -> JSONResponse:
+    from fastapi.exceptions import RequestValidationError
+
     assert isinstance(error, RequestValidationError)
     return JSONResponse(validation_error_body(error.errors()), status_code=400)
 
@@ -197,5 +264,5 @@ def _allowed_methods(request: Request) -> list[str]:
     return sorted({method for pattern, methods in table if pattern.match(request.url.path) for method in methods})
 
 
-def _route_methods(router: APIRouter, prefix: str) -> list[tuple[re.Pattern[str], set[str]]]:
-    return [(compile_path(prefix + route.path)[0], set(route.methods or ())) for route in router.routes if isinstance(route, APIRoute)]
+def _route_methods(routes: Routes, prefix: str) -> list[tuple[re.Pattern[str], set[str]]]:
+    return [(compile_path(prefix + route.path)[0], set(route.methods)) for route in routes.routes if not route.websocket]

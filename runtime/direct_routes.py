@@ -1,64 +1,59 @@
-"""Direct routes: the hottest endpoints called without FastAPI's routing layers.
+"""Direct routes: endpoints called without FastAPI.
 
 Between the stack's own middleware and an endpoint, FastAPI runs an exception middleware, an exit
 stack, the router's matching over every route, the route's request/response wrappers and its
 dependency solver: about a fifth of a proxied chat request's CPU, and twice a conversation's items
-list's own work (py-spy; bench/README). An endpoint marked `direct` (taking the `Request`, path
-parameters and plain query parameters) or `direct_with_body(Model)` (its parsed body and the
-`Request`) is called straight from `DirectRoutes`, the innermost of the stack's middleware, when
-the method and path are its own.
+list's own work (py-spy; bench/README); importing FastAPI and building its routes is a third of the
+server's start-up. So every endpoint that needs nothing parsed that FastAPI would parse (it takes the
+`Request`, path parameters of type `str` and query parameters of type `str`, `int` or `bool` with
+defaults, and returns a Response), and every endpoint marked `direct_with_body(Model)` (its body,
+parsed as `Model`, and the `Request`), is called straight from `DirectRoutes`, the innermost of the
+stack's middleware, when the method and path are its own.
 
 What FastAPI would parse is read here only in the common case: a body declared JSON that parses
 and validates, a query value given once in its plain form. Any other request goes on to FastAPI as
 it came (a body already read is replayed), so every mistake is answered exactly as FastAPI answers
-it. A templated path is left to FastAPI when a route registered before it could take the same
-path. Everything else about the route stays as it was: it is still registered with FastAPI (the
-OpenAPI document, 405s, trailing slashes and every other path go through the router), the stack's
-middleware (request ids, limits, auth, metrics, logs, traces) runs as before, and an `APIError` it
-raises is answered as the app's handler answers it.
+it. A templated path is left to FastAPI when a route declared before it could take the same
+path. Everything else about the route stays as it was: FastAPI has it too (the OpenAPI document,
+405s, trailing slashes and every other path go through its router), the stack's middleware
+(request ids, limits, auth, metrics, logs, traces) runs as before, and an `APIError` it raises is
+answered as the app's handler answers it.
 """
 
 from __future__ import annotations
 
+import inspect
 import re
+import typing
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl
 
-from fastapi import APIRouter
-from fastapi.routing import APIRoute
 from pydantic import BaseModel, ValidationError
+from pydantic.fields import FieldInfo
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from runtime import fastjson
 from runtime.errors import JSON_INVALID_MESSAGE, APIError, InvalidRequestError
+from runtime.routing import Route, Routes
 
-__all__ = ["DirectRoutes", "direct", "direct_routes", "direct_with_body", "read_body", "replay_body"]
+__all__ = ["DirectRoutes", "direct_routes", "direct_with_body", "read_body", "replay_body"]
 
 Endpoint = Callable[..., Awaitable[Response]]
 E = TypeVar("E", bound=Endpoint)
 
-_MARK = "__stack_direct__"
-_NO_BODY = object()
+_MARK = "__stack_direct_body__"
 # Query parameter types read here; a value in any other form goes to FastAPI (which words the error).
 _QUERY_KINDS: dict[Any, str] = {str: "str", int: "int", bool: "bool", str | None: "str", int | None: "int", bool | None: "bool"}
 _INTEGER = re.compile(r"-?(?:0|[1-9][0-9]{0,17})")
 
 
-def direct(endpoint: E) -> E:
-    """Mark a route's endpoint to be called without FastAPI's routing layers. It may take the
-    `Request`, path parameters (`str`) and query parameters (`str`, `int` or `bool`, optional or
-    with defaults): nothing else for FastAPI to parse, no dependencies. It returns a Response."""
-    setattr(endpoint, _MARK, _NO_BODY)
-    return endpoint
-
-
 def direct_with_body(model: type[BaseModel]) -> Callable[[E], E]:
-    """Mark a route's endpoint that takes a JSON body of `model` and the `Request` (nothing else)
-    to be called without FastAPI's routing layers."""
+    """Mark a route's endpoint that takes a JSON body of `model` (and may take the `Request`, path
+    and query parameters, as any direct endpoint) to be called without FastAPI."""
 
     def mark(endpoint: E) -> E:
         setattr(endpoint, _MARK, model)
@@ -72,7 +67,7 @@ class Call:
     """How to call one direct endpoint: what its path must be, and where each argument comes from."""
 
     endpoint: Endpoint
-    route: APIRoute
+    route: Route
     body: type[BaseModel] | None
     body_param: str | None
     request_param: str | None
@@ -89,21 +84,21 @@ class Table:
     """By (method, number of path segments), in the order FastAPI would try them."""
 
 
-def direct_routes(routers: Iterable[tuple[APIRouter, str]]) -> Table:
-    """The direct endpoints of the (router, prefix it is included under) given, in include order.
-    A templated path is left to FastAPI when a route registered before it could take the same path
+def direct_routes(routers: Iterable[tuple[Routes, str]]) -> Table:
+    """The direct endpoints of the (routes, prefix they are mounted under) given, in mount order.
+    A templated path is left to FastAPI when a route declared before it could take the same path
     (FastAPI would call that one)."""
     table = Table()
     seen: list[tuple[str, str]] = []  # (method, full path) of every route so far, direct or not
-    for router, prefix in routers:
-        for route in router.routes:
-            if not isinstance(route, APIRoute):
+    for routes, prefix in routers:
+        for route in routes.routes:
+            if route.websocket:
                 continue
             path = prefix + route.path
-            mark = getattr(route.endpoint, _MARK, None)
-            for method in sorted(route.methods or ()):
-                if mark is not None and not any(m == method and _may_overlap(earlier, path) for m, earlier in seen):
-                    call = _call(route, path, None if mark is _NO_BODY else mark)
+            body: type[BaseModel] | None = getattr(route.endpoint, _MARK, None)
+            call = _call(route, path, body) if body is not None else _plain_call(route, path)
+            for method in sorted(route.methods):
+                if call is not None and not any(m == method and _may_overlap(earlier, path) for m, earlier in seen):
                     if call.path_params:
                         table.templated.setdefault((method, path.count("/") + 1), []).append(call)
                     else:
@@ -112,26 +107,58 @@ def direct_routes(routers: Iterable[tuple[APIRouter, str]]) -> Table:
     return table
 
 
-def _call(route: APIRoute, path: str, body: type[BaseModel] | None) -> Call:
-    dependant = route.dependant
-    if dependant.dependencies or dependant.header_params or dependant.cookie_params or (len(dependant.body_params) != (body is not None)):
-        raise ValueError(f"{path}: a direct endpoint takes no dependencies, headers, cookies or (unless marked with a body) body")
+def _plain_call(route: Route, path: str) -> Call | None:
+    """How to call an endpoint with no body model, or None if it needs FastAPI: it takes a
+    parameter FastAPI must parse (a header, a form field, a dependency, a float...), its path has a
+    converter, or it returns something other than a Response (which FastAPI serialises)."""
+    returns = typing.get_type_hints(route.endpoint).get("return")
+    if not (isinstance(returns, type) and issubclass(returns, Response)):
+        return None
+    try:
+        return _call(route, path, None)
+    except ValueError:
+        return None
+
+
+def _call(route: Route, path: str, body: type[BaseModel] | None) -> Call:
+    """How to call `route`'s endpoint, read from its signature as FastAPI reads the parameters a
+    direct endpoint may take: the `Request`, path parameters, plain query parameters and (when
+    marked with one) the body's model; ValueError for anything else (at start-up)."""
     segments = path.split("/")
-    names = {param.name for param in dependant.path_params}
-    path_params = tuple((index, segment[1:-1]) for index, segment in enumerate(segments) if segment[1:-1] in names)
-    if len(path_params) != len(names) or any(":" in segment for segment in segments) or \
-            any(param.field_info.annotation is not str for param in dependant.path_params):
+    in_path = {segment[1:-1] for segment in segments if segment.startswith("{") and segment.endswith("}")}
+    if any(":" in segment for segment in segments):
         raise ValueError(f"{path}: a direct endpoint's path parameters are whole segments of type str")
+    hints = typing.get_type_hints(route.endpoint)
+    request_param = body_param = None
+    path_names: set[str] = set()
     query = []
-    for param in dependant.query_params:
-        kind = _QUERY_KINDS.get(param.field_info.annotation)
-        if kind is None or param.alias != param.name or param.field_info.is_required():
-            raise ValueError(f"{path}: query parameter {param.name!r} cannot be read directly (str, int or bool, with a default)")
-        query.append((param.name, kind))
+    for param in inspect.signature(route.endpoint).parameters.values():
+        annotation = hints.get(param.name, Any)
+        if param.kind not in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY):
+            raise ValueError(f"{path}: a direct endpoint takes named parameters only")
+        if isinstance(annotation, type) and issubclass(annotation, Request):
+            request_param = param.name
+        elif param.name in in_path:
+            if annotation is not str:
+                raise ValueError(f"{path}: a direct endpoint's path parameters are whole segments of type str")
+            path_names.add(param.name)
+        elif body is not None and annotation is body and body_param is None:
+            body_param = param.name
+        elif isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            raise ValueError(f"{path}: a direct endpoint takes no body unless marked with its model")
+        else:
+            kind = _QUERY_KINDS.get(annotation)
+            if kind is None or param.default is param.empty or isinstance(param.default, FieldInfo):
+                raise ValueError(f"{path}: query parameter {param.name!r} cannot be read directly (str, int or bool, with a default)")
+            query.append((param.name, kind))
+    if body is not None and body_param is None:
+        raise ValueError(f"{path}: a direct endpoint marked with a body takes it as a parameter of type {body.__name__}")
+    # A template segment the endpoint does not take stays literal: only a request for the template's
+    # own text would match it, so FastAPI answers the route (as it did when FastAPI read the signature).
+    path_params = tuple((index, segment[1:-1]) for index, segment in enumerate(segments) if segment[1:-1] in path_names)
     at_params = {index for index, _ in path_params}
     literals = tuple((index, segment) for index, segment in enumerate(segments) if index not in at_params)
-    return Call(route.endpoint, route, body, dependant.body_params[0].name if body is not None else None, dependant.request_param_name,
-                literals, path_params, tuple(query))
+    return Call(route.endpoint, route, body, body_param, request_param, literals, path_params, tuple(query))
 
 
 def _may_overlap(earlier: str, later: str) -> bool:

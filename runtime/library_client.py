@@ -23,13 +23,12 @@ from typing import TYPE_CHECKING, Any, Self
 import httpx2
 
 from builder.resolve import StackPlan, load_plan
-from runtime.app import create_app
+from runtime.app import StackApp, create_app
 from runtime.asgi_transport import AsyncThreadedASGITransport, BackgroundLoop, ThreadedASGITransport
 from runtime.stack import Stack, open_stack
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI, OpenAI
-    from fastapi import FastAPI
 
 __all__ = ["BASE_URL", "LibraryClient", "NoWebSocketTransport"]
 
@@ -61,7 +60,7 @@ class LibraryClient:
         self._loop: BackgroundLoop | None = None
         self._opened: AbstractAsyncContextManager[Stack] | None = None
         self._stack: Stack | None = None
-        self._app: FastAPI | None = None
+        self._app: StackApp | None = None
 
     def start(self) -> Self:
         """Start the stack's providers on a background event loop (what `with` does)."""
@@ -97,7 +96,7 @@ class LibraryClient:
         self.close()
 
     @property
-    def app(self) -> FastAPI:
+    def app(self) -> StackApp:
         if self._app is None:
             raise RuntimeError("the library client is not started: use `with LibraryClient(...)` or .start()")
         return self._app

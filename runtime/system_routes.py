@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import re
 from importlib.metadata import PackageNotFoundError, version
+from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
-from fastapi import APIRouter, FastAPI
+from starlette.responses import Response
 
+from runtime.apis.common import JSONBytes
+from runtime.routing import Routes
 from runtime.stack import Stack
 
-__all__ = ["redact", "stack_version", "system_router"]
+__all__ = ["redact", "stack_version", "system_routes"]
 
 # "token" but not "tokens": `max_tokens` and `context_tokens` are counts, `access_token` is a secret.
 _SECRET_KEY = re.compile(r"(api[_-]?key|secret|password|passwd|token(?!s)|credential|authorization)", re.IGNORECASE)
@@ -48,12 +51,13 @@ def redact(value: Any, key: str = "") -> Any:
     return value
 
 
-def system_router(stack: Stack, app: FastAPI) -> APIRouter:
-    router = APIRouter(prefix="/v1", tags=["system"])
+def system_routes(stack: Stack, openapi: Callable[[], dict[str, Any]]) -> Routes:
+    """/v1/health, /v1/version, /v1/providers and /v1/inspect/routes (which reads `openapi()`)."""
+    router = Routes(prefix="/v1", tags=["system"])
     plan = stack.plan
 
-    @router.get("/health")
-    async def health() -> dict[str, Any]:
+    @router.get("/health")  # a direct route: probes call it every few seconds, never a reason to build FastAPI
+    async def health() -> Response:
         # Always a 200 while the server answers: a provider whose upstream is down, or a database
         # that does not answer (each opened backend is asked `SELECT 1`, 2 s at most), is
         # reported here (status "degraded") and in the errors of the requests that need it.
@@ -63,14 +67,14 @@ def system_router(stack: Stack, app: FastAPI) -> APIRouter:
                 providers.update({f"{api.value}/{pid}": state for pid, state in impl.health().items()})
         storage = await stack.storage.health()
         degraded = any(state.get("status") == "unavailable" for state in (*providers.values(), *storage.values()))
-        return {"status": "degraded" if degraded else "ok", "providers": providers, "storage": storage}
+        return JSONBytes({"status": "degraded" if degraded else "ok", "providers": providers, "storage": storage})
 
     @router.get("/version")
-    async def get_version() -> dict[str, Any]:
-        return {"version": stack_version()}
+    async def get_version() -> Response:
+        return JSONBytes({"version": stack_version()})
 
     @router.get("/providers")
-    async def list_providers() -> dict[str, Any]:
+    async def list_providers() -> Response:
         active = [
             {
                 "api": p.api.value,
@@ -93,14 +97,14 @@ def system_router(stack: Stack, app: FastAPI) -> APIRouter:
             }
             for p in plan.inactive
         ]
-        return {"object": "list", "data": active + inactive}
+        return JSONBytes({"object": "list", "data": active + inactive})
 
     @router.get("/inspect/routes")
     async def list_routes() -> dict[str, Any]:
         # The OpenAPI document is the one complete view of the routes (FastAPI nests included
         # routers), and FastAPI builds it once.
         routes = []
-        for path, operations in app.openapi()["paths"].items():
+        for path, operations in openapi()["paths"].items():
             tags = {tag for operation in operations.values() for tag in operation.get("tags", ())}
             routes.append({"route": path, "methods": sorted(m.upper() for m in operations), "api": min(tags, default=None)})
         return {"object": "list", "data": routes}

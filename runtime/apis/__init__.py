@@ -13,10 +13,9 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from fastapi import APIRouter
-
 from providers.spec import Api
 from runtime.forms import FormFields
+from runtime.routing import Routes
 
 if TYPE_CHECKING:
     from builder.resolve import StackPlan
@@ -38,7 +37,7 @@ class ApiContext:
 @dataclass(frozen=True)
 class ApiSurface:
     api: Api
-    router: Callable[..., APIRouter] | None
+    router: Callable[..., Routes] | None
     """Builds the API's routes (mounted under /v1) over its implementation; None for an API
     that other APIs use but clients do not call (tool_runtime)."""
     combine: Callable[[ApiContext], AbstractAsyncContextManager[Any]] | None = None

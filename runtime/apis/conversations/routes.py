@@ -4,20 +4,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Request
-from fastapi.responses import Response
+from starlette.requests import Request
+from starlette.responses import Response
 
 from runtime.apis.common import METADATA_SCHEMA, JSONBytes, json_body, include_query, parse_json_object, validate_id, validate_limit, validate_order
 from runtime.apis.conversations.protocol import ConversationsProvider
 from runtime.apis.items import shown_item, shown_items
-from runtime.direct_routes import direct, read_body
+from runtime.direct_routes import read_body
 from runtime.errors import InvalidRequestError
+from runtime.routing import Routes
 
 __all__ = ["router"]
 
 
-def router(impl: ConversationsProvider) -> APIRouter:
-    routes = APIRouter()
+def router(impl: ConversationsProvider) -> Routes:
+    routes = Routes()
 
     @routes.post("/conversations", summary="Create a conversation, with up to 20 initial items", openapi_extra=json_body([], {
         "items": {"type": ["array", "null"], "maxItems": 20, "items": {"type": "object"}}, "metadata": METADATA_SCHEMA}, more=False, optional=True))
@@ -26,7 +27,6 @@ def router(impl: ConversationsProvider) -> APIRouter:
         return JSONBytes(await impl.create_conversation(body.get("items"), body.get("metadata")))
 
     @routes.get("/conversations/{conversation_id}", summary="Get a conversation")
-    @direct
     async def get_conversation(conversation_id: str) -> Response:
         validate_id(conversation_id, "conversation_id", "conv")
         return JSONBytes(await impl.get_conversation(conversation_id))
@@ -47,7 +47,6 @@ def router(impl: ConversationsProvider) -> APIRouter:
 
     @routes.post("/conversations/{conversation_id}/items", summary="Add up to 20 items to a conversation", openapi_extra=json_body(
         ["items"], {"items": {"type": "array", "minItems": 1, "maxItems": 20, "items": {"type": "object"}}}, more=False))
-    @direct
     async def add_items(conversation_id: str, request: Request) -> Response:
         validate_id(conversation_id, "conversation_id", "conv")
         body = await _body(request, ("items",))
@@ -56,7 +55,6 @@ def router(impl: ConversationsProvider) -> APIRouter:
         return JSONBytes(await impl.add_items(conversation_id, body["items"]))
 
     @routes.get("/conversations/{conversation_id}/items", summary="List a conversation's items")
-    @direct
     async def list_items(conversation_id: str, http: Request, after: str | None = None, limit: int = 20, order: str = "desc") -> Response:
         validate_id(conversation_id, "conversation_id", "conv")
         include = include_query(http)
@@ -64,7 +62,6 @@ def router(impl: ConversationsProvider) -> APIRouter:
         return JSONBytes({**page, "data": shown_items(page["data"], include)})
 
     @routes.get("/conversations/{conversation_id}/items/{item_id}", summary="Get an item of a conversation")
-    @direct
     async def get_item(conversation_id: str, item_id: str, http: Request) -> Response:
         validate_id(conversation_id, "conversation_id", "conv")
         return JSONBytes(shown_item(await impl.get_item(conversation_id, item_id), include_query(http)))

@@ -6,14 +6,15 @@ import logging
 import os
 from typing import Any
 
-from fastapi import APIRouter, Request
-from fastapi.responses import Response, StreamingResponse
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
 from starlette.datastructures import UploadFile
 
 from runtime.apis.common import JSONBytes, cursor_page, validate_limit, validate_order
 from runtime.apis.files.protocol import NO_ROOM, PURPOSES, FilesProvider, no_room
 from runtime.apis.vector_stores.protocol import VectorStoresProvider
 from runtime.errors import InvalidRequestError
+from runtime.routing import Routes
 
 __all__ = ["router", "upload_limits"]
 
@@ -28,8 +29,8 @@ def upload_limits(impl: FilesProvider) -> dict[tuple[str, str], int]:
     return {("POST", "/v1/files"): impl.max_file_bytes + 64 * 1024}
 
 
-def router(impl: FilesProvider, vector_stores: VectorStoresProvider | None = None) -> APIRouter:
-    routes = APIRouter()
+def router(impl: FilesProvider, vector_stores: VectorStoresProvider | None = None) -> Routes:
+    routes = Routes()
 
     @routes.post("/files", summary="Upload a file (multipart: file, purpose, expires_after)", openapi_extra={"requestBody": {
         "required": True, "content": {"multipart/form-data": {"schema": {"type": "object", "required": ["file", "purpose"], "properties": {

@@ -14,8 +14,8 @@ import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
-from fastapi import APIRouter, Request
-from fastapi.responses import Response
+from starlette.requests import Request
+from starlette.responses import Response
 
 from runtime.apis.common import (
     MAX_STRING, METADATA_SCHEMA, JSONBytes, json_body, cursor_page, parse_json_object, unless_disconnected, validate_limit, validate_metadata, validate_order,
@@ -27,11 +27,12 @@ from runtime.apis.files.protocol import FilesProvider
 from runtime.apis.inference.store import new_completion_id
 from runtime.apis.safety.guard import guard_input
 from runtime.apis.safety.protocol import SafetyProvider
-from runtime.direct_routes import direct, read_body
+from runtime.direct_routes import read_body
 from runtime import fastjson
 from runtime.errors import APIError, InvalidRequestError, error_body
 from runtime.ids import random_hex
 from runtime.middleware import Draining
+from runtime.routing import Routes
 from runtime.sse import DONE, EventStreamResponse, close_frames, sse_frame
 
 if TYPE_CHECKING:
@@ -96,13 +97,12 @@ EMBEDDINGS_BODY = json_body(["model", "input"], {
 })
 
 
-def router(impl: InferenceRouter, files: FilesProvider | None = None, safety: SafetyProvider | None = None) -> APIRouter:
+def router(impl: InferenceRouter, files: FilesProvider | None = None, safety: SafetyProvider | None = None) -> Routes:
     guarded = safety if safety is not None and safety.guardrails.input else None
     output_guard = safety if safety is not None and safety.guardrails.output else None
-    routes = APIRouter()
+    routes = Routes()
 
     @routes.post("/chat/completions", summary="Create a chat completion (streamed with `stream: true`)", openapi_extra=CHAT_BODY)
-    @direct
     async def create_chat_completion(request: Request) -> Response:
         raw = await read_body(request)
         body = parse_json_object(raw)
@@ -120,7 +120,6 @@ def router(impl: InferenceRouter, files: FilesProvider | None = None, safety: Sa
         return _json_or_gone(await unless_disconnected(request, impl.chat_completion(body, forwarded, guard=output_guard)))
 
     @routes.post("/completions", summary="Create a completion (the legacy API; streamed with `stream: true`)", openapi_extra=COMPLETIONS_BODY)
-    @direct
     async def create_completion(request: Request) -> Response:
         raw = await read_body(request)
         body = parse_json_object(raw)
@@ -136,12 +135,12 @@ def router(impl: InferenceRouter, files: FilesProvider | None = None, safety: Sa
     @routes.get("/chat/completions", summary="List stored chat completions")
     async def list_chat_completions(
         request: Request, after: str | None = None, limit: int = 20, order: str = "asc", model: str | None = None
-    ) -> dict[str, Any]:
+    ) -> Response:
         metadata = _metadata_filter(request)
         data, has_more = await impl.store.page(
             after=after, limit=validate_limit(limit, CHAT_LIST_MAX), order=validate_order(order), model=model, metadata=metadata
         )
-        return cursor_page(data, has_more)
+        return JSONBytes(cursor_page(data, has_more))
 
     @routes.get("/chat/completions/{completion_id}", summary="Get a stored chat completion")
     async def get_chat_completion(completion_id: str) -> Response:
@@ -163,12 +162,11 @@ def router(impl: InferenceRouter, files: FilesProvider | None = None, safety: Sa
     @routes.get("/chat/completions/{completion_id}/messages", summary="List the input messages of a stored chat completion")
     async def list_chat_completion_messages(
         completion_id: str, after: str | None = None, limit: int = 20, order: str = "asc"
-    ) -> dict[str, Any]:
+    ) -> Response:
         messages = _store_messages(completion_id, await impl.store.messages(completion_id))
-        return _page_in_memory(messages, after, validate_limit(limit, CHAT_LIST_MAX), validate_order(order))
+        return JSONBytes(_page_in_memory(messages, after, validate_limit(limit, CHAT_LIST_MAX), validate_order(order)))
 
     @routes.post("/embeddings", summary="Create embeddings", openapi_extra=EMBEDDINGS_BODY)
-    @direct
     async def create_embeddings(request: Request) -> Response:
         raw = await read_body(request)
         body = parse_json_object(raw)

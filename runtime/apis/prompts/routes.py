@@ -4,19 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Request
-from fastapi.responses import Response
+from starlette.requests import Request
+from starlette.responses import Response
 
 from runtime.apis.common import JSONBytes, json_body, parse_json_object
 from runtime.apis.prompts.protocol import PromptsProvider, check_template
 from runtime.errors import InvalidRequestError, NotFoundError
 from runtime.direct_routes import read_body
+from runtime.routing import Routes
 
 __all__ = ["router"]
 
 
-def router(impl: PromptsProvider) -> APIRouter:
-    routes = APIRouter()
+def router(impl: PromptsProvider) -> Routes:
+    routes = Routes()
 
     @routes.post("/prompts", summary="Create a prompt (its version 1, the default)", openapi_extra=json_body(
         ["prompt"], {"prompt": {"type": "string"}, "variables": {"type": "array", "items": {"type": "string"}}}, more=False))

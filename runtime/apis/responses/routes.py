@@ -5,23 +5,25 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from fastapi import APIRouter, Request, WebSocket
-from fastapi.responses import Response
+from starlette.requests import Request
+from starlette.websockets import WebSocket
+from starlette.responses import Response
 
 from runtime.apis.responses.models import CompactRequest, CreateResponse, shown_event, shown_response
 from runtime.apis.common import JSONBytes, include_query, unless_disconnected, validate_id, validate_limit, validate_order
 from runtime.apis.responses.protocol import ResponsesProvider
 from runtime.apis.responses.websocket import serve_connection
 from runtime import fastjson
-from runtime.direct_routes import direct, direct_with_body
+from runtime.direct_routes import direct_with_body
 from runtime.errors import APIError
+from runtime.routing import Routes
 from runtime.sse import EventStreamResponse, close_frames, sse_frame
 
 __all__ = ["router"]
 
 
-def router(impl: ResponsesProvider) -> APIRouter:
-    routes = APIRouter()
+def router(impl: ResponsesProvider) -> Routes:
+    routes = Routes()
 
     @routes.post("/responses", summary="Create a response (streamed as events with `stream: true`)")
     @direct_with_body(CreateResponse)
@@ -54,7 +56,6 @@ def router(impl: ResponsesProvider) -> APIRouter:
         return JSONBytes(await impl.list_responses(after, validate_limit(limit), validate_order(order)))
 
     @routes.get("/responses/{response_id}", summary="Get a response, or replay its events with `stream=true`")
-    @direct
     async def get_response(response_id: str, http: Request, stream: bool = False, starting_after: int | None = None) -> Response:
         validate_id(response_id, "response_id", "resp")
         include = include_query(http)
@@ -73,7 +74,6 @@ def router(impl: ResponsesProvider) -> APIRouter:
         return JSONBytes(await impl.cancel_response(response_id))
 
     @routes.get("/responses/{response_id}/input_items", summary="List a response's input items")
-    @direct
     async def list_input_items(response_id: str, after: str | None = None, limit: int = 20, order: str = "desc") -> Response:
         validate_id(response_id, "response_id", "resp")
         return JSONBytes(await impl.list_input_items(response_id, after, validate_limit(limit), validate_order(order)))

@@ -15,7 +15,7 @@ import asyncio
 from collections import OrderedDict
 from typing import Any
 
-from fastapi import WebSocket, WebSocketDisconnect
+from starlette.websockets import WebSocket, WebSocketDisconnect
 from pydantic import ValidationError
 
 from runtime import fastjson

@@ -4,21 +4,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Request
-from fastapi.responses import Response
+from starlette.requests import Request
+from starlette.responses import Response
 
 from runtime.apis.common import JSONBytes, parse_json_object
 from runtime.apis.safety.protocol import SafetyProvider
 from runtime.errors import InvalidRequestError
 from runtime.direct_routes import read_body
+from runtime.routing import Routes
 
 __all__ = ["moderation_inputs", "router"]
 
 MAX_INPUTS = 32
 
 
-def router(impl: SafetyProvider) -> APIRouter:
-    routes = APIRouter()
+def router(impl: SafetyProvider) -> Routes:
+    routes = Routes()
 
     @routes.post("/moderations", summary="Classify text and images as potentially harmful")
     async def moderate(request: Request) -> Response:

@@ -4,20 +4,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Request
-from fastapi.responses import Response
+from starlette.requests import Request
+from starlette.responses import Response
 
 from runtime.apis.common import METADATA_SCHEMA, JSONBytes, json_body, cursor_page, parse_json_object, validate_id, validate_limit, validate_order
 from runtime.apis.vector_stores import models
 from runtime.apis.vector_stores.protocol import FILE_STATUSES, Page, VectorStoresProvider
 from runtime.errors import InvalidRequestError
 from runtime.direct_routes import read_body
+from runtime.routing import Routes
 
 __all__ = ["router"]
 
 
-def router(impl: VectorStoresProvider) -> APIRouter:
-    routes = APIRouter()
+def router(impl: VectorStoresProvider) -> Routes:
+    routes = Routes()
 
     @routes.post("/vector_stores", summary="Create a vector store, optionally with files", openapi_extra=json_body([], {
         "name": {"type": ["string", "null"]}, "file_ids": {"type": "array", "items": {"type": "string"}}, "metadata": METADATA_SCHEMA,

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx2
 import pytest
 from fastapi import FastAPI, Request
 from pydantic import BaseModel
+from starlette.types import ASGIApp
 
 from runtime.app import install_error_handlers
 from runtime.asgi_transport import BackgroundLoop, ThreadedASGITransport
@@ -23,8 +24,11 @@ class Body(BaseModel):
     temperature: float = 1.0
 
 
-def build_app(draining: Draining | None = None) -> FastAPI:
+def build_app(draining: Draining | None = None, more: Callable[[FastAPI], None] | None = None) -> ASGIApp:
+    """FastAPI (with the routes `more` adds) behind the stack's RequestGuard, as runtime.app puts them together."""
     app = FastAPI()
+    if more is not None:
+        more(app)
 
     @app.post("/v1/things")
     async def create(body: Body) -> dict[str, str]:
@@ -43,8 +47,7 @@ def build_app(draining: Draining | None = None) -> FastAPI:
         raise KeyError("oops")
 
     install_error_handlers(app)
-    app.add_middleware(RequestGuard, max_body_bytes=1024, draining=draining)
-    return app
+    return RequestGuard(app, max_body_bytes=1024, draining=draining)
 
 
 @pytest.fixture
@@ -121,14 +124,14 @@ def test_a_streamed_oversized_body_is_refused_while_it_is_read(client: httpx2.Cl
 ], ids=lambda headers: headers.get("content-type", "none"))
 def test_a_body_not_declared_json_or_a_form_is_a_415_before_the_app_reads_it(headers: dict[str, str]) -> None:
     calls: list[str] = []
-    app = build_app()
 
-    @app.post("/v1/raw")
-    async def raw(request: Request) -> dict[str, str]:
-        calls.append((await request.body()).decode())
-        return {}
+    def more(app: FastAPI) -> None:
+        @app.post("/v1/raw")
+        async def raw(request: Request) -> dict[str, str]:
+            calls.append((await request.body()).decode())
+            return {}
 
-    with BackgroundLoop() as loop, httpx2.Client(transport=ThreadedASGITransport(app, loop), base_url="http://app") as client:
+    with BackgroundLoop() as loop, httpx2.Client(transport=ThreadedASGITransport(build_app(more=more), loop), base_url="http://app") as client:
         for content in (b'{"model": "m"}', iter([b'{"model": ', b'"m"}'])):  # declared length, then chunks
             response = client.post("/v1/raw", content=content, headers=headers)
             assert response.status_code == 415, response.text
@@ -168,12 +171,18 @@ def test_requests_that_arrive_during_a_shutdown_are_a_503_in_openais_shape() -> 
     assert "shutting down" in refused.json()["error"]["message"]
 
 
-def test_a_stack_imports_the_routes_of_the_apis_it_serves_and_not_the_others(tmp_path: Path) -> None:
-    # What a config does not use is not imported: start-up time and memory (issue 19).
+def chat_only(tmp_path: Path) -> Path:
+    """A run.yaml serving inference alone, over an upstream that is not there."""
     run_yaml = tmp_path / "run.yaml"
     run_yaml.write_text("version: 1\nname: chat-only\nproviders:\n  inference:\n    - provider_id: up\n      provider_type: openai\n"
                         "      config: {base_url: 'http://127.0.0.1:9/v1', api_key: k}\n"
                         f"state_dir: {tmp_path / 'state'}\n")
+    return run_yaml
+
+
+def test_a_stack_imports_the_routes_of_the_apis_it_serves_and_not_the_others(tmp_path: Path) -> None:
+    # What a config does not use is not imported: start-up time and memory (issue 19).
+    run_yaml = chat_only(tmp_path)
     code = f"""
 import asyncio, os, sys
 from builder.resolve import load_plan
@@ -186,6 +195,33 @@ async def main():
 asyncio.run(main())
 loaded = sorted(name for name in sys.modules if name.startswith("runtime.apis.") and name.endswith(".routes"))
 assert loaded == ["runtime.apis.inference.routes"], loaded
+"""
+    result = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[3], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_fastapi_is_imported_only_when_a_request_needs_it(tmp_path: Path) -> None:
+    # Start-up time and memory (issue 19): importing FastAPI and building its routes is a third of
+    # the start-up. The direct routes (chat, models, health...) never need it; the first request
+    # they leave to FastAPI (here an unknown route) builds it, and is answered as before.
+    run_yaml = chat_only(tmp_path)
+    code = f"""
+import sys
+from runtime.library_client import LibraryClient
+
+with LibraryClient({str(run_yaml)!r}) as stack, stack.http_client() as http:
+    assert http.get("health").json()["status"] in ("ok", "degraded")
+    models = http.get("models")
+    assert models.json()["object"] == "list", models.text
+    assert http.get("version").status_code == 200
+    assert "fastapi" not in sys.modules, sorted(name for name in sys.modules if name.startswith("fastapi"))
+    unknown = http.get("no/such/route")
+    assert unknown.status_code == 404 and unknown.json()["error"]["message"] == "Unknown route: GET /v1/no/such/route", unknown.text
+    assert "fastapi" in sys.modules
+    wrong = http.delete("models")
+    assert wrong.status_code == 405 and wrong.headers["allow"] == "GET", wrong.text
+    assert "/v1/chat/completions" in http.get("http://stack.local/openapi.json").json()["paths"]
+    assert http.get("health").status_code == 200
 """
     result = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[3], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr[-2000:]

@@ -18,6 +18,7 @@ from runtime.apis.inference.protocol import UpstreamModel, UpstreamRequest
 from runtime.apis.inference.router import InferenceRouter
 from runtime.apis.inference.store import ChatCompletionStore
 from runtime.app import install_error_handlers
+from runtime.routing import fastapi_router
 from runtime.asgi_transport import BackgroundLoop, ThreadedASGITransport
 from runtime.errors import UpstreamError
 from runtime.storage import open_database
@@ -58,7 +59,7 @@ def served(tmp_path: Path) -> Iterator[tuple[httpx2.Client, SlowProvider]]:
         loop.run(store.create_tables())
         loop.run(router.refresh_models())
         app = FastAPI()
-        app.include_router(routes.router(router), prefix="/v1")
+        app.include_router(fastapi_router(routes.router(router)), prefix="/v1")
         install_error_handlers(app)
         with httpx2.Client(transport=ThreadedASGITransport(app, loop), base_url="http://app") as client:
             yield client, provider
