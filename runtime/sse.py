@@ -126,12 +126,16 @@ class EventStreamResponse(Response):
                 if outbox.gone:
                     return
                 data = outbox.take()
+                if outbox.finished:  # the producer is done: these are the last frames
+                    break
                 if data:
                     await send({"type": "http.response.body", "body": data, "more_body": True})
-                if outbox.finished and not outbox.frames:
-                    break
-            producer.result()  # the producer's own error, if it had one
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            if not producer.done() or producer.cancelled() or producer.exception() is not None:
+                if data:
+                    await send({"type": "http.response.body", "body": data, "more_body": True})
+                producer.result()  # the producer's own error
+            # The end goes out with the last frames: one write, one pass down the send chain, not two.
+            await send({"type": "http.response.body", "body": data, "more_body": False})
         finally:
             forget()
             if producer is not None:

@@ -81,7 +81,34 @@ async def test_frames_ready_together_go_out_in_one_write_and_the_stream_ends() -
     assert (b"content-type", b"text/event-stream; charset=utf-8") in start["headers"]
     assert (b"cache-control", b"no-cache") in start["headers"]
     assert client.bodies == [b"".join(sse_frame(f"{burst}.{i}".encode()) for i in range(4)) for burst in range(3)]
+    # The end goes out with the last burst, in the same message (one write).
+    assert client.sent[-1] == {"type": "http.response.body", "body": client.bodies[-1], "more_body": False}
+    assert len(client.sent) == 4
+
+
+async def test_a_stream_that_ends_after_a_pause_ends_with_an_empty_message() -> None:
+    async def frames() -> AsyncIterator[bytes]:
+        yield sse_frame(b"0")
+        await asyncio.sleep(0.01)  # the upstream's end comes in a read of its own
+        await asyncio.sleep(0)
+
+    client = Client()
+    await client.run(EventStreamResponse(frames()))
+    assert client.bodies == [sse_frame(b"0")]
     assert client.sent[-1] == {"type": "http.response.body", "body": b"", "more_body": False}
+
+
+async def test_frames_made_before_the_producer_failed_are_sent_before_its_error() -> None:
+    async def frames() -> AsyncIterator[bytes]:
+        await asyncio.sleep(0.01)
+        yield sse_frame(b"0")
+        raise RuntimeError("upstream broke")
+
+    client = Client()
+    with pytest.raises(RuntimeError, match="upstream broke"):
+        await client.run(EventStreamResponse(frames()))
+    assert client.bodies == [sse_frame(b"0")]
+    assert not any(m.get("more_body") is False for m in client.sent)  # not ended as if whole
 
 
 async def test_the_first_frames_go_out_with_the_status_line_before_the_rest_of_their_burst_is_made() -> None:
