@@ -5,10 +5,11 @@ stack, the router's matching over every route, the route's request/response wrap
 dependency solver: about a fifth of a proxied chat request's CPU, and twice a conversation's items
 list's own work (py-spy; bench/README); importing FastAPI and building its routes is a third of the
 server's start-up. So every endpoint that needs nothing parsed that FastAPI would parse (it takes the
-`Request`, path parameters of type `str` and query parameters of type `str`, `int` or `bool` with
-defaults, and returns a Response), and every endpoint marked `direct_with_body(Model)` (its body,
-parsed as `Model`, and the `Request`), is called straight from `DirectRoutes`, the innermost of the
-stack's middleware, when the method and path are its own.
+`Request`, path parameters of type `str` (whole segments, or the rest of the path after fixed ones)
+and query parameters of type `str`, `int` or `bool` with defaults, and returns a Response), and every
+endpoint marked `direct_with_body(Model)` (its body, parsed as `Model`, and the `Request`), is called
+straight from `DirectRoutes`, the innermost of the stack's middleware, when the method and path are
+its own.
 
 What FastAPI would parse is read here only in the common case: a body declared JSON that parses
 and validates, a query value given once in its plain form. Any other request goes on to FastAPI as
@@ -74,6 +75,7 @@ class Call:
     literals: tuple[tuple[int, str], ...]  # (segment index, text) the path must have
     path_params: tuple[tuple[int, str], ...]  # (segment index, name)
     query: tuple[tuple[str, str], ...]  # (name, kind); absent ones keep the endpoint's defaults
+    rest: tuple[str, str] | None = None  # (what the path starts with, name): a last segment `{name:path}`
 
 
 @dataclass
@@ -82,6 +84,8 @@ class Table:
     """By (method, path), for paths without parameters."""
     templated: dict[tuple[str, int], list[Call]] = field(default_factory=dict)
     """By (method, number of path segments), in the order FastAPI would try them."""
+    rests: dict[str, list[Call]] = field(default_factory=dict)
+    """By method, for paths ending in `{name:path}` (the rest of the path, slashes and all)."""
 
 
 def direct_routes(routers: Iterable[tuple[Routes, str]]) -> Table:
@@ -99,7 +103,9 @@ def direct_routes(routers: Iterable[tuple[Routes, str]]) -> Table:
             call = _call(route, path, body) if body is not None else _plain_call(route, path)
             for method in sorted(route.methods):
                 if call is not None and not any(m == method and _may_overlap(earlier, path) for m, earlier in seen):
-                    if call.path_params:
+                    if call.rest is not None:
+                        table.rests.setdefault(method, []).append(call)
+                    elif call.path_params:
                         table.templated.setdefault((method, path.count("/") + 1), []).append(call)
                     else:
                         table.exact[(method, path)] = call
@@ -125,9 +131,13 @@ def _call(route: Route, path: str, body: type[BaseModel] | None) -> Call:
     direct endpoint may take: the `Request`, path parameters, plain query parameters and (when
     marked with one) the body's model; ValueError for anything else (at start-up)."""
     segments = path.split("/")
-    in_path = {segment[1:-1] for segment in segments if segment.startswith("{") and segment.endswith("}")}
-    if any(":" in segment for segment in segments):
-        raise ValueError(f"{path}: a direct endpoint's path parameters are whole segments of type str")
+    last = segments[-1]
+    rest = last[1:-len(":path}")] if last.startswith("{") and last.endswith(":path}") else None
+    fixed = segments[:-1] if rest is not None else segments
+    in_path = {segment[1:-1] for segment in fixed if segment.startswith("{") and segment.endswith("}")}
+    if any(":" in segment for segment in fixed) or (rest is not None and in_path):
+        raise ValueError(f"{path}: a direct endpoint's path parameters are whole segments of type str, or one rest of the path after fixed ones")
+    rest_taken = False
     hints = typing.get_type_hints(route.endpoint)
     request_param = body_param = None
     path_names: set[str] = set()
@@ -138,10 +148,13 @@ def _call(route: Route, path: str, body: type[BaseModel] | None) -> Call:
             raise ValueError(f"{path}: a direct endpoint takes named parameters only")
         if isinstance(annotation, type) and issubclass(annotation, Request):
             request_param = param.name
-        elif param.name in in_path:
+        elif param.name in in_path or param.name == rest:
             if annotation is not str:
-                raise ValueError(f"{path}: a direct endpoint's path parameters are whole segments of type str")
-            path_names.add(param.name)
+                raise ValueError(f"{path}: a direct endpoint's path parameters are of type str")
+            if param.name == rest:
+                rest_taken = True
+            else:
+                path_names.add(param.name)
         elif body is not None and annotation is body and body_param is None:
             body_param = param.name
         elif isinstance(annotation, type) and issubclass(annotation, BaseModel):
@@ -153,22 +166,29 @@ def _call(route: Route, path: str, body: type[BaseModel] | None) -> Call:
             query.append((param.name, kind))
     if body is not None and body_param is None:
         raise ValueError(f"{path}: a direct endpoint marked with a body takes it as a parameter of type {body.__name__}")
+    if rest is not None and not rest_taken:
+        raise ValueError(f"{path}: a direct endpoint takes the rest of its path")
     # A template segment the endpoint does not take stays literal: only a request for the template's
     # own text would match it, so FastAPI answers the route (as it did when FastAPI read the signature).
     path_params = tuple((index, segment[1:-1]) for index, segment in enumerate(segments) if segment[1:-1] in path_names)
     at_params = {index for index, _ in path_params}
-    literals = tuple((index, segment) for index, segment in enumerate(segments) if index not in at_params)
-    return Call(route.endpoint, route, body, body_param, request_param, literals, path_params, tuple(query))
+    literals = tuple((index, segment) for index, segment in enumerate(fixed) if index not in at_params)
+    return Call(route.endpoint, route, body, body_param, request_param, literals, path_params, tuple(query),
+                ("/".join(fixed) + "/", rest) if rest is not None else None)
 
 
 def _may_overlap(earlier: str, later: str) -> bool:
-    """Whether some request path could match both templates (`later` has no converters; a converter
-    in `earlier`, such as `{x:path}`, may match any rest)."""
+    """Whether some request path could match both templates. A converter, such as `{x:path}`, may
+    match any rest of the path (an empty one too) from its segment on."""
     a, b = earlier.split("/"), later.split("/")
-    converter = next((index for index, segment in enumerate(a) if ":" in segment), None)
-    if converter is not None:
-        return len(b) > converter and _compatible(a[:converter], b[:converter])
-    return len(a) == len(b) and _compatible(a, b)
+    at_a, at_b = _converter_at(a), _converter_at(b)
+    if at_a is None and at_b is None:
+        return len(a) == len(b) and _compatible(a, b)
+    return any(at is not None and len(other) > at and _compatible(a[:at], b[:at]) for at, other in ((at_a, b), (at_b, a)))
+
+
+def _converter_at(segments: list[str]) -> int | None:
+    return next((index for index, segment in enumerate(segments) if ":" in segment), None)
 
 
 def _compatible(a: list[str], b: list[str]) -> bool:
@@ -183,6 +203,7 @@ class DirectRoutes:
         self.app = app
         self.exact = routes.exact
         self.templated = routes.templated
+        self.rests = routes.rests
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -194,6 +215,8 @@ class DirectRoutes:
         if call is None:
             if self.templated:
                 call = _match(self.templated.get((scope["method"], path.count("/") + 1)), path, arguments)
+            if call is None and self.rests:
+                call = _match_rest(self.rests.get(scope["method"]), path, arguments)
             if call is None:
                 await self.app(scope, receive, send)
                 return
@@ -252,6 +275,16 @@ def _match(calls: list[Call] | None, path: str, arguments: dict[str, Any]) -> Ca
         if all(segments[index] == text for index, text in call.literals) and all(segments[index] for index, _ in call.path_params):
             for index, name in call.path_params:
                 arguments[name] = segments[index]
+            return call
+    return None
+
+
+def _match_rest(calls: list[Call] | None, path: str, arguments: dict[str, Any]) -> Call | None:
+    for call in calls or ():
+        assert call.rest is not None
+        start, name = call.rest
+        if path.startswith(start):
+            arguments[name] = path[len(start):]
             return call
     return None
 

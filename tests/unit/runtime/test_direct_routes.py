@@ -69,6 +69,11 @@ def build_app(direct_on: bool) -> ASGIApp:
     async def special(request: Request) -> Response:
         return Response(b'{"special":true}', media_type="application/json")
 
+    async def named(name: str, request: Request, flag: bool = False) -> Response:
+        SEEN.append({"name": "named", "route": route_template(request.scope), "routed": "fastapi_middleware_astack" in request.scope})
+        return Response(json.dumps({"name": name, "flag": flag}), media_type="application/json")
+
+    routes.get("/named/{name:path}")(named)
     routes.get("/things/{thing_id}/parts")(parts)
     routes.get("/things/special/parts")(special)  # registered after: the template takes its path too, in both apps
     app = FastAPI()
@@ -154,6 +159,24 @@ def test_a_templated_direct_route_answers_as_the_router_does(clients: tuple[http
     assert (replies[0].status_code, replies[0].content) == (replies[1].status_code, replies[1].content)
 
 
+@pytest.mark.parametrize("target", [
+    "/v1/named/a", "/v1/named/org/model-1.5", "/v1/named/", "/v1/named", "/v1/named//x", "/v1/named/a%2Fb", "/v1/named/a?flag=true",
+    "/v1/named/a?flag=maybe", "/v1/named/a/",
+])
+def test_a_route_ending_in_the_rest_of_its_path_answers_as_the_router_does(clients: tuple[httpx2.Client, httpx2.Client],
+                                                                            target: str) -> None:
+    fast, routed = clients
+    replies = [client.get(target) for client in (fast, routed)]
+    assert (replies[0].status_code, replies[0].content) == (replies[1].status_code, replies[1].content)
+
+
+def test_a_route_ending_in_the_rest_of_its_path_goes_direct(clients: tuple[httpx2.Client, httpx2.Client]) -> None:
+    fast, _ = clients
+    SEEN.clear()
+    assert fast.get("/v1/named/org/model").json() == {"name": "org/model", "flag": False}
+    assert SEEN == [{"name": "named", "route": "/v1/named/{name:path}", "routed": False}]
+
+
 def test_a_templated_route_goes_direct_in_the_common_case(clients: tuple[httpx2.Client, httpx2.Client]) -> None:
     fast, _ = clients
     SEEN.clear()
@@ -206,6 +229,28 @@ def test_templated_routes_are_direct_unless_an_earlier_route_could_take_the_path
     table = direct_routes([(routes, "/v1")])
     assert set(table.exact) == {("POST", "/v1/a")}
     assert {(key, call.route.path) for key, calls in table.templated.items() for call in calls} == {(("GET", 4), "/b/{b_id}")}
+
+
+def test_a_rest_of_path_route_is_direct_unless_an_earlier_route_could_take_one_of_its_paths() -> None:
+    async def rest(name: str) -> Response:
+        return Response()
+
+    async def one(b_id: str) -> Response:
+        return Response()
+
+    routes = Routes()
+    routes.get("/e/{name:path}")(rest)
+    routes.get("/f/x/y")(one)
+    routes.get("/f/{name:path}")(rest)  # /f/x/y, declared first, is FastAPI's to answer
+    routes.get("/g/{b_id}")(one)
+    routes.get("/g/{name:path}")(rest)
+    routes.get("/h")(one)
+    routes.get("/h/{name:path}")(rest)  # /h itself is not one of its paths
+    routes.get("/e/{b_id}")(one)  # the rest route before it may take any /e/... path
+    table = direct_routes([(routes, "/v1")])
+    assert {(method, call.route.path) for method, calls in table.rests.items() for call in calls} == {("GET", "/e/{name:path}"),
+                                                                                                     ("GET", "/h/{name:path}")}
+    assert {call.route.path for calls in table.templated.values() for call in calls} == {"/g/{b_id}"}
 
 
 def test_an_endpoint_that_needs_fastapi_to_read_its_parameters_is_left_to_fastapi() -> None:
