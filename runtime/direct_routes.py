@@ -117,9 +117,6 @@ def _plain_call(route: Route, path: str) -> Call | None:
     """How to call an endpoint with no body model, or None if it needs FastAPI: it takes a
     parameter FastAPI must parse (a header, a form field, a dependency, a float...), its path has a
     converter, or it returns something other than a Response (which FastAPI serialises)."""
-    returns = typing.get_type_hints(route.endpoint).get("return")
-    if not (isinstance(returns, type) and issubclass(returns, Response)):
-        return None
     try:
         return _call(route, path, None)
     except ValueError:
@@ -129,7 +126,8 @@ def _plain_call(route: Route, path: str) -> Call | None:
 def _call(route: Route, path: str, body: type[BaseModel] | None) -> Call:
     """How to call `route`'s endpoint, read from its signature as FastAPI reads the parameters a
     direct endpoint may take: the `Request`, path parameters, plain query parameters and (when
-    marked with one) the body's model; ValueError for anything else (at start-up)."""
+    marked with one) the body's model, and it returns a Response; ValueError for anything else (at
+    start-up)."""
     segments = path.split("/")
     last = segments[-1]
     rest = last[1:-len(":path}")] if last.startswith("{") and last.endswith(":path}") else None
@@ -139,6 +137,9 @@ def _call(route: Route, path: str, body: type[BaseModel] | None) -> Call:
         raise ValueError(f"{path}: a direct endpoint's path parameters are whole segments of type str, or one rest of the path after fixed ones")
     rest_taken = False
     hints = typing.get_type_hints(route.endpoint)
+    returns = hints.get("return")
+    if not (isinstance(returns, type) and issubclass(returns, Response)):
+        raise ValueError(f"{path}: a direct endpoint returns a Response (FastAPI serialises anything else)")
     request_param = body_param = None
     path_names: set[str] = set()
     query = []

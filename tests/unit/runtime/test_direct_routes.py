@@ -274,9 +274,16 @@ def test_an_endpoint_marked_with_a_body_that_cannot_be_called_directly_is_refuse
     async def listed(body: Thing, after: float = 0.0) -> Response:
         return Response()
 
+    async def serialised(body: Thing) -> dict[str, str]:
+        return {}
+
     routes = Routes()
     routes.post("/a")(direct_with_body(Thing)(listed))
     with pytest.raises(ValueError, match="query parameter 'after'"):
+        direct_routes([(routes, "/v1")])
+    routes = Routes()
+    routes.post("/a")(direct_with_body(Thing)(serialised))
+    with pytest.raises(ValueError, match="returns a Response"):
         direct_routes([(routes, "/v1")])
 
 
