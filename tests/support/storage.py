@@ -7,6 +7,7 @@ import contextlib
 import re
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import asyncpg
@@ -82,12 +83,18 @@ def insert_noting_thread(table: sa.Table, k: int, threads: list[str]) -> Any:
 
 
 @contextlib.contextmanager
-def statement_threads() -> Iterator[list[tuple[str, str]]]:
-    """The (thread name, table) of each SELECT run through SQLAlchemy while inside: where a store's
-    reads are made (the event loop's thread, or a reading thread)."""
+def statement_threads(backend: SqliteBackend | PostgresBackend) -> Iterator[list[tuple[str, str]]]:
+    """The (thread name, table) of each SELECT run through SQLAlchemy on `backend`'s database while
+    inside: where a store's reads are made (the event loop's thread, or a reading thread). Other
+    databases' statements are not noted: a stack another test keeps running meanwhile (the integration
+    suite's, kept for the session) polls its own tables from its own threads."""
+    database = str(backend.path.resolve()) if isinstance(backend, SqliteBackend) else sa.make_url(backend.dsn).database
     seen: list[tuple[str, str]] = []
 
-    def noted(_conn: Any, _cursor: Any, statement: str, *_rest: Any) -> None:
+    def noted(conn: Any, _cursor: Any, statement: str, *_rest: Any) -> None:
+        url = conn.engine.url
+        if (str(Path(url.database).resolve()) if url.get_backend_name() == "sqlite" else url.database) != database:
+            return
         if statement.lstrip().upper().startswith("SELECT"):
             table = re.search(r"\bFROM\s+(\w+)", statement)
             seen.append((threading.current_thread().name, table.group(1) if table else ""))

@@ -139,22 +139,23 @@ def test_the_cache_is_bounded_by_items(tmp_path: Path) -> None:
 
 async def test_lookups_by_id_and_a_cached_context_s_check_are_read_on_the_event_loop(tmp_path: Path) -> None:
     # One indexed row each: a reading thread's hop there and back would cost more than the read.
-    db = open_database(SqliteBackend(type="sqlite", path=tmp_path / "l.db"))
+    backend = SqliteBackend(type="sqlite", path=tmp_path / "l.db")
+    db = open_database(backend)
     store = ConversationStore(db)
     other = ConversationStore(db)  # another process's cache, so to speak: this one's goes stale
     loop_thread = threading.current_thread().name
     try:
         await store.create_tables()
         await store.create("conv_l", None, items("a", 3))
-        with statement_threads() as uncached:
+        with statement_threads(backend) as uncached:
             await store.items("conv_l")  # not cached yet: the whole list, on a reading thread
-        with statement_threads() as looked_up:
+        with statement_threads(backend) as looked_up:
             await store.get("conv_l")
             await store.get_item("conv_l", "a-1")
             await store.items("conv_l")  # cached: only its version is read
             await store.append("conv_l", [])
         await other.append("conv_l", items("b", 1))
-        with statement_threads() as stale:
+        with statement_threads(backend) as stale:
             assert [item["id"] for item in await store.items("conv_l")][-1] == "b-0"
     finally:
         await db.close()

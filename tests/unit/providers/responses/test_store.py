@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from builder.config import PostgresBackend, SqliteBackend
 from providers.responses.store import ResponseStore
 from runtime.storage import Database
 from support.storage import statement_threads
@@ -95,11 +96,12 @@ async def test_logged_events_are_read_back_in_order_and_announced(store: Respons
     assert announced.empty()
 
 
-async def test_a_response_and_whether_it_is_readable_are_read_on_the_event_loop(store: ResponseStore) -> None:
+async def test_a_response_and_whether_it_is_readable_are_read_on_the_event_loop(store: ResponseStore,
+                                                                                   backend: SqliteBackend | PostgresBackend) -> None:
     # One indexed row each (a response continued by previous_response_id is checked on every turn):
     # a reading thread's hop there and back would cost more than the read. PostgreSQL has no threads.
     await store.insert(response("resp_l", "completed"), ancestors=[], input_items=[], output_items=[message("msg_l", "hi")])
-    with statement_threads() as looked_up:
+    with statement_threads(backend) as looked_up:
         assert (await store.get("resp_l")).status == "completed"
         assert await store.readable("resp_l")
         assert not await store.readable("resp_absent")
