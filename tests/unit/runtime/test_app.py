@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx2
 import pytest
 from fastapi import FastAPI, Request
 from pydantic import BaseModel
+from starlette.datastructures import State
+from starlette.responses import PlainTextResponse
 from starlette.types import ASGIApp
 
-from runtime.app import install_error_handlers
+from runtime.app import StackApp, install_error_handlers
 from runtime.asgi_transport import BackgroundLoop, ThreadedASGITransport
 from runtime.errors import NotFoundError, UpstreamError
 from runtime.middleware import Draining, RequestGuard
@@ -225,3 +230,78 @@ with LibraryClient({str(run_yaml)!r}) as stack, stack.http_client() as http:
 """
     result = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[3], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+async def _get(app: ASGIApp, path: str) -> tuple[int, bytes]:
+    """One GET through an ASGI app: its status and body."""
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET", "scheme": "http", "path": path,
+             "raw_path": path.encode(), "root_path": "", "query_string": b"", "headers": [], "server": ("test", 80), "client": ("c", 1)}
+    await app(scope, receive, send)
+    return sent[0]["status"], b"".join(message.get("body", b"") for message in sent[1:])
+
+
+def _lazy_app(build: Callable[[], FastAPI]) -> StackApp:
+    """A StackApp whose stand-in for the direct routes answers /fast itself and leaves the rest to FastAPI."""
+    app = StackApp(State(), build)
+
+    async def direct(scope: Any, receive: Any, send: Any) -> None:
+        if scope["path"] == "/fast":
+            await PlainTextResponse("direct")(scope, receive, send)
+        else:
+            await app.routed(scope, receive, send)
+
+    app.middleware_stack = direct
+    return app
+
+
+def _routed_app() -> FastAPI:
+    app = FastAPI()
+
+    @app.get("/slow")
+    async def slow() -> dict[str, bool]:
+        return {"routed": True}
+
+    return app
+
+
+async def test_while_fastapi_is_built_the_direct_routes_go_on_answering() -> None:
+    # The build (importing FastAPI, 0.1 to 0.25 s) runs on a thread, not on the event loop.
+    release, builds = threading.Event(), []
+
+    def build() -> FastAPI:
+        builds.append(threading.current_thread().name)
+        assert release.wait(10)
+        return _routed_app()
+
+    app = _lazy_app(build)
+    first, second = asyncio.create_task(_get(app, "/slow")), asyncio.create_task(_get(app, "/slow"))
+    assert await asyncio.wait_for(_get(app, "/fast"), 5) == (200, b"direct")
+    assert not first.done() and not second.done()
+    release.set()
+    assert await asyncio.wait_for(asyncio.gather(first, second), 10) == [(200, b'{"routed":true}')] * 2
+    assert len(builds) == 1 and builds[0] != threading.current_thread().name
+    assert await _get(app, "/slow") == (200, b'{"routed":true}')
+
+
+async def test_a_build_that_failed_is_tried_again_by_the_next_request() -> None:
+    attempts: list[int] = []
+
+    def build() -> FastAPI:
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise RuntimeError("no room to import")
+        return _routed_app()
+
+    app = _lazy_app(build)
+    with pytest.raises(RuntimeError, match="no room"):
+        await _get(app, "/slow")
+    assert await _get(app, "/slow") == (200, b'{"routed":true}')
+    assert len(attempts) == 2
