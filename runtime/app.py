@@ -82,7 +82,7 @@ class StackApp:
 
     async def routed(self, scope: Scope, receive: Receive, send: Send) -> None:
         """The innermost app: what no direct route took, FastAPI routes. The first such request has
-        FastAPI imported and built on a thread (0.1 to 0.25 s here), so the event loop goes on
+        FastAPI imported and built on a thread (0.1 to 0.4 s here), so the event loop goes on
         answering the others meanwhile; requests that come during it wait for the same build."""
         app = self._fastapi
         if app is None:
