@@ -65,10 +65,8 @@ class StackApp:
 
     @property
     def fastapi(self) -> FastAPI:
-        if self._fastapi is None:
-            self._built(self._build())
-        assert self._fastapi is not None
-        return self._fastapi
+        app = self._fastapi
+        return app if app is not None else self._built(self._build())
 
     def _built(self, app: FastAPI) -> FastAPI:
         if self._fastapi is None:  # (built on a thread while something asked for it here: the first one stays)
@@ -91,9 +89,9 @@ class StackApp:
             building = self._building
             try:
                 app = self._built(await asyncio.shield(building))
-            except BaseException:
-                if building.done() and (building.cancelled() or building.exception() is not None) and self._building is building:
-                    self._building = None  # a build that failed is tried again by the next request
+            except Exception:  # the build's own error (a request cancelled while it waits is not one)
+                if self._building is building:
+                    self._building = None  # tried again by the next request
                 raise
         await app(scope, receive, send)
 

@@ -135,7 +135,6 @@ def _call(route: Route, path: str, body: type[BaseModel] | None) -> Call:
     in_path = {segment[1:-1] for segment in fixed if segment.startswith("{") and segment.endswith("}")}
     if any(":" in segment for segment in fixed) or (rest is not None and in_path):
         raise ValueError(f"{path}: a direct endpoint's path parameters are whole segments of type str, or one rest of the path after fixed ones")
-    rest_taken = False
     hints = typing.get_type_hints(route.endpoint)
     returns = hints.get("return")
     if not (isinstance(returns, type) and issubclass(returns, Response)):
@@ -152,10 +151,7 @@ def _call(route: Route, path: str, body: type[BaseModel] | None) -> Call:
         elif param.name in in_path or param.name == rest:
             if annotation is not str:
                 raise ValueError(f"{path}: a direct endpoint's path parameters are of type str")
-            if param.name == rest:
-                rest_taken = True
-            else:
-                path_names.add(param.name)
+            path_names.add(param.name)
         elif body is not None and annotation is body and body_param is None:
             body_param = param.name
         elif isinstance(annotation, type) and issubclass(annotation, BaseModel):
@@ -167,11 +163,11 @@ def _call(route: Route, path: str, body: type[BaseModel] | None) -> Call:
             query.append((param.name, kind))
     if body is not None and body_param is None:
         raise ValueError(f"{path}: a direct endpoint marked with a body takes it as a parameter of type {body.__name__}")
-    if rest is not None and not rest_taken:
+    if rest is not None and rest not in path_names:
         raise ValueError(f"{path}: a direct endpoint takes the rest of its path")
     # A template segment the endpoint does not take stays literal: only a request for the template's
     # own text would match it, so FastAPI answers the route (as it did when FastAPI read the signature).
-    path_params = tuple((index, segment[1:-1]) for index, segment in enumerate(segments) if segment[1:-1] in path_names)
+    path_params = tuple((index, segment[1:-1]) for index, segment in enumerate(fixed) if segment[1:-1] in path_names)
     at_params = {index for index, _ in path_params}
     literals = tuple((index, segment) for index, segment in enumerate(fixed) if index not in at_params)
     return Call(route.endpoint, route, body, body_param, request_param, literals, path_params, tuple(query),

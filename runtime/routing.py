@@ -43,15 +43,8 @@ class Routes:
         self.tags = list(tags or ())
         self.routes: list[Route] = []
 
-    def add(self, path: str, endpoint: Callable[..., Any], methods: list[str], **options: Any) -> None:
-        self.routes.append(Route(self.prefix + path, frozenset(method.upper() for method in methods), endpoint, options))
-
     def route(self, path: str, methods: list[str], **options: Any) -> Callable[[F], F]:
-        def declare(endpoint: F) -> F:
-            self.add(path, endpoint, methods, **options)
-            return endpoint
-
-        return declare
+        return self._declare(path, frozenset(method.upper() for method in methods), options, websocket=False)
 
     def get(self, path: str, **options: Any) -> Callable[[F], F]:
         return self.route(path, ["GET"], **options)
@@ -66,8 +59,11 @@ class Routes:
         return self.route(path, ["DELETE"], **options)
 
     def websocket(self, path: str, **options: Any) -> Callable[[F], F]:
+        return self._declare(path, frozenset(), options, websocket=True)
+
+    def _declare(self, path: str, methods: frozenset[str], options: dict[str, Any], websocket: bool) -> Callable[[F], F]:
         def declare(endpoint: F) -> F:
-            self.routes.append(Route(self.prefix + path, frozenset(), endpoint, options, websocket=True))
+            self.routes.append(Route(self.prefix + path, methods, endpoint, options, websocket))
             return endpoint
 
         return declare

@@ -130,10 +130,12 @@ class EventStreamResponse(Response):
                     break
                 if data:
                     await send({"type": "http.response.body", "body": data, "more_body": True})
-            if not producer.done() or producer.cancelled() or producer.exception() is not None:
-                if data:
-                    await send({"type": "http.response.body", "body": data, "more_body": True})
+            try:
                 producer.result()  # the producer's own error
+            except BaseException:
+                if data:  # what it made before that still goes out
+                    await send({"type": "http.response.body", "body": data, "more_body": True})
+                raise
             # The end goes out with the last frames: one write, one pass down the send chain, not two.
             await send({"type": "http.response.body", "body": data, "more_body": False})
         finally:
