@@ -13,6 +13,11 @@ SQLite (`bench/stack-pg-run.yaml`, this checkout's if the other has none).
 
     git worktree add /tmp/base HEAD
     .venv/bin/python bench/ab.py /tmp/base . [--stream] [--responses] [--conversations] [--lookups] [--postgres [ADMIN_DSN]] [--run-yaml PATH] [--windows 6]
+
+A feature's cost, on against off in one checkout: B runs its own run.yaml, and `--bearer` sends the
+same `Authorization` header to both stacks (a stack without auth ignores it):
+
+    .venv/bin/python bench/ab.py . . --run-yaml-b bench/chat-auth-run.yaml --bearer bench-api-key-0001
 """
 
 from __future__ import annotations
@@ -40,7 +45,12 @@ from smg import ADMIN_DSN, CONVERSATION_SIZE, conversation_of, fresh_database, i
 
 
 async def run(options: argparse.Namespace) -> None:
-    make = create_response if options.responses else chat_request
+    headers = {"authorization": f"Bearer {options.bearer}"} if options.bearer else None
+
+    def make(port: int, stream: bool) -> Request:
+        return (create_response(port, stream, headers=headers) if options.responses
+                else chat_request(port, stream, headers))
+
     async with contextlib.AsyncExitStack() as databases:
         with tempfile.TemporaryDirectory(prefix="stack-bench-ab-") as temp:
             await measure(options, make, Path(temp), databases)
@@ -59,7 +69,7 @@ async def measure(options: argparse.Namespace, make: Callable[[int, bool], Reque
             stack = stack_env(url, logs / f"state-{name}") | {"PYTHONPATH": str(checkout.resolve())}
             stored = options.responses or options.conversations or options.lookups
             default = "stack-pg-run.yaml" if options.postgres else "stack-run.yaml" if stored else "chat-run.yaml"
-            run_yaml = checkout / (options.run_yaml or Path("bench") / default)
+            run_yaml = checkout / ((options.run_yaml_b if name == "B" else None) or options.run_yaml or Path("bench") / default)
             if options.postgres:
                 stack["BENCH_POSTGRES_DSN"] = await databases.enter_async_context(fresh_database(options.postgres))
                 run_yaml = run_yaml if run_yaml.exists() else ROOT / "bench" / default
@@ -153,6 +163,8 @@ def main() -> None:
     parser.add_argument("--lookups", action="store_true",
                         help="a conversation and a response read by id, a response continuing another: c=1 only")
     parser.add_argument("--run-yaml", type=Path, help="relative to each checkout (bench/chat-run.yaml, or stack-run.yaml with --responses)")
+    parser.add_argument("--run-yaml-b", type=Path, help="B's own run.yaml, relative to its checkout (a feature on in B only)")
+    parser.add_argument("--bearer", metavar="TOKEN", help="send `Authorization: Bearer TOKEN` with the chat and responses requests")
     parser.add_argument("--postgres", nargs="?", const=ADMIN_DSN, metavar="ADMIN_DSN",
                         help=f"keep the stored rows in PostgreSQL, a fresh database each (default server: {ADMIN_DSN})")
     parser.add_argument("--requests", type=int, default=2_000, help="c=1 requests to each server")
@@ -162,7 +174,10 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=3.0, help="seconds of each c=32 window")
     import uvloop
 
-    uvloop.run(run(parser.parse_args()))
+    options = parser.parse_args()
+    if options.bearer and (options.conversations or options.lookups):
+        parser.error("--bearer is for the chat and responses rows; --conversations and --lookups send none")
+    uvloop.run(run(options))
 
 
 if __name__ == "__main__":

@@ -54,11 +54,11 @@ TARGET_ADDED_P50_MS = 1.0
 LATENCY_WARMUP = 200
 
 
-def chat_request(port: int, stream: bool) -> Request:
+def chat_request(port: int, stream: bool, headers: dict[str, str] | None = None) -> Request:
     body: dict[str, Any] = {"model": MODEL, "messages": [{"role": "user", "content": MESSAGE}]}
     if stream:
         body["stream"] = True
-    return post(port, "/v1/chat/completions", body, EXPECT_CHAT)
+    return post(port, "/v1/chat/completions", body, EXPECT_CHAT, headers=headers)
 
 
 # ---------------------------------------------------------------------------------------------

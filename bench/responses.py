@@ -88,11 +88,11 @@ FLOOR_REQUESTS = 300  # per chain point, the upstream alone
 # Requests
 
 
-def create_response(port: int, stream: bool, keep: bool = False) -> Request:
+def create_response(port: int, stream: bool, keep: bool = False, headers: dict[str, str] | None = None) -> Request:
     body: dict[str, Any] = {"model": MODEL, "input": MESSAGE}
     if stream:
         body["stream"] = True
-    return post(port, "/v1/responses", body, EXPECT_TEXT, first=FIRST_DELTA, done=COMPLETED_EVENT, keep=keep)
+    return post(port, "/v1/responses", body, EXPECT_TEXT, first=FIRST_DELTA, done=COMPLETED_EVENT, keep=keep, headers=headers)
 
 
 def upstream_chat(port: int, messages: list[dict[str, str]], stream: bool, expect: bytes) -> Request:

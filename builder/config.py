@@ -141,6 +141,9 @@ class JwtConfig(_Strict):
     """Principal attribute -> claim, e.g. `{team: org_id, roles: groups}`."""
     keys_cache_s: float = Field(default=300.0, gt=0)
     """How long keys fetched from `jwks_url` are kept (a token naming an unknown key fetches them again)."""
+    cache_s: float = Field(default=60.0, ge=0, le=3600)
+    """How long a token, once verified, is admitted again without its signature and claims checked anew
+    (never past its `exp`); 0 checks them on every request."""
     timeout_s: float = Field(default=5.0, gt=0)
 
     @model_validator(mode="after")

@@ -43,6 +43,7 @@ __all__ = ["AuthGuard", "Authenticator", "Principal", "current_principal", "gran
 
 log = logging.getLogger("stack")
 
+_VERIFIED_TOKENS = 10_000  # verified JWTs kept at most (the cache is cleared when full)
 OPEN_PATHS = frozenset({"/v1/health", "/v1/version", "/health", "/version"})
 _REALM = 'Bearer realm="stack"'
 
@@ -128,8 +129,26 @@ class _Jwt:
         self._jwt = jwt
         self._jwks = (jwt.PyJWKClient(config.jwks_url, cache_keys=True, lifespan=config.keys_cache_s, timeout=config.timeout_s)
                       if config.jwks_url else None)
+        # Verified tokens by their hash: (the wall-clock time until which it is admitted, its principal).
+        # A client sends the same token for many requests, and checking it (its signature, a thread hop
+        # to the JWKS client) cost more than the rest of a proxied chat request.
+        self._verified: dict[str, tuple[float, Principal]] = {}
 
-    async def principal(self, token: str) -> Principal | None:
+    async def principal(self, token: str, digest: str) -> Principal | None:
+        """The principal of a valid `token` (whose SHA-256 is `digest`); AuthFailed for an invalid one."""
+        kept = self._verified.get(digest)
+        if kept is not None:
+            if time.time() < kept[0]:
+                return kept[1]
+            del self._verified[digest]
+        principal, expires = await self._verify(token)
+        if self.config.cache_s > 0:
+            if len(self._verified) >= _VERIFIED_TOKENS:  # bounded: many clients' tokens do not grow it
+                self._verified.clear()
+            self._verified[digest] = (min(time.time() + self.config.cache_s, expires), principal)
+        return principal
+
+    async def _verify(self, token: str) -> tuple[Principal, float]:
         jwt, config = self._jwt, self.config
         try:
             if self._jwks is not None:
@@ -149,7 +168,7 @@ class _Jwt:
         if not isinstance(subject, str) or not subject:
             raise AuthFailed(f"The bearer token has no '{config.principal_claim}' claim naming a principal.")
         attributes = {name: claims[claim] for name, claim in config.attribute_claims.items() if claim in claims}
-        return Principal(subject, attributes, "jwt")
+        return Principal(subject, attributes, "jwt"), float(claims["exp"]) + config.leeway_s
 
 
 class CachedAnswers:
@@ -222,7 +241,8 @@ class Authenticator:
         token = token.strip() if scheme.lower() == "bearer" else ""
         refusal: AuthFailed | None = None
         if token:
-            principal = self._keys.get(key_hash(token))
+            digest = key_hash(token)
+            principal = self._keys.get(digest)
             if principal is not None:
                 return principal
             if self._database_keys is not None and not token.count(".") == 2:
@@ -231,7 +251,7 @@ class Authenticator:
                     return principal
             if self._jwt is not None and token.count(".") == 2:
                 try:
-                    found = await self._jwt.principal(token)
+                    found = await self._jwt.principal(token, digest)
                 except AuthFailed as failed:
                     refusal, found = failed, None
                 if found is not None:
