@@ -135,6 +135,8 @@ def create_app(stack: Stack) -> StackApp:
     inner: ASGIApp = DirectRoutes(app.routed, routes=direct_routes((routes, prefix) for routes, prefix, _ in mounted))
     if server.auth is not None:  # inside CORS, so a browser can read a 401; off, it costs nothing
         quotas = Quotas(server.auth.quotas) if server.auth.quotas is not None else None
+        if quotas is not None:
+            stack.closing.append(quotas.aclose)  # Redis: the tokens not sent yet
         open_paths = OPEN_PATHS | ({server.metrics.path} if server.metrics is not None and server.metrics.open else set())
         inner = AuthGuard(inner, authenticator=Authenticator(server.auth, _database_keys(stack, server.auth)), quotas=quotas,
                           open_paths=open_paths, access=_access_policy(stack, server.auth))

@@ -323,15 +323,14 @@ class AuthGuard:
                 _grants.reset(granted)
 
 
-def _with_headers(send: Send, headers: Mapping[str, str]) -> Send:
+def _with_headers(send: Send, headers: list[tuple[bytes, bytes]]) -> Send:
     """`send`, adding `headers` to the response's start (as it is, with none to add)."""
     if not headers:
         return send
-    extra = [(name.encode(), value.encode()) for name, value in headers.items()]
 
     async def send_with_headers(message: Message) -> None:
         if message["type"] == "http.response.start":
-            message = {**message, "headers": [*message.get("headers", ()), *extra]}
+            message = {**message, "headers": [*message.get("headers", ()), *headers]}
         await send(message)
 
     return send_with_headers

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from builder.resolve import PlannedProvider, StackPlan
@@ -38,6 +38,8 @@ class Stack:
     """The implementation of each API: its provider, or the router over its providers."""
     providers: tuple[RunningProvider, ...]
     storage: Storage
+    closing: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    """Closed with the stack, first of all and last added first: what the app made over it (the quota counter)."""
 
 
 @asynccontextmanager
@@ -57,7 +59,17 @@ async def open_stack(plan: StackPlan) -> AsyncIterator[Stack]:
                 running.append(RunningProvider(planned, impl))
             impls[api] = await _combine(exits, api, group, storage, plan)
         _log_providers(plan)
-        yield Stack(plan=plan, impls=impls, providers=tuple(running), storage=storage)
+        stack = Stack(plan=plan, impls=impls, providers=tuple(running), storage=storage)
+        exits.push_async_callback(_close_all, stack.closing)  # pushed last: run first
+        yield stack
+
+
+async def _close_all(closing: list[Callable[[], Awaitable[None]]]) -> None:
+    for close in reversed(closing):
+        try:
+            await close()
+        except Exception:  # the providers still close
+            log.exception("closing %r failed", close)
 
 
 async def _start(exits: AsyncExitStack, planned: PlannedProvider, impls: Mapping[Api, Any], storage: Storage, plan: StackPlan) -> Any:

@@ -68,3 +68,19 @@ async def test_a_provider_that_does_not_implement_its_api_fails_the_start(tmp_pa
         "providers.inference[0]: provider 'incomplete' (incomplete) does not implement the inference API: "
         "Recorded lacks chat_completion, embeddings, list_models, stream_chat_completion"
     )
+
+
+async def test_what_the_app_registers_on_the_stack_closes_before_the_providers_stop(tmp_path: Path,
+                                                                                    specimen_providers: list[str]) -> None:
+    resolved = plan(tmp_path, {"inference": [entry("local")]})
+
+    async def failing() -> None:
+        raise RuntimeError("the quota store is gone")
+
+    async with open_stack(resolved) as stack:
+        for name in ("first", "second"):
+            async def close(name: str = name) -> None:
+                specimen_providers.append(f"close {name}")
+            stack.closing.append(close)
+        stack.closing.append(failing)  # logged; the rest still close
+    assert specimen_providers == ["start inference/local", "close second", "close first", "stop inference/local"]
