@@ -196,8 +196,10 @@ class _RedisCounter:
             grant, reserved, tokens = await self._sync_script(
                 keys=[_key(principal, "r", window), _key(principal, "t", window)],
                 args=[want, -1 if rpm is None else rpm, unsent, _TTL_S])
-        except self._errors as error:
-            tally.unsent += unsent  # kept, for a later round trip
+        except BaseException as error:  # the tokens are kept for a later round trip (cancelled too)
+            tally.unsent += unsent
+            if not isinstance(error, self._errors):
+                raise
             if tally.unsent:
                 self._send_in(_RETRY_S)
             raise _down(error) from None
