@@ -113,6 +113,28 @@ def test_a_responses_model_calls_count_against_the_principal(client: openai.Open
         responder.responses.create(model="fake-model", input="[tokens:1] more")
 
 
+@pytest.mark.parametrize("mode", ["server", "library"])
+def test_tokens_counted_in_redis_are_sent_before_the_stack_stops(tmp_path: Path, mode: str) -> None:
+    """Spent tokens wait up to 0.05 s to go to Redis with others; a stack stopped at once sends them first."""
+    import redis
+
+    principal = f"closing-{RUN}-{mode}"
+    with running_fake_upstream() as upstream:
+        path = run_yaml(tmp_path, upstream.base_url, name="quotas-close")
+        path.write_text(path.read_text() + f"""server:
+  auth:
+    api_keys: [{{principal: {principal}, key: "sk-closing-0123456789"}}]
+    quotas: {{tokens_per_minute: 1000, redis_url: "redis://127.0.0.1:6379/0"}}
+""")
+        fresh_window()
+        with served(mode, path) as client:
+            client.with_options(api_key="sk-closing-0123456789").chat.completions.create(
+                model="fake-model", messages=[{"role": "user", "content": "[tokens:40] spend"}])
+        window = int(time.time() // 60)
+    counted = redis.Redis.from_url("redis://127.0.0.1:6379/0").get(f"stack:quota:t:{window}:{principal}")
+    assert counted is not None and int(counted) >= 40
+
+
 def test_a_quota_store_that_is_down_refuses_with_a_503(tmp_path: Path) -> None:
     with running_fake_upstream() as upstream:
         path = run_yaml(tmp_path, upstream.base_url, name="quotas-down")
