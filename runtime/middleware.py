@@ -23,7 +23,7 @@ from runtime.metrics import Metrics, route_template
 from runtime.tracing import Tracing
 from runtime.ids import random_hex
 
-__all__ = ["Draining", "RequestGuard", "new_request_id"]
+__all__ = ["Draining", "RequestGuard", "StreamWait", "new_request_id"]
 
 log = logging.getLogger("stack")
 
@@ -32,10 +32,22 @@ def new_request_id() -> str:
     return "req_" + random_hex(12)
 
 
+class StreamWait:
+    """A stream registered with `Draining`: the task that waits for its next chunk, while it waits.
+    Two attribute writes a chunk: registering the waiting task itself for each chunk (as a set's
+    member) cost 0.7 µs a chunk, 6 % of a 64-token stream's CPU."""
+
+    __slots__ = ("task", "waiting")
+
+    def __init__(self) -> None:
+        self.task: asyncio.Task[Any] | None = None
+        self.waiting = False
+
+
 class Draining:
     """The server's graceful shutdown as the routes see it. Once `started`, requests that arrive
     are answered 503 (in OpenAI's shape, with `connection: close`) rather than started; at the end
-    of the grace period `end_streams` interrupts the streams the routes registered (`streaming`),
+    of the grace period `end_streams` interrupts the streams the routes registered (`stream`),
     for each to send its client a last event."""
 
     def __init__(self) -> None:
@@ -43,7 +55,7 @@ class Draining:
         self.begun = asyncio.Event()
         """Set with `started`: what waits idle (a WebSocket between responses) ends then."""
         self.ending = False
-        self._streams: set[asyncio.Task[Any]] = set()
+        self._streams: set[StreamWait] = set()
         self.unanswered: dict[asyncio.Task[Any], Callable[[], bool]] = {}
         """Request tasks, each with whether its response has started (RequestGuard keeps it)."""
 
@@ -52,23 +64,25 @@ class Draining:
         self.started = True
         self.begun.set()
 
-    def streaming(self) -> asyncio.Task[Any] | None:
-        """Register the current task as waiting for a stream's next chunk, to be interrupted at
-        the end of the grace period; `streamed(task)` when the wait is over. A stream calls it for
-        each chunk, so it is two calls rather than a context manager (2.8 µs a chunk, 0.6 now)."""
-        task = asyncio.current_task()
-        if task is not None:
-            self._streams.add(task)
-        return task
+    def stream(self) -> StreamWait:
+        """Register a stream for the end of the grace period, for its whole life (`unregister` it at
+        its end). Around each wait for its next chunk the stream sets its `StreamWait`: `task` (the
+        one waiting) and `waiting`; `end_streams` interrupts the tasks that are waiting then."""
+        wait = StreamWait()
+        self._streams.add(wait)
+        return wait
 
-    def streamed(self, task: asyncio.Task[Any] | None) -> None:
-        """The wait `streaming` registered is over."""
-        self._streams.discard(task)  # None was never added: discarding it does nothing
+    def unregister(self, wait: StreamWait) -> None:
+        self._streams.discard(wait)
+
+    def waiting_tasks(self) -> set[asyncio.Task[Any]]:
+        """The tasks `end_streams` would interrupt now: those of the streams waiting for a chunk."""
+        return {wait.task for wait in self._streams if wait.waiting and wait.task is not None}
 
     def end_streams(self) -> None:
         """Interrupt the registered streams, and the requests not yet answered (they get a 503)."""
         self.ending = True
-        for task in list(self._streams):
+        for task in self.waiting_tasks():
             task.cancel()
         for task, started in list(self.unanswered.items()):
             if not started():

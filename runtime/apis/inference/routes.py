@@ -384,17 +384,24 @@ async def _frames(first: bytes | None, rest: AsyncIterator[bytes], draining: Dra
         yield sse_frame(DONE)
         return
     yield sse_frame(first)
-    while True:
-        # Registered for the shutdown's interruption chunk by chunk: the task waiting here is the
-        # response's own for the head of the stream, then its producer's (runtime.sse).
-        task = draining.streaming() if draining is not None else None
-        try:
+    # Registered for the shutdown's interruption: the task waiting for a chunk is the response's own
+    # for the head of the stream, then its producer's (runtime.sse), so it is noted at each wait.
+    wait = draining.stream() if draining is not None else None
+    loop = asyncio.get_running_loop()
+    try:
+        while True:
             # The shutdown's grace period is over (while no chunk was awaited, or during the wait):
             # the client is told, not cut off.
             interrupted = draining is not None and draining.ending
             if not interrupted:
                 try:
-                    chunk = await anext(rest)
+                    if wait is not None:
+                        wait.task, wait.waiting = asyncio.current_task(loop), True
+                    try:
+                        chunk = await anext(rest)
+                    finally:
+                        if wait is not None:
+                            wait.waiting = False
                 except StopAsyncIteration:
                     break
                 except APIError as error:
@@ -408,19 +415,19 @@ async def _frames(first: bytes | None, rest: AsyncIterator[bytes], draining: Dra
                     yield sse_frame(json.dumps(STREAM_FAULT).encode())
                     return
                 except asyncio.CancelledError:
-                    if draining is None or not draining.ending or task is None:
+                    if draining is None or not draining.ending or wait is None or wait.task is None:
                         raise
-                    task.uncancel()
+                    wait.task.uncancel()
                     interrupted = True
-        finally:
-            if draining is not None:
-                draining.streamed(task)
-        if interrupted:
-            await close_frames(rest)
-            yield sse_frame(json.dumps(SHUTDOWN_ERROR).encode())
-            return
-        yield sse_frame(chunk)
-    yield sse_frame(DONE)
+            if interrupted:
+                await close_frames(rest)
+                yield sse_frame(json.dumps(SHUTDOWN_ERROR).encode())
+                return
+            yield sse_frame(chunk)
+        yield sse_frame(DONE)
+    finally:
+        if draining is not None and wait is not None:
+            draining.unregister(wait)
 
 
 def _json_or_gone(body: bytes | None) -> Response:

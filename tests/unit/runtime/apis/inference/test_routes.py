@@ -6,6 +6,7 @@ import asyncio
 import json
 import threading
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 from pathlib import Path
 
 import httpx2
@@ -113,17 +114,41 @@ async def test_a_stream_is_registered_for_the_shutdown_only_while_it_waits_for_i
 
     async def upstream() -> AsyncIterator[bytes]:
         for index in range(3):
-            registered.append(asyncio.current_task() in draining._streams)
+            registered.append(asyncio.current_task() in draining.waiting_tasks())
             yield b'{"n": %d}' % index
 
     frames = routes._frames(b'{"role": "assistant"}', upstream(), draining)
     seen = []
     async for frame in frames:
         seen.append(frame)
-        assert not draining._streams  # between chunks, held by the consumer: nothing to interrupt here
+        assert not draining.waiting_tasks()  # between chunks, held by the consumer: nothing to interrupt here
     assert registered == [True, True, True]
     assert seen[-1] == b"data: [DONE]\n\n" and len(seen) == 5
-    assert not draining._streams
+    assert not draining._streams  # unregistered at its end
+
+
+async def test_a_stream_whose_chunks_another_task_waits_for_registers_that_task() -> None:
+    """The head of a stream is made by the response's task, the rest by its producer's (runtime.sse)."""
+    from runtime.middleware import Draining
+
+    draining = Draining()
+    waiting: list[set[asyncio.Task[Any]]] = []
+
+    async def upstream() -> AsyncIterator[bytes]:
+        for index in range(2):
+            waiting.append(draining.waiting_tasks())
+            yield b'{"n": %d}' % index
+
+    frames = routes._frames(b'{"role": "assistant"}', upstream(), draining)
+    await anext(frames)
+
+    async def next_frame() -> tuple[bytes, asyncio.Task[Any] | None]:
+        return await anext(frames), asyncio.current_task()
+
+    for _ in range(2):
+        _, task = await asyncio.create_task(next_frame())
+        assert waiting[-1] == {task}
+    assert [frame async for frame in frames] == [b"data: [DONE]\n\n"]
 
 
 async def test_a_shutdown_during_the_wait_for_a_chunk_ends_the_stream_with_its_error_event() -> None:
