@@ -35,7 +35,7 @@ def new_request_id() -> str:
 class StreamWait:
     """A stream registered with `Draining`: the task that waits for its next chunk, while it waits.
     Two attribute writes a chunk: registering the waiting task itself for each chunk (as a set's
-    member) cost 0.7 µs a chunk, 6 % of a 64-token stream's CPU."""
+    member) cost 0.7 µs a chunk, 45 of the 124 µs a 64-token stream spent in its chunk chain in process."""
 
     __slots__ = ("task", "waiting")
 
