@@ -18,8 +18,9 @@ several times the rest of a proxied request, so a process talks to Redis in batc
   No replica ever admits past the limit; what a replica reserved and did not admit by the window's
   end (at most 1 % of the limit each) goes unused.
 - tokens spent are sent within 0.05 s, with the next round trip or on their own; with a token
-  limit, the count is read again at most every 0.05 s. Another replica may so admit requests for
-  up to 0.05 s after the limit is crossed, as the request that crosses it already finishes.
+  limit, a count read more than 0.05 s ago is read again before a request is admitted. Another
+  replica may so admit requests for up to 0.1 s after the limit is crossed, as the request that
+  crosses it already finishes.
 
 A counter that cannot be reached (Redis down) refuses the request with a 503: limits are not
 silently lifted. Tokens that could not be sent are kept and sent with a later round trip, and when
