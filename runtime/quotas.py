@@ -35,7 +35,6 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from builder.config import QuotaConfig, QuotaLimits
@@ -248,16 +247,9 @@ def _down(error: BaseException) -> ServiceUnavailableError:
                                    "shortly.", code="quota_store_unavailable")
 
 
-@dataclass(frozen=True)
-class _Window:
-    index: int
-    reset_s: int
-
-
-def _window() -> _Window:
-    now = time.time()
-    index = int(now // WINDOW_S)
-    return _Window(index, max(1, int((index + 1) * WINDOW_S - now + 0.999)))
+def _reset_s(now: float, window: int) -> int:
+    """Whole seconds until `window` ends (at least 1)."""
+    return max(1, int((window + 1) * WINDOW_S - now + 0.999))
 
 
 class Quotas:
@@ -279,16 +271,19 @@ class Quotas:
 
     async def admit(self, principal: str) -> list[tuple[bytes, bytes]]:
         """Count a request; its `x-ratelimit-*` headers, or a 429 when a window is spent."""
-        limits, window = self.limits(principal), _window()
+        limits = self.limits(principal)
         rpm, tpm = limits.requests_per_minute, limits.tokens_per_minute
         if rpm is None and tpm is None:
             return []
-        admitted, requests, tokens = await self.counter.take(principal, window.index, rpm, tpm)
+        now = time.time()
+        window = int(now // WINDOW_S)
+        admitted, requests, tokens = await self.counter.take(principal, window, rpm, tpm)
+        reset_s = _reset_s(now, window)
         if not admitted:
             if tpm is not None and tokens >= tpm:
-                raise _refused("tokens per min (TPM)", "tokens", tpm, tokens, window)
-            raise _refused("requests per min (RPM)", "requests", rpm or 0, requests, window)
-        reset = b"%ds" % window.reset_s
+                raise _refused("tokens per min (TPM)", "tokens", tpm, tokens, reset_s)
+            raise _refused("requests per min (RPM)", "requests", rpm or 0, requests, reset_s)
+        reset = b"%ds" % reset_s
         headers: list[tuple[bytes, bytes]] = []
         if tpm is not None:
             headers += ((b"x-ratelimit-limit-tokens", b"%d" % tpm), (b"x-ratelimit-remaining-tokens", b"%d" % (tpm - tokens)),
@@ -310,7 +305,7 @@ class Quotas:
 
     def spend(self, principal: str, tokens: int) -> None:
         if tokens > 0 and self.limits(principal).tokens_per_minute is not None:
-            self.counter.spend(principal, _window().index, tokens)
+            self.counter.spend(principal, int(time.time() // WINDOW_S), tokens)
 
     async def aclose(self) -> None:
         """Send what is not counted yet (Redis), and close the counter."""
@@ -321,9 +316,9 @@ def _key(principal: str, kind: str, window: int) -> str:
     return f"stack:quota:{kind}:{window}:{principal}"
 
 
-def _refused(what: str, kind: str, limit: int, used: int, window: _Window) -> RateLimited:
-    error = RateLimited(f"Rate limit reached on {what}: Limit {limit}, Used {used}. Please try again in {window.reset_s}s.",
-                        code="rate_limit_exceeded", headers={"retry-after": str(window.reset_s)})
+def _refused(what: str, kind: str, limit: int, used: int, reset_s: int) -> RateLimited:
+    error = RateLimited(f"Rate limit reached on {what}: Limit {limit}, Used {used}. Please try again in {reset_s}s.",
+                        code="rate_limit_exceeded", headers={"retry-after": str(reset_s)})
     error.error_type = kind  # type: ignore[misc]  # OpenAI names the exhausted limit: requests or tokens
     return error
 
