@@ -43,7 +43,6 @@ __all__ = ["AuthGuard", "Authenticator", "Principal", "current_principal", "gran
 
 log = logging.getLogger("stack")
 
-_VERIFIED_TOKENS = 10_000  # verified JWTs kept at most (the cache is cleared when full)
 OPEN_PATHS = frozenset({"/v1/health", "/v1/version", "/health", "/version"})
 _REALM = 'Bearer realm="stack"'
 
@@ -129,23 +128,19 @@ class _Jwt:
         self._jwt = jwt
         self._jwks = (jwt.PyJWKClient(config.jwks_url, cache_keys=True, lifespan=config.keys_cache_s, timeout=config.timeout_s)
                       if config.jwks_url else None)
-        # Verified tokens by their hash: (the wall-clock time until which it is admitted, its principal).
-        # A client sends the same token for many requests, and checking it (its signature, a thread hop
-        # to the JWKS client) cost more than the rest of a proxied chat request.
-        self._verified: dict[str, tuple[float, Principal]] = {}
+        # Verified tokens: a client sends the same token for many requests, and checking it (its
+        # signature, a thread hop to the JWKS client) cost more than the rest of a proxied chat request.
+        # Refused ones are not kept (`_verify` raises).
+        self._verified = CachedAnswers(config.cache_s)
 
     async def principal(self, token: str, digest: str) -> Principal | None:
         """The principal of a valid `token` (whose SHA-256 is `digest`); AuthFailed for an invalid one."""
-        kept = self._verified.get(digest)
+        kept = self._verified.kept(digest)
         if kept is not None:
-            if time.time() < kept[0]:
-                return kept[1]
-            del self._verified[digest]
+            return kept[0]
         principal, expires = await self._verify(token)
-        if self.config.cache_s > 0:
-            if len(self._verified) >= _VERIFIED_TOKENS:  # bounded: many clients' tokens do not grow it
-                self._verified.clear()
-            self._verified[digest] = (min(time.time() + self.config.cache_s, expires), principal)
+        if self.config.cache_s > 0:  # never past the token's own expiry
+            self._verified.keep(digest, principal, min(self.config.cache_s, expires - time.time()))
         return principal
 
     async def _verify(self, token: str) -> tuple[Principal, float]:
@@ -183,14 +178,24 @@ class CachedAnswers:
     async def principal(self, token: str, ask: Callable[[str, str], Awaitable[Principal | None]]) -> Principal | None:
         """The cached answer for `token`, else `ask(token, its hash)`'s, then cached."""
         digest = key_hash(token)
-        cached = self._answers.get(digest)
-        if cached is not None and cached[0] > time.monotonic():
-            return cached[1]
+        kept = self.kept(digest)
+        if kept is not None:
+            return kept[0]
         found = await ask(token, digest)
+        self.keep(digest, found)
+        return found
+
+    def kept(self, digest: str) -> tuple[Principal | None] | None:
+        """The answer kept for the token whose hash is `digest`, as a 1-tuple (a refusal kept is
+        `(None,)`), or None when there is none."""
+        cached = self._answers.get(digest)
+        return (cached[1],) if cached is not None and cached[0] > time.monotonic() else None
+
+    def keep(self, digest: str, found: Principal | None, ttl_s: float | None = None) -> None:
+        """Keep `found` for `ttl_s` (the cache's own when None)."""
         if len(self._answers) >= self.size:
             self._answers.clear()
-        self._answers[digest] = (time.monotonic() + self.ttl_s, found)
-        return found
+        self._answers[digest] = (time.monotonic() + (self.ttl_s if ttl_s is None else ttl_s), found)
 
 
 class _Delegate:

@@ -186,9 +186,13 @@ class _RedisCounter:
                 fast = now - tally.leased_at < _LEASE_FAST_S
                 tally.lease = min(max(1, rpm // LEASE_SHARE), tally.lease * 2) if fast else max(1, tally.lease // 2)
                 tally.leased_at, want = now, tally.lease
-            task = tally.syncing = asyncio.ensure_future(self._round_trip(tally, principal, window, want, rpm))
-            task.add_done_callback(_retrieved)
+            task = self._start(tally, principal, window, want, rpm)
         await asyncio.shield(task)
+
+    def _start(self, tally: _Tally, principal: str, window: int, want: int, rpm: int | None) -> asyncio.Task[None]:
+        task = tally.syncing = asyncio.ensure_future(self._round_trip(tally, principal, window, want, rpm))
+        task.add_done_callback(_retrieved)
+        return task
 
     async def _round_trip(self, tally: _Tally, principal: str, window: int, want: int, rpm: int | None) -> None:
         unsent, tally.unsent = tally.unsent, 0
@@ -216,8 +220,7 @@ class _RedisCounter:
         self._sending = None
         for (principal, window), tally in list(self._tallies.items()):
             if tally.unsent and tally.syncing is None:
-                tally.syncing = asyncio.ensure_future(self._round_trip(tally, principal, window, 0, None))
-                tally.syncing.add_done_callback(_retrieved)
+                self._start(tally, principal, window, 0, None)
 
     async def aclose(self) -> None:
         if self._sending is not None:

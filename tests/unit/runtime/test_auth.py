@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from types import SimpleNamespace
 from typing import Any
 
 import jwt
@@ -67,8 +68,7 @@ def test_with_cache_s_zero_every_request_checks_the_token(decodes: list[str]) ->
 def test_a_kept_token_is_checked_again_once_cache_s_has_passed(decodes: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
     check, encoded = authenticator(cache_s=30), token(expires_in=3600)
     principal(check, encoded)
-    later = time.time() + 31
-    monkeypatch.setattr(auth.time, "time", lambda: later)
+    pass_time(monkeypatch, 31)
     principal(check, encoded)
     assert decodes == [encoded, encoded]
 
@@ -77,7 +77,7 @@ def test_a_kept_token_is_refused_once_it_has_expired(monkeypatch: pytest.MonkeyP
     check, encoded = authenticator(cache_s=3600), token(expires_in=5)
     assert principal(check, encoded).id == "frank"
     later = time.time() + 10  # past its exp, well within cache_s
-    monkeypatch.setattr(auth.time, "time", lambda: later)
+    pass_time(monkeypatch, 10)
     monkeypatch.setattr(jwt.api_jwt, "datetime", _clock_at(later), raising=False)
     with pytest.raises(AuthFailed, match="expired"):
         principal(check, encoded)
@@ -89,6 +89,12 @@ def test_an_invalid_token_is_checked_and_refused_every_time(decodes: list[str]) 
         with pytest.raises(AuthFailed, match="Signature verification failed"):
             principal(check, forged)
     assert decodes == [forged, forged]
+
+
+def pass_time(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
+    """runtime.auth's clocks (the wall clock and the one its caches count on), `seconds` later."""
+    wall, steady = time.time() + seconds, time.monotonic() + seconds
+    monkeypatch.setattr(auth, "time", SimpleNamespace(time=lambda: wall, monotonic=lambda: steady))
 
 
 def _clock_at(now: float) -> Any:
