@@ -24,22 +24,19 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-import sqlalchemy as sa
-
 from builder.config import AccessRule, access_condition
 from runtime.auth import Grants, Principal
-from runtime.storage import Database, json_type
+from runtime.storage import FLOAT, JSON, Column, Database, Sql, String, loads, table
 
 __all__ = ["AccessPolicy", "PrincipalRegistry"]
 
-_metadata = sa.MetaData()
-principals = sa.Table(
+principals = table(
     "principals",
-    _metadata,
-    sa.Column("id", sa.String(160), primary_key=True),
-    sa.Column("attributes", json_type(), nullable=False),
-    sa.Column("seen_at", sa.Float, nullable=False),
+    Column("id", String(160), primary_key=True),
+    Column("attributes", JSON, nullable=False),
+    Column("seen_at", FLOAT, nullable=False),
 )
+_EVERY = Sql("SELECT id, CAST(attributes AS TEXT) FROM principals")
 
 
 def _values(attribute: Any) -> frozenset[str]:
@@ -66,7 +63,7 @@ class PrincipalRegistry:
 
     async def _tables(self) -> None:
         if not self._ready:
-            await self.db.create_tables(_metadata)
+            await self.db.create_tables([principals])
             self._ready = True
 
     async def record(self, principal: Principal) -> None:
@@ -93,10 +90,10 @@ class PrincipalRegistry:
     async def _refresh(self) -> None:
         await self._tables()
         index: dict[tuple[str, str], set[str]] = {}
-        for row in await self.db.fetch_all(sa.select(principals.c.id, principals.c.attributes)):
-            for name, attribute in (row["attributes"] or {}).items():
+        for principal, attributes in await self.db.read_all(_EVERY):
+            for name, attribute in (loads(attributes) or {}).items():
                 for value in _values(attribute):
-                    index.setdefault((name, value), set()).add(row["id"])
+                    index.setdefault((name, value), set()).add(principal)
         self._snapshot = {key: frozenset(ids) for key, ids in index.items()}
         self._taken_at = time.monotonic()
 

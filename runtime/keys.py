@@ -12,27 +12,29 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-import sqlalchemy as sa
-
 from runtime.auth import CachedAnswers, Principal, key_hash
 from runtime.ids import random_hex
-from runtime.storage import Database, json_type
+from runtime.storage import INTEGER, JSON, Column, Database, InsertRows, Sql, String, loads, table
 
 __all__ = ["DatabaseKeys", "new_key"]
 
-_metadata = sa.MetaData()
-api_keys = sa.Table(
+api_keys = table(
     "api_keys",
-    _metadata,
-    sa.Column("id", sa.String(64), primary_key=True),
-    sa.Column("key_sha256", sa.String(64), nullable=False, unique=True),
-    sa.Column("principal", sa.String(160), nullable=False),
-    sa.Column("attributes", json_type(), nullable=False),
-    sa.Column("name", sa.String(256), nullable=True),
-    sa.Column("created_at", sa.Integer, nullable=False),
-    sa.Column("expires_at", sa.Integer, nullable=True),
-    sa.Column("revoked_at", sa.Integer, nullable=True),
+    Column("id", String(64), primary_key=True),
+    Column("key_sha256", String(64), nullable=False, unique=True),
+    Column("principal", String(160), nullable=False),
+    Column("attributes", JSON, nullable=False),
+    Column("name", String(256)),
+    Column("created_at", INTEGER, nullable=False),
+    Column("expires_at", INTEGER),
+    Column("revoked_at", INTEGER),
 )
+
+_COLUMNS = ("id", "principal", "attributes", "name", "created_at", "expires_at", "revoked_at")  # a key's public record
+_SELECT = "SELECT id, principal, CAST(attributes AS TEXT), name, created_at, expires_at, revoked_at FROM api_keys"
+_FIND = Sql(f"{_SELECT} WHERE key_sha256 = :digest")
+_LIST = Sql(f"{_SELECT} ORDER BY created_at")
+_REVOKE = Sql("UPDATE api_keys SET revoked_at = :now WHERE id = :kid AND revoked_at IS NULL")
 
 KEY_PREFIX = "sk-stack-"
 
@@ -51,7 +53,7 @@ class DatabaseKeys:
 
     async def create_tables(self) -> None:
         if not self._ready:
-            await self.db.create_tables(_metadata)
+            await self.db.create_tables([api_keys])
             self._ready = True
 
     async def principal(self, token: str) -> Principal | None:
@@ -59,8 +61,11 @@ class DatabaseKeys:
 
     async def _find(self, _token: str, digest: str) -> Principal | None:
         await self.create_tables()
-        row = await self.db.fetch_one(sa.select(api_keys).where(api_keys.c.key_sha256 == digest))
-        if row is None or row["revoked_at"] is not None or (row["expires_at"] is not None and row["expires_at"] <= time.time()):
+        found = await self.db.read_one(_FIND, {"digest": digest})
+        if found is None:
+            return None
+        row = _record(found)
+        if row["revoked_at"] is not None or (row["expires_at"] is not None and row["expires_at"] <= time.time()):
             return None
         return Principal(row["principal"], dict(row["attributes"] or {}), "api_key")
 
@@ -73,19 +78,23 @@ class DatabaseKeys:
         key, now = new_key(), int(time.time())
         row = {"id": "key_" + random_hex(12), "key_sha256": key_hash(key), "principal": principal, "attributes": dict(attributes),
                "name": name, "created_at": now, "expires_at": now + expires_in_s if expires_in_s else None, "revoked_at": None}
-        await self.db.execute(api_keys.insert().values(row))
+        await self.db.write(InsertRows((api_keys, [row])))
         return key, _public(row)
 
     async def list(self) -> list[dict[str, Any]]:
         await self.create_tables()
-        return [_public(dict(row)) for row in await self.db.fetch_all(sa.select(api_keys).order_by(api_keys.c.created_at))]
+        return [_record(row) for row in await self.db.read_all(_LIST)]
 
     async def revoke(self, key_id: str) -> bool:
         await self.create_tables()
-        changed = await self.db.execute(api_keys.update().where(api_keys.c.id == key_id, api_keys.c.revoked_at.is_(None))
-                                        .values(revoked_at=int(time.time())))
-        return changed > 0
+        return await self.db.write_one(_REVOKE, {"kid": key_id, "now": int(time.time())}) > 0
 
 
 def _public(row: Mapping[str, Any]) -> dict[str, Any]:
-    return {name: row[name] for name in ("id", "principal", "attributes", "name", "created_at", "expires_at", "revoked_at")}
+    return {name: row[name] for name in _COLUMNS}
+
+
+def _record(row: tuple[Any, ...]) -> dict[str, Any]:
+    record = dict(zip(_COLUMNS, row))
+    record["attributes"] = loads(record["attributes"])
+    return record

@@ -18,107 +18,69 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
-
-import sqlalchemy as sa
 
 from runtime.apis.items import ItemText
 from runtime.auth import principal_id
 from runtime.errors import NotFoundError
-from runtime.storage import SMALL_WRITE_ROWS, Database, InsertRows, Prepared, caller_may, for_caller, insert_into, json_type
+from runtime.storage import (
+    BIGINT, JSON, SMALL_WRITE_ROWS, Column, Database, Index, InsertRows, Scoped, Sql, String, insert_rows, loads, table,
+)
 
 __all__ = ["ConversationStore"]
 
-_metadata = sa.MetaData()
-conversations = sa.Table(
+conversations = table(
     "conversations",
-    _metadata,
-    sa.Column("id", sa.String(96), primary_key=True),
-    sa.Column("created_at", sa.BigInteger, nullable=False),
-    sa.Column("metadata", json_type(), nullable=True),
-    sa.Column("next_seq", sa.BigInteger, nullable=False, default=0),
+    Column("id", String(96), primary_key=True),
+    Column("created_at", BIGINT, nullable=False),
+    Column("metadata", JSON),
+    Column("next_seq", BIGINT, nullable=False, default=0),
     # Who made it (runtime.auth): with auth on, only they reach it and its items. Null when auth was off.
-    sa.Column("principal", sa.String(160), nullable=True, index=True),
+    Column("principal", String(160), index=True),
 )
-conversation_items = sa.Table(
+conversation_items = table(
     "conversation_items",
-    _metadata,
-    sa.Column("conversation_id", sa.String(96), primary_key=True),
-    sa.Column("seq", sa.BigInteger, primary_key=True),
-    sa.Column("item_id", sa.String(128), nullable=False),
-    sa.Column("item", json_type(), nullable=False),
-    sa.Index("ix_conversation_items_item", "conversation_id", "item_id"),
+    Column("conversation_id", String(96), primary_key=True),
+    Column("seq", BIGINT, primary_key=True),
+    Column("item_id", String(128), nullable=False),
+    Column("item", JSON, nullable=False),
+    Index("ix_conversation_items_item", ("conversation_id", "item_id")),
 )
 
 
-# The statements of the hot paths, built once so SQLAlchemy does not walk them per call to find
-# their cached compiled form (see providers/responses/store.py).
-_GET = sa.select(conversations).where(conversations.c.id == sa.bindparam("cid"))
-_VERSION = sa.select(conversations.c.next_seq).where(conversations.c.id == sa.bindparam("cid"))
-_OWNED = conversations.c.principal == sa.bindparam("caller")  # not "principal": a column's own name is reserved in an UPDATE
-_GET_OWNED = _GET.where(_OWNED)
-_VERSION_OWNED = _VERSION.where(_OWNED)
-_BURN_ONE = conversations.update().where(conversations.c.id == sa.bindparam("cid")).values(next_seq=conversations.c.next_seq + 1)
-
-
-def _reserve(*owner: sa.ColumnElement[bool]) -> sa.Update:
-    """The reservation of a block of `:count` numbers in conversation `:cid` (whose owner meets
-    `owner`): it returns the new `next_seq` (the block's end) and the conversation's id."""
-    return (conversations.update().where(conversations.c.id == sa.bindparam("cid"), *owner)
-            .values(next_seq=conversations.c.next_seq + sa.bindparam("count", type_=sa.BigInteger))
-            .returning(conversations.c.next_seq, conversations.c.id))
-
-
-_RESERVE, _RESERVE_OWNED = Prepared(_reserve()), Prepared(_reserve(_OWNED))
-
-
-def _reserve_and_insert(*owner: sa.ColumnElement[bool]) -> sa.Insert:
-    """PostgreSQL: the reservation of a block and the insert of the block, as one statement. The
-    items come as one JSON array (`:items`), numbered from the block's start in their order; it
-    returns the seq of each item inserted, none if the conversation is not there (or not one the
-    caller may update)."""
-    reserved = _reserve(*owner).cte("reserved")
-    elements = (sa.func.jsonb_array_elements(sa.bindparam("items", type_=json_type()))
-                .table_valued("value", with_ordinality="ord").render_derived())
-    block = sa.select(
-        reserved.c.id,
-        reserved.c.next_seq - sa.bindparam("count", type_=sa.BigInteger) + elements.c.ord - 1,
-        elements.c.value.op("->>")("id"),
-        elements.c.value,
-    ).select_from(reserved).join(elements, sa.true())
-    columns = ["conversation_id", "seq", "item_id", "item"]
-    return conversation_items.insert().from_select(columns, block).add_cte(reserved).returning(conversation_items.c.seq)
-
-
-_APPEND_ANY, _APPEND_OWNED = Prepared(_reserve_and_insert()), Prepared(_reserve_and_insert(_OWNED))
-_ALL_ITEMS = (
-    sa.select(conversation_items.c.item)
-    .where(conversation_items.c.conversation_id == sa.bindparam("cid"))
-    .order_by(conversation_items.c.seq)
-)
-_SEQ_OF = sa.select(conversation_items.c.seq).where(
-    conversation_items.c.conversation_id == sa.bindparam("cid"), conversation_items.c.item_id == sa.bindparam("item_id"))
+# A conversation the caller may read (or update, delete): its owner is the caller's, or one the
+# access policy grants (runtime.storage.Scoped).
+_GET = Scoped("SELECT id, created_at, CAST(metadata AS TEXT) FROM conversations WHERE id = :cid{owner}", "principal")
+_VERSION = Scoped("SELECT next_seq FROM conversations WHERE id = :cid{owner}", "principal")
+_UPDATE = Scoped("UPDATE conversations SET metadata = :metadata WHERE id = :cid{owner}", "principal", json=["metadata"])
+_DELETE = Scoped("DELETE FROM conversations WHERE id = :cid{owner}", "principal")
+_DELETE_ITEMS = Sql("DELETE FROM conversation_items WHERE conversation_id = :cid")
+_BURN_ONE = Sql("UPDATE conversations SET next_seq = next_seq + 1 WHERE id = :cid")
+# The reservation of a block of `:count` numbers: it returns the new `next_seq` (the block's end).
+_RESERVE = Scoped("UPDATE conversations SET next_seq = next_seq + :count WHERE id = :cid{owner} RETURNING next_seq", "principal")
+# PostgreSQL: the reservation and the insert of the block as one statement. The items come as one
+# JSON array (`:items`), numbered from the block's start in their order; it returns the seq of each
+# item inserted, none if the conversation is not there (or not one the caller may update).
+_RESERVE_AND_INSERT = Scoped(
+    "WITH reserved AS (UPDATE conversations SET next_seq = next_seq + :count WHERE id = :cid{owner} RETURNING next_seq, id) "
+    "INSERT INTO conversation_items (conversation_id, seq, item_id, item) "
+    "SELECT reserved.id, reserved.next_seq - :count + elements.ord - 1, elements.value ->> 'id', elements.value "
+    "FROM reserved JOIN jsonb_array_elements(:items::jsonb) WITH ORDINALITY AS elements(value, ord) ON true "
+    "RETURNING conversation_items.seq",
+    "principal", json=["items"])
+_ALL_ITEMS = Sql("SELECT CAST(item AS TEXT) FROM conversation_items WHERE conversation_id = :cid ORDER BY seq")
+_SEQ_OF = Sql("SELECT seq FROM conversation_items WHERE conversation_id = :cid AND item_id = :item_id")
+_ITEM = Sql("SELECT CAST(item AS TEXT) FROM conversation_items WHERE conversation_id = :cid AND item_id = :item_id")
+_DELETE_ITEM = Sql("DELETE FROM conversation_items WHERE conversation_id = :cid AND item_id = :item_id")
 # A page's items as their stored JSON text (ItemText): sent on as they are, never parsed here.
-_ITEM_TEXT = (conversation_items.c.item_id, sa.cast(conversation_items.c.item, sa.Text).label("text"))
 _PAGE = {
-    "asc": Prepared(sa.select(*_ITEM_TEXT)
-                    .where(conversation_items.c.conversation_id == sa.bindparam("cid"), conversation_items.c.seq > sa.bindparam("anchor"))
-                    .order_by(conversation_items.c.seq.asc()).limit(sa.bindparam("rows"))),
-    "desc": Prepared(sa.select(*_ITEM_TEXT)
-                     .where(conversation_items.c.conversation_id == sa.bindparam("cid"), conversation_items.c.seq < sa.bindparam("anchor"))
-                     .order_by(conversation_items.c.seq.desc()).limit(sa.bindparam("rows"))),
+    "asc": Sql("SELECT item_id, CAST(item AS TEXT) FROM conversation_items WHERE conversation_id = :cid AND seq > :anchor "
+               "ORDER BY seq ASC LIMIT :rows"),
+    "desc": Sql("SELECT item_id, CAST(item AS TEXT) FROM conversation_items WHERE conversation_id = :cid AND seq < :anchor "
+                "ORDER BY seq DESC LIMIT :rows"),
 }
-# The page's reads, as Prepared statements (SQLAlchemy's work per row returned cost as much as the
-# rest of a page's read).
-_PAGE_VERSION, _PAGE_VERSION_OWNED, _PAGE_SEQ_OF = Prepared(_VERSION), Prepared(_VERSION_OWNED), Prepared(_SEQ_OF)
 _BEFORE_ALL, _AFTER_ALL = -1, 2**62
-
-
-def _scoped(plain: Any, owned: Any, params: dict[str, Any], action: str = "read",
-            among: Callable[[sa.ColumnElement[bool]], Any] | None = None) -> tuple[Any, dict[str, Any]]:
-    """The statement and parameters for the caller to `action` a conversation (runtime.storage.for_caller)."""
-    return for_caller(plain, owned, conversations.c.principal, params, action, among=among)
 
 
 def _not_found(conversation_id: str) -> NotFoundError:
@@ -136,7 +98,7 @@ class ConversationStore:
         self._cache_limit = cached_items
 
     async def create_tables(self) -> None:
-        await self.db.create_tables(_metadata)
+        await self.db.create_tables([conversations, conversation_items])
 
     async def create(self, conversation_id: str, metadata: dict[str, str] | None, items: Sequence[dict[str, Any]]) -> dict[str, Any]:
         created_at = int(time.time())
@@ -148,25 +110,25 @@ class ConversationStore:
         return _public({"id": conversation_id, "created_at": created_at, "metadata": metadata or {}})
 
     async def get(self, conversation_id: str) -> dict[str, Any]:
-        row = await self.db.fetch_one(*_scoped(_GET, _GET_OWNED, {"cid": conversation_id}))
+        row = await self.db.read_one(*_GET.for_caller({"cid": conversation_id}))
         if row is None:
             raise _not_found(conversation_id)
-        return _public(dict(row))
+        conversation_id, created_at, metadata = row
+        return _public({"id": conversation_id, "created_at": created_at, "metadata": loads(metadata)})
 
     async def update(self, conversation_id: str, metadata: dict[str, str] | None) -> dict[str, Any]:
-        update = conversations.update().where(conversations.c.id == conversation_id, caller_may("update", conversations.c.principal))
-        changed = await self.db.execute(update.values(metadata=metadata or {}))
+        changed = await self.db.write_one(*_UPDATE.for_caller({"cid": conversation_id, "metadata": metadata or {}}, "update"))
         if not changed:
             raise _not_found(conversation_id)
         return await self.get(conversation_id)
 
     async def delete(self, conversation_id: str) -> None:
-        delete = conversations.delete().where(conversations.c.id == conversation_id, caller_may("delete", conversations.c.principal))
+        delete, params = _DELETE.for_caller({"cid": conversation_id}, "delete")
 
-        def work(connection: sa.Connection) -> bool:
-            if not connection.execute(delete).rowcount:
+        def work(connection: Any) -> bool:
+            if not delete.run(connection, params).rowcount:
                 return False
-            connection.execute(conversation_items.delete().where(conversation_items.c.conversation_id == conversation_id))
+            _DELETE_ITEMS.run(connection, {"cid": conversation_id})
             return True
 
         self._forget(conversation_id)
@@ -176,26 +138,26 @@ class ConversationStore:
     async def append(self, conversation_id: str, items: Sequence[dict[str, Any]]) -> None:
         """Add `items` at the end, contiguous and in order, however many there are."""
         if not items:
-            if await self.db.fetch_one(*_scoped(_VERSION, _VERSION_OWNED, {"cid": conversation_id}, "update")) is None:
+            if await self.db.read_one(*_VERSION.for_caller({"cid": conversation_id}, "update")) is None:
                 raise _not_found(conversation_id)
             return
         block = {"cid": conversation_id, "count": len(items)}
         if self.db.dialect == "postgresql":
-            both, params = _scoped(_APPEND_ANY, _APPEND_OWNED, block, "update", among=_reserve_and_insert)
+            both, params = _RESERVE_AND_INSERT.for_caller(block, "update")
 
-            def in_one(connection: sa.Connection) -> int | None:
+            def in_one(connection: Any) -> int | None:
                 seqs = both.run(connection, {**params, "items": list(items)}).rows
                 return max(seq for seq, in seqs) + 1 if seqs else None
 
             end = await self.db.write(in_one, one_statement=True)
         else:
-            reserve, params = _scoped(_RESERVE, _RESERVE_OWNED, block, "update")
+            reserve, params = _RESERVE.for_caller(block, "update")
 
-            def work(connection: sa.Connection) -> int | None:
+            def work(connection: Any) -> int | None:
                 end = reserve.run(connection, params).scalar()
                 if end is None:
                     return None
-                insert_into(conversation_items).run(connection, _rows(conversation_id, int(end) - len(items), items))
+                insert_rows(connection, conversation_items, _rows(conversation_id, int(end) - len(items), items))
                 return int(end)
 
             end = await self.db.write(work, small=len(items) <= SMALL_WRITE_ROWS)
@@ -214,17 +176,17 @@ class ConversationStore:
         may be the cached one: the caller must not change it."""
         cached = self._contexts.get(conversation_id)
         known = cached[0] if cached is not None else None
-        version_of = _scoped(_VERSION, _VERSION_OWNED, {"cid": conversation_id}, action)  # another owner's reads as absent
+        version_of, params = _VERSION.for_caller({"cid": conversation_id}, action)  # another owner's reads as absent
 
-        def work(connection: sa.Connection) -> tuple[int, list[dict[str, Any]] | None] | None:
+        def work(connection: Any) -> tuple[int, list[dict[str, Any]] | None] | None:
             # The version first: items read after it are at least as new, so a list is never
             # cached under a version newer than itself.
-            version = connection.execute(*version_of).scalar()
+            version = version_of.run(connection, params).scalar()
             if version is None:
                 return None
             if version == known:
                 return version, None
-            return version, [row.item for row in connection.execute(_ALL_ITEMS, {"cid": conversation_id})]
+            return version, [loads(text) for text, in _ALL_ITEMS.run(connection, {"cid": conversation_id}).rows]
 
         found: tuple[int, list[dict[str, Any]] | None] | None
         if cached is None or self.db.dialect != "sqlite":
@@ -232,7 +194,7 @@ class ConversationStore:
         else:
             # Whether the cached list is still the conversation's is one indexed row: read on the
             # event loop, where a reading thread's hop there and back costs more than the read.
-            version = await self.db.read_with(lambda connection: connection.execute(*version_of).scalar(), small=True)
+            version = await self.db.read_with(lambda connection: version_of.run(connection, params).scalar(), small=True)
             if version is None:
                 found = None
             elif version == known:
@@ -270,14 +232,14 @@ class ConversationStore:
     async def page(self, conversation_id: str, *, after: str | None, limit: int, order: str) -> tuple[list[ItemText], bool]:
         """One page of items as their stored text, read in one go (one connection, one thread hop on SQLite)."""
 
-        version, params = _scoped(_PAGE_VERSION, _PAGE_VERSION_OWNED, {"cid": conversation_id})
+        version, params = _VERSION.for_caller({"cid": conversation_id})
 
-        def work(connection: sa.Connection) -> list[ItemText] | str:
+        def work(connection: Any) -> list[ItemText] | str:
             if not version.run(connection, params).rows:
                 return "conversation"
             anchor = _BEFORE_ALL if order == "asc" else _AFTER_ALL
             if after is not None:
-                seq = _PAGE_SEQ_OF.run(connection, {"cid": conversation_id, "item_id": after}).scalar()
+                seq = _SEQ_OF.run(connection, {"cid": conversation_id, "item_id": after}).scalar()
                 if seq is None:
                     return "after"
                 anchor = int(seq)
@@ -293,22 +255,19 @@ class ConversationStore:
 
     async def get_item(self, conversation_id: str, item_id: str) -> dict[str, Any]:
         await self.get(conversation_id)
-        row = await self.db.fetch_one(sa.select(conversation_items.c.item).where(
-            conversation_items.c.conversation_id == conversation_id, conversation_items.c.item_id == item_id))
+        row = await self.db.read_one(_ITEM, {"cid": conversation_id, "item_id": item_id})
         if row is None:
             raise _item_not_found(conversation_id, item_id, param="item_id")
-        return dict(row["item"])
+        return dict(loads(row[0]))
 
     async def delete_item(self, conversation_id: str, item_id: str) -> None:
         await self.get_item(conversation_id, item_id)
-        if await self.db.fetch_one(*_scoped(_VERSION, _VERSION_OWNED, {"cid": conversation_id}, "update")) is None:
+        if await self.db.read_one(*_VERSION.for_caller({"cid": conversation_id}, "update")) is None:
             raise _not_found(conversation_id)
-        delete = conversation_items.delete().where(
-            conversation_items.c.conversation_id == conversation_id, conversation_items.c.item_id == item_id)
 
-        def work(connection: sa.Connection) -> None:
-            if connection.execute(delete).rowcount:
-                connection.execute(_BURN_ONE, {"cid": conversation_id})  # a new version
+        def work(connection: Any) -> None:
+            if _DELETE_ITEM.run(connection, {"cid": conversation_id, "item_id": item_id}).rowcount:
+                _BURN_ONE.run(connection, {"cid": conversation_id})  # a new version
 
         self._forget(conversation_id)
         await self.db.write(work)

@@ -17,7 +17,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-import sqlalchemy as sa
 from pydantic import BaseModel, ConfigDict, Field
 
 from providers.spec import Api, ProviderContext, ProviderSpec
@@ -25,7 +24,10 @@ from runtime.apis.files.protocol import NO_ROOM, FileContent, no_room
 from runtime.auth import principal_id
 from runtime.errors import InvalidRequestError, NotFoundError, PayloadTooLargeError
 from runtime.ids import random_hex
-from runtime.storage import Database, StorageUnavailableError, caller_may
+from runtime.storage import (
+    BIGINT, INTEGER, TEXT, Column, Database, Index, InsertRows, Scoped, Sql, StorageUnavailableError, String, in_list, owner_condition,
+    table,
+)
 
 __all__ = ["LOCAL", "LocalFiles"]
 
@@ -33,21 +35,27 @@ log = logging.getLogger("stack")
 
 CHUNK = 1024 * 1024
 
-_metadata = sa.MetaData()
-files = sa.Table(
+files = table(
     "files",
-    _metadata,
-    sa.Column("seq", sa.Integer, primary_key=True, autoincrement=True),
-    sa.Column("id", sa.String(64), nullable=False, unique=True),
-    sa.Column("created_at", sa.BigInteger, nullable=False),
-    sa.Column("expires_at", sa.BigInteger, nullable=True, index=True),
-    sa.Column("purpose", sa.String(32), nullable=False, index=True),
-    sa.Column("filename", sa.Text, nullable=False),
-    sa.Column("bytes", sa.BigInteger, nullable=False),
+    Column("seq", INTEGER, primary_key=True, serial=True),
+    Column("id", String(64), nullable=False, unique=True),
+    Column("created_at", BIGINT, nullable=False),
+    Column("expires_at", BIGINT, index=True),
+    Column("purpose", String(32), nullable=False, index=True),
+    Column("filename", TEXT, nullable=False),
+    Column("bytes", BIGINT, nullable=False),
     # Who uploaded it (runtime.auth): with auth on, only they reach it. Null when auth was off.
-    sa.Column("principal", sa.String(160), nullable=True),
-    sa.Index("ix_files_principal", "principal", "seq"),
+    Column("principal", String(160)),
+    Index("ix_files_principal", ("principal", "seq")),
 )
+
+_PUBLIC = ("id", "created_at", "expires_at", "purpose", "filename", "bytes")  # a file's record, in this order
+_SELECT = f"SELECT {', '.join(_PUBLIC)} FROM files"
+_LIVE = "(expires_at IS NULL OR expires_at > :now)"
+_ROW = Scoped(f"{_SELECT} WHERE id = :fid AND {_LIVE}{{owner}}", "principal")
+_DELETE = Sql("DELETE FROM files WHERE id = :fid")
+_EXPIRED = Sql(f"SELECT id FROM files WHERE NOT {_LIVE}")
+_KNOWN = Sql("SELECT id FROM files")
 
 
 class LocalFilesConfig(BaseModel):
@@ -77,7 +85,7 @@ class LocalFiles:
         row = {"id": file_id, "created_at": now, "expires_at": now + expires_after_s if expires_after_s else None,
                "purpose": purpose, "filename": filename[:1024], "bytes": size}
         try:
-            await self.db.execute(files.insert().values({**row, "principal": principal_id()}))
+            await self.db.write(InsertRows((files, [{**row, "principal": principal_id()}])))
         except BaseException:
             self._path(file_id).unlink(missing_ok=True)
             raise
@@ -110,24 +118,27 @@ class LocalFiles:
         return self.directory / file_id
 
     async def list_files(self, purpose: str | None, after: str | None, limit: int, order: str) -> tuple[list[dict[str, Any]], bool]:
-        query = sa.select(files).where(_live(), caller_may("read", files.c.principal))
+        owner, params = owner_condition("principal")
+        query = f"{_SELECT} WHERE {_LIVE}{owner}"
+        params.update(now=int(time.time()), rows=limit + 1)
         if purpose is not None:
-            query = query.where(files.c.purpose == purpose)
+            query += " AND purpose = :purpose"
+            params["purpose"] = purpose
         if after is not None:
-            anchor = sa.select(files.c.seq).where(files.c.id == after).scalar_subquery()
-            query = query.where(files.c.seq > anchor if order == "asc" else files.c.seq < anchor)
-        query = query.order_by(files.c.seq.asc() if order == "asc" else files.c.seq.desc()).limit(limit + 1)
-        rows = await self.db.fetch_all(query)
-        return [_public(row) for row in rows[:limit]], len(rows) > limit
+            query += f" AND seq {'>' if order == 'asc' else '<'} (SELECT seq FROM files WHERE id = :after)"
+            params["after"] = after
+        query += f" ORDER BY seq {'ASC' if order == 'asc' else 'DESC'} LIMIT :rows"
+        rows = await self.db.read_all(Sql(query), params)
+        return [_public(_record(row)) for row in rows[:limit]], len(rows) > limit
 
     async def get_file(self, file_id: str) -> dict[str, Any]:
         return _public(await self._row(file_id))
 
-    async def _row(self, file_id: str, action: str = "read") -> sa.RowMapping:
-        row = await self.db.fetch_one(sa.select(files).where(files.c.id == file_id, _live(), caller_may(action, files.c.principal)))
+    async def _row(self, file_id: str, action: str = "read") -> dict[str, Any]:
+        row = await self.db.read_one(*_ROW.for_caller({"fid": file_id, "now": int(time.time())}, action))
         if row is None:
             raise NotFoundError(f"No such File object: {file_id}", param="file_id", code="not_found")
-        return row
+        return _record(row)
 
     async def file_content(self, file_id: str) -> FileContent:
         row = await self._row(file_id)
@@ -136,26 +147,23 @@ class LocalFiles:
 
     async def delete_file(self, file_id: str) -> dict[str, Any]:
         await self._row(file_id, "delete")
-        await self.db.execute(files.delete().where(files.c.id == file_id))
+        await self.db.write_one(_DELETE, {"fid": file_id})
         self._path(file_id).unlink(missing_ok=True)
         return {"id": file_id, "object": "file", "deleted": True}
 
     async def sweep(self) -> None:
         """Remove expired files, and what a crash left: parts, and bytes with no record."""
-        expired = await self.db.fetch_all(sa.select(files.c.id).where(sa.not_(_live())))
+        expired = [file_id for file_id, in await self.db.read_all(_EXPIRED, {"now": int(time.time())})]
         if expired:
-            await self.db.execute(files.delete().where(files.c.id.in_([row["id"] for row in expired])))
-            for row in expired:
-                self._path(row["id"]).unlink(missing_ok=True)
-        known = {row["id"] for row in await self.db.fetch_all(sa.select(files.c.id))}
+            listed, params = in_list("fid", expired)
+            await self.db.write_one(Sql(f"DELETE FROM files WHERE id IN {listed}"), params)
+            for file_id in expired:
+                self._path(file_id).unlink(missing_ok=True)
+        known = {file_id for file_id, in await self.db.read_all(_KNOWN)}
         for path in self.directory.iterdir():
             if path.name.endswith(".part") or (path.name.startswith("file-") and path.name not in known):
                 if time.time() - path.stat().st_mtime > 3600:  # not an upload still being written
                     path.unlink(missing_ok=True)
-
-
-def _live() -> sa.ColumnElement[bool]:
-    return sa.or_(files.c.expires_at.is_(None), files.c.expires_at > int(time.time()))
 
 
 async def _read(path: Path) -> AsyncIterator[bytes]:
@@ -165,6 +173,10 @@ async def _read(path: Path) -> AsyncIterator[bytes]:
             yield chunk
     finally:
         handle.close()
+
+
+def _record(row: tuple[Any, ...]) -> dict[str, Any]:
+    return dict(zip(_PUBLIC, row))
 
 
 def _public(row: Any) -> dict[str, Any]:
@@ -177,7 +189,7 @@ async def create(context: ProviderContext[LocalFilesConfig]) -> AsyncIterator[Lo
     directory = (context.config.directory or context.state_dir / "files").expanduser()
     directory.mkdir(parents=True, exist_ok=True)
     db = context.databases("files")
-    await db.create_tables(_metadata)
+    await db.create_tables([files])
     provider = LocalFiles(db, directory, context.config)
     await provider.sweep()
     sweeper = asyncio.get_running_loop().create_task(_sweep(provider))

@@ -8,43 +8,50 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-import sqlalchemy as sa
-
 from providers.spec import Api, EmptyConfig, ProviderContext, ProviderSpec
 from runtime.auth import principal_id
 from runtime.errors import InvalidRequestError, NotFoundError
 from runtime.ids import random_hex
-from runtime.storage import Database, caller_may, json_type
+from runtime.storage import BIGINT, INTEGER, JSON, TEXT, Column, Database, Index, Scoped, Sql, String, Unique, insert_rows, loads, table
 
 __all__ = ["BUILTIN", "BuiltinPrompts"]
 
-metadata = sa.MetaData()
-
-prompts = sa.Table(
+prompts = table(
     "prompts",
-    metadata,
-    sa.Column("seq", sa.Integer, primary_key=True, autoincrement=True),
-    sa.Column("prompt_id", sa.String(64), nullable=False, unique=True),
-    sa.Column("created_at", sa.BigInteger, nullable=False),
-    sa.Column("latest_version", sa.Integer, nullable=False),
-    sa.Column("default_version", sa.Integer, nullable=False),
+    Column("seq", INTEGER, primary_key=True, serial=True),
+    Column("prompt_id", String(64), nullable=False, unique=True),
+    Column("created_at", BIGINT, nullable=False),
+    Column("latest_version", INTEGER, nullable=False),
+    Column("default_version", INTEGER, nullable=False),
     # Who made it (runtime.auth): with auth on, only they reach it and its versions. Null when auth was off.
-    sa.Column("principal", sa.String(160), nullable=True),
-    sa.Index("ix_prompts_principal", "principal", "seq"),
+    Column("principal", String(160)),
+    Index("ix_prompts_principal", ("principal", "seq")),
 )
 
 
-versions = sa.Table(
+versions = table(
     "prompt_versions",
-    metadata,
-    sa.Column("seq", sa.Integer, primary_key=True, autoincrement=True),
-    sa.Column("prompt_id", sa.String(64), nullable=False),
-    sa.Column("version", sa.Integer, nullable=False),
-    sa.Column("template", sa.Text, nullable=False),
-    sa.Column("variables", json_type(), nullable=False),
-    sa.Column("created_at", sa.BigInteger, nullable=False),
-    sa.UniqueConstraint("prompt_id", "version", name="uq_prompt_versions_prompt_version"),
+    Column("seq", INTEGER, primary_key=True, serial=True),
+    Column("prompt_id", String(64), nullable=False),
+    Column("version", INTEGER, nullable=False),
+    Column("template", TEXT, nullable=False),
+    Column("variables", JSON, nullable=False),
+    Column("created_at", BIGINT, nullable=False),
+    Unique("uq_prompt_versions_prompt_version", ("prompt_id", "version")),
 )
+
+_VERSION = "prompt_versions.prompt_id, template, version, CAST(variables AS TEXT), prompt_versions.created_at"  # what `_public` reads
+_HEAD = Scoped("SELECT default_version FROM prompts WHERE prompt_id = :pid{owner}", "principal")
+_LISTED = Scoped(f"SELECT {_VERSION}, default_version FROM prompts JOIN prompt_versions ON prompt_versions.prompt_id = prompts.prompt_id "
+                 "AND prompt_versions.version = prompts.default_version WHERE true{owner} ORDER BY prompts.seq DESC", "principal")
+_ONE = Sql(f"SELECT {_VERSION} FROM prompt_versions WHERE prompt_id = :pid AND version = :version")
+_EVERY = Sql(f"SELECT {_VERSION} FROM prompt_versions WHERE prompt_id = :pid ORDER BY version")
+_LATEST = Sql("SELECT latest_version FROM prompts WHERE prompt_id = :pid")
+# Only on top of the latest version: two clients saving from the same version cannot both win.
+_ON_TOP = Sql("UPDATE prompts SET latest_version = :new WHERE prompt_id = :pid AND latest_version = :version")
+_ON_TOP_AS_DEFAULT = Sql("UPDATE prompts SET latest_version = :new, default_version = :new WHERE prompt_id = :pid AND latest_version = :version")
+_SET_DEFAULT = Sql("UPDATE prompts SET default_version = :version WHERE prompt_id = :pid")
+_DELETE = [Sql("DELETE FROM prompt_versions WHERE prompt_id = :pid"), Sql("DELETE FROM prompts WHERE prompt_id = :pid")]
 
 
 class BuiltinPrompts:
@@ -58,50 +65,46 @@ class BuiltinPrompts:
         now = int(time.time())
         principal = principal_id()  # here: the write runs on the database's thread, outside the request's context
 
-        def write(conn: sa.Connection) -> None:
-            conn.execute(prompts.insert().values(prompt_id=prompt_id, created_at=now, latest_version=1, default_version=1,
-                                                 principal=principal))
-            conn.execute(versions.insert().values(prompt_id=prompt_id, version=1, template=template, variables=list(variables),
-                                                  created_at=now))
+        def write(conn: Any) -> None:
+            insert_rows(conn, prompts, [{"prompt_id": prompt_id, "created_at": now, "latest_version": 1, "default_version": 1,
+                                         "principal": principal}])
+            insert_rows(conn, versions, [{"prompt_id": prompt_id, "version": 1, "template": template, "variables": list(variables),
+                                          "created_at": now}])
 
         await self.db.write(write)
         return await self.get_prompt(prompt_id, 1)
 
     async def list_prompts(self) -> list[dict[str, Any]]:
-        joined = prompts.join(versions, sa.and_(versions.c.prompt_id == prompts.c.prompt_id, versions.c.version == prompts.c.default_version))
-        query = sa.select(versions, prompts.c.default_version).select_from(joined).where(caller_may("read", prompts.c.principal))
-        rows = await self.db.fetch_all(query.order_by(prompts.c.seq.desc()))
-        return [_public(row, row["default_version"]) for row in rows]
+        rows = await self.db.read_all(*_LISTED.for_caller({}))
+        return [_public(row, row[-1]) for row in rows]
 
     async def get_prompt(self, prompt_id: str, version: int | None = None) -> dict[str, Any]:
         head = await self._head(prompt_id)
-        wanted = head["default_version"] if version is None else version
-        row = await self.db.fetch_one(sa.select(versions).where(versions.c.prompt_id == prompt_id, versions.c.version == wanted))
+        wanted = head if version is None else version
+        row = await self.db.read_one(_ONE, {"pid": prompt_id, "version": wanted})
         if row is None:
             raise NotFoundError(f"Prompt '{prompt_id}' has no version {wanted}.", param="version", code="not_found")
-        return _public(row, head["default_version"])
+        return _public(row, head)
 
     async def list_versions(self, prompt_id: str) -> list[dict[str, Any]]:
         head = await self._head(prompt_id)
-        rows = await self.db.fetch_all(sa.select(versions).where(versions.c.prompt_id == prompt_id).order_by(versions.c.version))
-        return [_public(row, head["default_version"]) for row in rows]
+        rows = await self.db.read_all(_EVERY, {"pid": prompt_id})
+        return [_public(row, head) for row in rows]
 
     async def update_prompt(self, prompt_id: str, template: str, variables: Sequence[str], version: int,
                             set_as_default: bool) -> dict[str, Any]:
         await self._head(prompt_id, "update")
         now = int(time.time())
 
-        def write(conn: sa.Connection) -> int:
+        def write(conn: Any) -> int:
             new = version + 1
-            values: dict[str, Any] = {"latest_version": new, **({"default_version": new} if set_as_default else {})}
-            # Only on top of the latest version: two clients saving from the same version cannot both win.
-            if not conn.execute(prompts.update().where(prompts.c.prompt_id == prompt_id, prompts.c.latest_version == version)
-                                .values(values)).rowcount:
-                latest = conn.execute(sa.select(prompts.c.latest_version).where(prompts.c.prompt_id == prompt_id)).scalar()
+            on_top = _ON_TOP_AS_DEFAULT if set_as_default else _ON_TOP
+            if not on_top.run(conn, {"pid": prompt_id, "version": version, "new": new}).rowcount:
+                latest = _LATEST.run(conn, {"pid": prompt_id}).scalar()
                 raise InvalidRequestError(f"Invalid 'version': {version} is not the latest version of '{prompt_id}' ({latest}); "
                                           "get the latest and save on top of it.", param="version", code="invalid_value")
-            conn.execute(versions.insert().values(prompt_id=prompt_id, version=new, template=template, variables=list(variables),
-                                                  created_at=now))
+            insert_rows(conn, versions, [{"prompt_id": prompt_id, "version": new, "template": template, "variables": list(variables),
+                                          "created_at": now}])
             return new
 
         return await self.get_prompt(prompt_id, await self.db.write(write))
@@ -109,34 +112,36 @@ class BuiltinPrompts:
     async def set_default_version(self, prompt_id: str, version: int) -> dict[str, Any]:
         await self._head(prompt_id, "update")
         await self.get_prompt(prompt_id, version)
-        await self.db.execute(prompts.update().where(prompts.c.prompt_id == prompt_id).values(default_version=version))
+        await self.db.write_one(_SET_DEFAULT, {"pid": prompt_id, "version": version})
         return await self.get_prompt(prompt_id, version)
 
     async def delete_prompt(self, prompt_id: str) -> None:
         await self._head(prompt_id, "delete")
 
-        def write(conn: sa.Connection) -> None:
-            conn.execute(versions.delete().where(versions.c.prompt_id == prompt_id))
-            conn.execute(prompts.delete().where(prompts.c.prompt_id == prompt_id))
+        def write(conn: Any) -> None:
+            for delete in _DELETE:
+                delete.run(conn, {"pid": prompt_id})
 
         await self.db.write(write)
 
-    async def _head(self, prompt_id: str, action: str = "read") -> sa.RowMapping:
-        row = await self.db.fetch_one(sa.select(prompts).where(prompts.c.prompt_id == prompt_id, caller_may(action, prompts.c.principal)))
+    async def _head(self, prompt_id: str, action: str = "read") -> int:
+        """The prompt's default version, if the caller may `action` it."""
+        row = await self.db.read_one(*_HEAD.for_caller({"pid": prompt_id}, action))
         if row is None:
             raise NotFoundError(f"No prompt found with id '{prompt_id[:64]}'.", param="prompt_id", code="not_found")
-        return row
+        return int(row[0])
 
 
-def _public(row: Any, default_version: int) -> dict[str, Any]:
-    return {"object": "prompt", "prompt_id": row["prompt_id"], "prompt": row["template"], "version": row["version"],
-            "variables": list(row["variables"] or []), "is_default": row["version"] == default_version, "created_at": row["created_at"]}
+def _public(row: tuple[Any, ...], default_version: int) -> dict[str, Any]:
+    prompt_id, template, version, variables, created_at = row[:5]
+    return {"object": "prompt", "prompt_id": prompt_id, "prompt": template, "version": version,
+            "variables": list(loads(variables) or []), "is_default": version == default_version, "created_at": created_at}
 
 
 @contextlib.asynccontextmanager
 async def create(context: ProviderContext[EmptyConfig]) -> AsyncIterator[BuiltinPrompts]:
     db = context.databases("prompts")
-    await db.create_tables(metadata)
+    await db.create_tables([prompts, versions])
     yield BuiltinPrompts(db)
 
 

@@ -22,7 +22,15 @@ A provider imports from `runtime.storage` only: the names below are the contract
 """
 
 from runtime.storage.database import PARTIAL_INDEX_WHERE, SMALL_WRITE_ROWS, Database, Storage, open_database, schema_lock
+from runtime.storage.driver import IntegrityError, Ran
 from runtime.storage.outage import StorageUnavailableError, when_back
-from runtime.storage.statements import InsertRows, Prepared, Ran, caller_may, for_caller, insert_into, json_type, rows_of_json
+from runtime.storage.schema import BIGINT, BOOLEAN, FLOAT, INTEGER, JSON, TEXT, Column, Index, Kind, String, Table, Unique, table
+from runtime.storage.sql import Scoped, Sql, in_list, loads, owner_condition
+from runtime.storage.statements import InsertRows, Prepared, caller_may, for_caller, insert_into, insert_rows, json_type, rows_of_json
 
-__all__ = ["PARTIAL_INDEX_WHERE", "SMALL_WRITE_ROWS", "Database", "InsertRows", "Prepared", "Ran", "Storage", "StorageUnavailableError", "caller_may", "for_caller", "insert_into", "json_type", "open_database", "rows_of_json", "schema_lock", "when_back"]
+__all__ = [
+    "BIGINT", "BOOLEAN", "FLOAT", "INTEGER", "JSON", "PARTIAL_INDEX_WHERE", "SMALL_WRITE_ROWS", "TEXT", "Column", "Database", "Index",
+    "InsertRows", "IntegrityError", "Kind", "Prepared", "Ran", "Scoped", "Sql", "Storage", "StorageUnavailableError", "String", "Table", "Unique",
+    "caller_may", "for_caller", "in_list", "insert_into", "insert_rows", "json_type", "loads", "open_database", "owner_condition", "rows_of_json",
+    "schema_lock", "table", "when_back",
+]

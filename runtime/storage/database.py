@@ -5,8 +5,9 @@ migrations."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
@@ -24,6 +25,8 @@ from runtime.storage.postgres import (
 from runtime.storage.sqlite import (
     BEGIN_OPTION, Busy, Checkpointer, FileLock, Held, async_sqlite_dbapi, hook_sqlite, write_group_sync, write_sync,
 )
+from runtime.storage.schema import Table, add_column_sql, columns_present_sql, create_index_sql, create_table_sql, missing_columns
+from runtime.storage.sql import Sql, upsert_sql
 from runtime.storage.statements import JSON_CODEC, POSTGRES_JSON_CODEC, InsertRows
 from runtime.storage.outage import outage, unavailable
 from runtime.storage.tasks import to_the_end
@@ -102,16 +105,18 @@ class Database:
         """Connections checked out of the pool but idle, kept for the next use (PostgreSQL)."""
         return len(self._pg.idle) if self._pg is not None else 0
 
-    async def create_tables(self, metadata: sa.MetaData) -> None:
-        """Create the tables of `metadata` that do not exist yet, and add to tables that do the
-        columns (nullable ones only) and indexes declared since they were made."""
+    async def create_tables(self, metadata: sa.MetaData | Sequence[Table]) -> None:
+        """Create the tables (declared, or of `metadata`) that do not exist yet, and add to tables
+        that do the columns (nullable ones only) and indexes declared since they were made."""
+        make: Callable[[sa.Connection], None] = (functools.partial(_create_or_extend, metadata=metadata)
+                                                 if isinstance(metadata, sa.MetaData) else functools.partial(_make_declared, tables=metadata))
         if self._make_schema_engine is None:
-            await self.write(lambda conn: _create_or_extend(conn, metadata))
+            await self.write(make)
             return
         engine = self._make_schema_engine()
         try:
             async with engine.begin() as connection:
-                await connection.run_sync(_create_or_extend, metadata)
+                await connection.run_sync(make)
         finally:
             await engine.dispose()
 
@@ -295,6 +300,20 @@ class Database:
             finally:
                 self._writer = None
 
+    async def read_one(self, statement: Sql, params: Mapping[str, Any] | None = None, *, small: bool = True) -> tuple[Any, ...] | None:
+        """The first row a statement returns, or None. It is taken to be a lookup by key, a `small`
+        read (`read_with`); a query that must scan passes `small=False`."""
+        return await self.read_with(lambda connection: statement.run(connection, params).first(), small=small)
+
+    async def read_all(self, statement: Sql, params: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
+        """The rows a statement returns."""
+        return await self.read_with(lambda connection: statement.run(connection, params).rows)
+
+    async def write_one(self, statement: Sql, params: Mapping[str, Any] | None = None) -> int:
+        """Run one statement in a transaction of its own (on PostgreSQL, in autocommit: one
+        statement is atomic by itself); the number of rows it matched."""
+        return await self.write(lambda connection: statement.run(connection, params).rowcount, one_statement=True)
+
     async def fetch_all(self, stmt: sa.Executable, params: dict[str, Any] | None = None) -> list[sa.RowMapping]:
         """The rows of a query (with values for its bind parameters), as mappings."""
         return await self.read_with(lambda conn: list(conn.execute(stmt, params).mappings().all()))
@@ -309,10 +328,13 @@ class Database:
         PostgreSQL, in autocommit: one statement is atomic by itself.)"""
         return await self.write(lambda conn: _rowcount(conn.execute(stmt, params)), one_statement=True)
 
-    async def upsert(self, table: sa.Table, values: dict[str, Any], key: Sequence[str]) -> None:
+    async def upsert(self, table: sa.Table | Table, values: dict[str, Any], key: Sequence[str]) -> None:
         """Insert a row, or update the row whose `key` columns (a unique index) already match."""
         if not key or any(name not in values for name in key):
             raise ValueError(f"upsert key {list(key)} must be non-empty and among the values")
+        if isinstance(table, Table):
+            await self.write_one(upsert_sql(table, tuple(values), tuple(key)), values)
+            return
         update = [name for name in values if name not in key]
         # Both dialects' INSERTs take ON CONFLICT alike; each is imported only on its own database.
         if self.dialect == "postgresql":
@@ -428,6 +450,21 @@ def _create_or_extend(conn: sa.Connection, metadata: sa.MetaData) -> None:
             conn.exec_driver_sql(f"ALTER TABLE {conn.dialect.identifier_preparer.format_table(table)} ADD COLUMN {name} {kind}")
         for index in table.indexes:
             index.create(conn, checkfirst=True)
+
+
+def _make_declared(conn: sa.Connection, tables: Sequence[Table]) -> None:
+    """The declared tables made, or extended by the columns and indexes declared since (see
+    `_create_or_extend`)."""
+    schema_lock(conn)
+    dialect = conn.dialect.name
+    for declared in tables:
+        present = Sql(columns_present_sql(dialect)).run(conn, {"name": declared.name}).rows
+        if not present:
+            conn.exec_driver_sql(create_table_sql(declared, dialect))
+        for column in missing_columns(declared, [name for name, in present]) if present else ():
+            conn.exec_driver_sql(add_column_sql(declared, column, dialect))
+        for index in declared.all_indexes():
+            conn.exec_driver_sql(create_index_sql(declared, index))
 
 
 def _rowcount(result: sa.CursorResult[Any]) -> int:

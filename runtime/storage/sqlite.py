@@ -45,7 +45,8 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 import sqlean as sqlite3  # type: ignore[import-untyped]
 
-from runtime.storage.statements import InsertRows, insert_into
+from runtime.storage.schema import Table
+from runtime.storage.statements import InsertRows, insert_rows
 
 T = TypeVar("T")
 
@@ -182,14 +183,14 @@ def _run_group(conn: sa.Connection, works: list[Callable[[sa.Connection], Any]])
             outcomes.append((True, work(conn)))
             at += 1
             continue
-        merged: dict[sa.Table, list[dict[str, Any]]] = {}
+        merged: dict[sa.Table | Table, list[dict[str, Any]]] = {}
         while at < len(works) and isinstance(insert := works[at], InsertRows):  # a run of inserts: one statement a table
             for table, rows in insert.inserts:
                 merged.setdefault(table, []).extend(rows)
             outcomes.append((True, None))
             at += 1
         for table, rows in merged.items():
-            insert_into(table).run(conn, rows)
+            insert_rows(conn, table, rows)
     return outcomes
 
 

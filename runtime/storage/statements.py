@@ -5,7 +5,6 @@ costs more than the work (`Prepared`), rows added as one write (`InsertRows`), t
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple, cast
 
@@ -15,6 +14,9 @@ from sqlalchemy.util import await_only
 
 from runtime import fastjson
 from runtime.auth import granted_owners
+from runtime.storage.schema import Table
+from runtime.storage.driver import Ran
+from runtime.storage.sql import inserts_as_one, insert_sql, json_text, jsonb_text, with_defaults
 
 
 def caller_may(action: str, column: sa.ColumnElement[Any]) -> sa.ColumnElement[bool]:
@@ -65,27 +67,10 @@ class _JSON(sa.types.TypeDecorator[Any]):
         return dialect.type_descriptor(sa.JSON())
 
 
-def _json_text(value: Any) -> str:
-    return fastjson.dumps(value).decode()
-
-
 # JSON columns are (de)serialised with the fast codec: a stored response is a large document.
-JSON_CODEC: dict[str, Any] = {"json_serializer": _json_text, "json_deserializer": fastjson.loads}
+JSON_CODEC: dict[str, Any] = {"json_serializer": json_text, "json_deserializer": fastjson.loads}
 
-_NUL_ESCAPE = re.compile(r"(\\+)u0000")
-
-
-def _jsonb_text(value: Any) -> str:
-    """JSON for PostgreSQL's JSONB, which holds no NUL character: each one (a `\u0000` escape, not
-    a literal backslash before `u0000`) is stored as U+FFFD, the replacement character. A model's
-    answer or a client's text holding one is then kept, not refused: SQLite and OpenAI take it."""
-    text = fastjson.dumps(value).decode()
-    if "u0000" not in text:
-        return text
-    return _NUL_ESCAPE.sub(lambda run: run[1] + ("ufffd" if len(run[1]) % 2 else "u0000"), text)
-
-
-POSTGRES_JSON_CODEC: dict[str, Any] = {"json_serializer": _jsonb_text, "json_deserializer": fastjson.loads}
+POSTGRES_JSON_CODEC: dict[str, Any] = {"json_serializer": jsonb_text, "json_deserializer": fastjson.loads}
 
 
 class InsertRows:
@@ -101,12 +86,12 @@ class InsertRows:
 
     __slots__ = ("inserts",)
 
-    def __init__(self, *inserts: tuple[sa.Table, Sequence[dict[str, Any]]]) -> None:
+    def __init__(self, *inserts: tuple[sa.Table | Table, Sequence[dict[str, Any]]]) -> None:
         self.inserts = [(table, rows) for table, rows in inserts if rows]
 
     def __call__(self, connection: sa.Connection) -> None:
         for table, rows in self.inserts:
-            insert_into(table).run(connection, list(rows))
+            insert_rows(connection, table, rows)
 
     def alone_on_postgres(self) -> Callable[[sa.Connection], None] | None:
         """The inserts as one PostgreSQL statement: each table's rows sent as one JSON array and
@@ -114,9 +99,12 @@ class InsertRows:
         data-modifying WITHs. None where that would not insert what separate inserts would: a
         column of a type JSON does not carry as such (only strings, numbers, booleans and JSON
         columns do), rows with different columns, or a column left to a default computed in Python."""
+        declared = [(table, rows) for table, rows in self.inserts if isinstance(table, Table)]
+        if len(declared) == len(self.inserts):
+            return _declared_alone_on_postgres(declared)
         shapes: list[tuple[sa.Table, tuple[str, ...]]] = []
         params: dict[str, Any] = {}
-        for index, (table, rows) in enumerate(self.inserts):
+        for index, (table, rows) in enumerate(cast(list[tuple[sa.Table, Sequence[dict[str, Any]]]], self.inserts)):
             names = tuple(rows[0])
             if not _carried_by_json(table, names) or any(row.keys() != rows[0].keys() for row in rows):
                 return None
@@ -130,6 +118,42 @@ class InsertRows:
             statement.run(connection, params)
 
         return insert
+
+
+def _declared_alone_on_postgres(inserts: list[tuple[Table, Sequence[dict[str, Any]]]]) -> Callable[[sa.Connection], None] | None:
+    shapes: list[tuple[Table, tuple[str, ...]]] = []
+    params: dict[str, Any] = {}
+    for index, (table, rows) in enumerate(inserts):
+        full = with_defaults(table, rows)
+        names = tuple(full[0])
+        if any(row.keys() != full[0].keys() for row in full):
+            return None
+        shapes.append((table, names))
+        params[f"rows{index}"] = full
+    if not shapes:
+        return None
+    statement = inserts_as_one(tuple(shapes))
+
+    def insert(connection: sa.Connection) -> None:
+        statement.run(connection, params)
+
+    return insert
+
+
+def insert_rows(connection: sa.Connection, table: sa.Table | Table, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Insert `rows` into `table`: one executemany a run of rows with the same columns, in order (a
+    serial key numbers them as given)."""
+    if not isinstance(table, Table):
+        insert_into(table).run(connection, list(rows))
+        return
+    run: list[dict[str, Any]] = []
+    for row in with_defaults(table, rows):
+        if run and row.keys() != run[0].keys():
+            insert_sql(table, tuple(run[0])).run(connection, run)
+            run = []
+        run.append(row)
+    if run:
+        insert_sql(table, tuple(run[0])).run(connection, run)
 
 
 _JSON_CARRIED = (sa.String, sa.Integer, sa.Float, sa.Boolean)
@@ -172,17 +196,6 @@ def insert_into(table: sa.Table) -> Prepared:
     """`table.insert()`, built once per table, as a `Prepared` statement: run it with the rows
     to insert (each with the same columns)."""
     return Prepared(table.insert())
-
-
-class Ran(NamedTuple):
-    """What a `Prepared` statement did: the rows it returned (RETURNING) and the rows it matched."""
-
-    rows: list[tuple[Any, ...]]
-    rowcount: int
-
-    def scalar(self) -> Any:
-        """The first column of the first row returned, or None."""
-        return self.rows[0][0] if self.rows else None
 
 
 class _Compiled(NamedTuple):

@@ -125,14 +125,12 @@ def test_a_queued_response_whose_tools_had_secrets_is_failed_not_resumed_elsewhe
                                                                                  mcp_servers: McpServers) -> None:
     """The stored request of a background response never holds its MCP credentials: if the
     process that had them dies before running it, the next one fails it, saying why."""
-    import sqlalchemy as sa
-
     from builder.config import SqliteBackend
     from providers.responses.background import SECRETS_REMOVED
-    from providers.responses.store import ResponseStore, responses
+    from providers.responses.store import ResponseStore
     from runtime.apis.items import normalize_input
     from runtime.apis.responses.models import CreateResponse, response_object
-    from runtime.storage import open_database
+    from runtime.storage import Sql, open_database
 
     request = CreateResponse(model="fake-model", input="hi", background=True, tools=[mcp(mcp_servers.private, authorization="t")])
     stored_request = {**request.model_dump(mode="json"), "tools": [mcp(mcp_servers.private)], SECRETS_REMOVED: True}
@@ -143,7 +141,7 @@ def test_a_queued_response_whose_tools_had_secrets_is_failed_not_resumed_elsewhe
         await store.create_tables()
         await store.insert(response_object(request, "resp_with_secrets", "queued"), ancestors=[],
                            input_items=normalize_input(request.input), request=stored_request)
-        await db.execute(sa.update(responses).values(heartbeat_at=0.0))
+        await db.write_one(Sql("UPDATE responses SET heartbeat_at = 0.0"))
         await db.close()
 
     asyncio.run(leave_queued())

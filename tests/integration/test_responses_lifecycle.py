@@ -242,14 +242,12 @@ def test_a_restart_on_the_same_host_takes_a_crashed_processs_responses_over_at_o
 def test_a_queued_background_response_left_by_a_dead_process_is_run_at_start(upstream: FakeUpstream, tmp_path: Path) -> None:
     import asyncio
 
-    import sqlalchemy as sa
-
     from builder.config import SqliteBackend
     from runtime.apis.items import normalize_input
     from runtime.apis.responses.models import CreateResponse, response_object
-    from providers.responses.store import ResponseStore, responses
+    from providers.responses.store import ResponseStore
     from runtime.library_client import LibraryClient
-    from runtime.storage import open_database
+    from runtime.storage import Sql, open_database
 
     request = CreateResponse(model="fake-model", input="left behind", background=True)
     queued = response_object(request, "resp_left_behind", "queued")
@@ -259,7 +257,7 @@ def test_a_queued_background_response_left_by_a_dead_process_is_run_at_start(ups
         store = ResponseStore(db)
         await store.create_tables()
         await store.insert(queued, ancestors=[], input_items=normalize_input(request.input), request=request.model_dump(mode="json"))
-        await db.execute(sa.update(responses).values(heartbeat_at=0.0))  # its process died long ago
+        await db.write_one(Sql("UPDATE responses SET heartbeat_at = 0.0"))  # its process died long ago
         await db.close()
 
     asyncio.run(leave_queued())

@@ -15,7 +15,7 @@ import pytest
 import sqlalchemy as sa
 
 from builder.config import PostgresBackend, SqliteBackend
-from runtime.storage import Database
+from runtime.storage import Database, driver
 
 
 PG_DSN = "postgresql://postgres@127.0.0.1:5432/test"
@@ -84,7 +84,7 @@ def insert_noting_thread(table: sa.Table, k: int, threads: list[str]) -> Any:
 
 @contextlib.contextmanager
 def statement_threads(backend: SqliteBackend | PostgresBackend) -> Iterator[list[tuple[str, str]]]:
-    """The (thread name, table) of each SELECT run through SQLAlchemy on `backend`'s database while
+    """The (thread name, table) of each SELECT run (by SQLAlchemy or on the driver) on `backend`'s database while
     inside: where a store's reads are made (the event loop's thread, or a reading thread). Other
     databases' statements are not noted: a stack another test keeps running meanwhile (the integration
     suite's, kept for the session) polls its own tables from its own threads."""
@@ -99,8 +99,16 @@ def statement_threads(backend: SqliteBackend | PostgresBackend) -> Iterator[list
             table = re.search(r"\bFROM\s+(\w+)", statement)
             seen.append((threading.current_thread().name, table.group(1) if table else ""))
 
+    run_on_driver = driver.execute
+
+    def noted_on_driver(conn: Any, statement: Any, params: Any) -> Any:
+        noted(conn, None, statement.text)
+        return run_on_driver(conn, statement, params)
+
     sa.event.listen(sa.engine.Engine, "before_cursor_execute", noted)
+    driver.execute = noted_on_driver  # the `Sql` statements, run on the driver beneath SQLAlchemy
     try:
         yield seen
     finally:
+        driver.execute = run_on_driver
         sa.event.remove(sa.engine.Engine, "before_cursor_execute", noted)

@@ -9,32 +9,40 @@ from __future__ import annotations
 
 from typing import Any
 
-import sqlalchemy as sa
-
 from runtime.auth import principal_id
 from runtime.errors import NotFoundError
 from runtime.ids import random_hex
-from runtime.storage import Database, InsertRows, caller_may, json_type
+from runtime.storage import (
+    BIGINT, INTEGER, JSON, TEXT, Column, Database, Index, InsertRows, Scoped, Sql, String, loads, owner_condition, table,
+)
 
 __all__ = ["ChatCompletionStore", "new_completion_id"]
 
-_metadata = sa.MetaData()
-completions = sa.Table(
+completions = table(
     "chat_completions",
-    _metadata,
     # A sequence, not `created`, orders the list: many completions share a second.
-    sa.Column("seq", sa.Integer, primary_key=True, autoincrement=True),
-    sa.Column("id", sa.String(128), nullable=False, unique=True),
-    sa.Column("created", sa.BigInteger, nullable=False),
-    sa.Column("model", sa.String(256), nullable=False, index=True),
-    sa.Column("metadata", json_type(), nullable=True),
-    sa.Column("completion", json_type(), nullable=False),
-    sa.Column("input_messages", json_type(), nullable=False),
-    sa.Column("upstream_id", sa.Text, nullable=True),
+    Column("seq", INTEGER, primary_key=True, serial=True),
+    Column("id", String(128), nullable=False, unique=True),
+    Column("created", BIGINT, nullable=False),
+    Column("model", String(256), nullable=False, index=True),
+    Column("metadata", JSON),
+    Column("completion", JSON, nullable=False),
+    Column("input_messages", JSON, nullable=False),
+    Column("upstream_id", TEXT),
     # Who made it (runtime.auth): with auth on, only they reach it. Null when auth was off.
-    sa.Column("principal", sa.String(160), nullable=True),
-    sa.Index("ix_chat_completions_principal", "principal", "seq"),
+    Column("principal", String(160)),
+    Index("ix_chat_completions_principal", ("principal", "seq")),
 )
+
+_PUBLIC = "CAST(completion AS TEXT), CAST(metadata AS TEXT)"  # what `_public` is made of
+_GET = Scoped(f"SELECT {_PUBLIC} FROM chat_completions WHERE id = :cid{{owner}}", "principal")
+_MESSAGES = Scoped("SELECT CAST(input_messages AS TEXT) FROM chat_completions WHERE id = :cid{owner}", "principal")
+_UPDATE = Scoped("UPDATE chat_completions SET metadata = :metadata WHERE id = :cid{owner}", "principal", json=["metadata"])
+_DELETE = Scoped("DELETE FROM chat_completions WHERE id = :cid{owner}", "principal")
+
+
+def _not_found(completion_id: str) -> NotFoundError:
+    return NotFoundError(f"No chat completion found with id '{completion_id}'.", param="completion_id", code="not_found")
 
 
 def new_completion_id() -> str:
@@ -47,7 +55,7 @@ class ChatCompletionStore:
         self.db = db
 
     async def create_tables(self) -> None:
-        await self.db.create_tables(_metadata)
+        await self.db.create_tables([completions])
 
     async def save(self, completion: dict[str, Any], input_messages: list[Any], metadata: dict[str, str] | None,
                    upstream_id: str | None = None) -> None:
@@ -60,43 +68,51 @@ class ChatCompletionStore:
         await self.db.write(InsertRows((completions, [row])), small=True)
 
     async def get(self, completion_id: str) -> dict[str, Any]:
-        row = await self.db.fetch_one(sa.select(completions).where(completions.c.id == completion_id, caller_may("read", completions.c.principal)))
+        row = await self.db.read_one(*_GET.for_caller({"cid": completion_id}))
         if row is None:
-            raise NotFoundError(f"No chat completion found with id '{completion_id}'.", param="completion_id", code="not_found")
+            raise _not_found(completion_id)
         return _public(row)
 
     async def messages(self, completion_id: str) -> list[Any]:
-        row = await self.db.fetch_one(sa.select(completions.c.input_messages).where(completions.c.id == completion_id, caller_may("read", completions.c.principal)))
+        row = await self.db.read_one(*_MESSAGES.for_caller({"cid": completion_id}))
         if row is None:
-            raise NotFoundError(f"No chat completion found with id '{completion_id}'.", param="completion_id", code="not_found")
-        return list(row["input_messages"])
+            raise _not_found(completion_id)
+        return list(loads(row[0]))
 
     async def page(
         self, *, after: str | None, limit: int, order: str, model: str | None, metadata: dict[str, str]
     ) -> tuple[list[dict[str, Any]], bool]:
-        query = sa.select(completions).where(caller_may("read", completions.c.principal))
+        owner, params = owner_condition("principal")
+        where = f"true{owner}"
         if after is not None:
-            anchor = sa.select(completions.c.seq).where(completions.c.id == after).scalar_subquery()
-            query = query.where(completions.c.seq > anchor if order == "asc" else completions.c.seq < anchor)
+            where += f" AND seq {'>' if order == 'asc' else '<'} (SELECT seq FROM chat_completions WHERE id = :after)"
+            params["after"] = after
         if model is not None:
-            query = query.where(completions.c.model == model)
-        for key, value in metadata.items():
-            query = query.where(completions.c.metadata[key].as_string() == value)
-        query = query.order_by(completions.c.seq.asc() if order == "asc" else completions.c.seq.desc()).limit(limit + 1)
-        rows = await self.db.fetch_all(query)
+            where += " AND model = :model"
+            params["model"] = model
+        sqlite_where = postgres_where = where
+        for index, (key, value) in enumerate(metadata.items()):
+            # The value at `key` as text (JSON null, or no such key: no match).
+            sqlite_where += f" AND json_extract(metadata, :path_{index}) = :value_{index}"
+            postgres_where += f" AND metadata ->> :key_{index} = :value_{index}"
+            params.update({f"path_{index}": f'$."{key}"', f"key_{index}": key, f"value_{index}": value})
+        tail = f" ORDER BY seq {'ASC' if order == 'asc' else 'DESC'} LIMIT :rows"
+        query = Sql(f"SELECT {_PUBLIC} FROM chat_completions WHERE {sqlite_where}{tail}",
+                    postgresql=f"SELECT {_PUBLIC} FROM chat_completions WHERE {postgres_where}{tail}")
+        params["rows"] = limit + 1
+        rows = await self.db.read_all(query, params)  # (each database's text takes the parameters it names)
         return [_public(row) for row in rows[:limit]], len(rows) > limit
 
     async def update_metadata(self, completion_id: str, metadata: dict[str, str] | None) -> dict[str, Any]:
-        update = sa.update(completions).where(completions.c.id == completion_id, caller_may("update", completions.c.principal))
-        changed = await self.db.execute(update.values(metadata=metadata))
-        if not changed:
-            raise NotFoundError(f"No chat completion found with id '{completion_id}'.", param="completion_id", code="not_found")
+        if not await self.db.write_one(*_UPDATE.for_caller({"cid": completion_id, "metadata": metadata}, "update")):
+            raise _not_found(completion_id)
         return await self.get(completion_id)
 
     async def delete(self, completion_id: str) -> None:
-        if not await self.db.execute(sa.delete(completions).where(completions.c.id == completion_id, caller_may("delete", completions.c.principal))):
-            raise NotFoundError(f"No chat completion found with id '{completion_id}'.", param="completion_id", code="not_found")
+        if not await self.db.write_one(*_DELETE.for_caller({"cid": completion_id}, "delete")):
+            raise _not_found(completion_id)
 
 
-def _public(row: sa.RowMapping) -> dict[str, Any]:
-    return {**row["completion"], "metadata": row["metadata"] or {}}
+def _public(row: tuple[Any, ...]) -> dict[str, Any]:
+    completion, metadata = row
+    return {**loads(completion), "metadata": loads(metadata) or {}}

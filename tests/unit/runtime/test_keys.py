@@ -6,11 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
 
 from builder.config import SqliteBackend
-from runtime.keys import DatabaseKeys, api_keys
-from runtime.storage import Database, open_database
+from runtime.keys import DatabaseKeys
+from runtime.storage import Database, Sql, open_database
 
 
 @pytest.fixture
@@ -25,8 +24,8 @@ async def test_a_key_names_its_principal_and_only_its_hash_is_stored(db: Databas
     key, record = await keys.create("dave", {"team": "blue"}, name="ci")
     principal = await keys.principal(key)
     assert principal is not None and principal.id == "dave" and principal.attributes == {"team": "blue"}
-    stored = await db.fetch_all(sa.select(api_keys))
-    assert len(stored) == 1 and key not in str(dict(stored[0]))
+    stored = await db.read_all(Sql("SELECT * FROM api_keys"))
+    assert len(stored) == 1 and key not in str(stored[0]) and record["id"] in stored[0]
     assert await keys.principal(key + "x") is None
 
 

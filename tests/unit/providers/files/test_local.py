@@ -8,18 +8,17 @@ import time
 from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
 
 from builder.config import SqliteBackend
-from providers.files.local import LocalFiles, LocalFilesConfig, _metadata, files
+from providers.files.local import LocalFiles, LocalFilesConfig, files
 from runtime.errors import NotFoundError, PayloadTooLargeError, ServiceUnavailableError
-from runtime.storage import open_database
+from runtime.storage import Sql, open_database
 
 
 @pytest.fixture
 async def provider(tmp_path: Path) -> LocalFiles:
     db = open_database(SqliteBackend(type="sqlite", path=tmp_path / "s.db"))
-    await db.create_tables(_metadata)
+    await db.create_tables([files])
     directory = tmp_path / "files"
     directory.mkdir()
     return LocalFiles(db, directory, LocalFilesConfig(max_file_bytes=1000))
@@ -34,13 +33,13 @@ async def test_an_upload_over_the_limit_leaves_nothing_behind(provider: LocalFil
 async def test_an_expired_file_is_not_served_and_the_sweep_removes_it(provider: LocalFiles) -> None:
     kept = await provider.create_file(io.BytesIO(b"kept"), "kept.txt", "user_data", None)
     gone = await provider.create_file(io.BytesIO(b"gone"), "gone.txt", "user_data", 3600)
-    await provider.db.execute(files.update().where(files.c.id == gone["id"]).values(expires_at=int(time.time()) - 1))
+    await provider.db.write_one(Sql("UPDATE files SET expires_at = :at WHERE id = :fid"), {"at": int(time.time()) - 1, "fid": gone["id"]})
     with pytest.raises(NotFoundError):
         await provider.get_file(gone["id"])
     assert [item["id"] for item in (await provider.list_files(None, None, 10, "asc"))[0]] == [kept["id"]]
     await provider.sweep()
     assert sorted(path.name for path in provider.directory.iterdir()) == [kept["id"]]
-    assert await provider.db.fetch_one(sa.select(files).where(files.c.id == gone["id"])) is None
+    assert await provider.db.read_one(Sql("SELECT id FROM files WHERE id = :fid"), {"fid": gone["id"]}) is None
 
 
 async def test_the_sweep_removes_what_a_crash_left_once_it_is_old(provider: LocalFiles) -> None:

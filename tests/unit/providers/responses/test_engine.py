@@ -7,13 +7,12 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-import sqlalchemy as sa
 
 from builder.config import PostgresBackend, SqliteBackend
 from providers.responses.engine import ResponsesEngine
 from runtime.apis.responses.models import CreateResponse
-from providers.responses.store import ResponseStore, responses
-from runtime.storage import open_database
+from providers.responses.store import ResponseStore
+from runtime.storage import Sql, open_database
 
 
 
@@ -55,9 +54,9 @@ async def test_a_stream_longer_than_the_lease_keeps_it_and_no_peer_sweeps_it(bac
             if event["type"] == "response.output_text.delta":
                 await peer.background.recover()
                 seen.append((await store.get(response_id)).status)
-                row = await db.fetch_one(sa.select(responses.c.heartbeat_at).where(responses.c.id == response_id))
+                row = await db.read_one(Sql("SELECT heartbeat_at FROM responses WHERE id = :rid"), {"rid": response_id})
                 assert row is not None
-                leases.add(row["heartbeat_at"])
+                leases.add(row[0])
         assert event["type"] == "response.completed"
         assert seen == ["in_progress"] * 10
         assert len(leases) >= 3  # renewed while it ran
@@ -110,7 +109,7 @@ async def test_a_queued_response_that_cannot_be_resumed_is_failed_and_the_sweep_
         for response_id, body in requests.items():
             queued = response_object(CreateResponse.model_construct(**body), response_id, "queued")
             await store.insert(queued, ancestors=[], input_items=normalize_input("hi"), request=body)
-        await db.execute(responses.update().values(heartbeat_at=0.0))  # their process died long ago
+        await db.write_one(Sql("UPDATE responses SET heartbeat_at = 0.0"))  # their process died long ago
         await engine.background.recover()
         gone = await store.get("resp_context_gone")
         assert gone.status == "failed" and "could not be resumed" in gone.response["error"]["message"]

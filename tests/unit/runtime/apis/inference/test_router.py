@@ -9,14 +9,13 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
 
 from builder.config import ModelConfig, SqliteBackend
 from runtime.apis.inference.protocol import UpstreamModel, UpstreamRequest
 from runtime.apis.inference.router import InferenceRouter
 from runtime.apis.inference.store import ChatCompletionStore
 from runtime.errors import InvalidRequestError, NotFoundError, UpstreamError
-from runtime.storage import open_database
+from runtime.storage import Sql, open_database
 
 
 class FakeProvider:
@@ -158,8 +157,8 @@ async def test_a_stored_completion_is_known_by_an_id_of_ours_not_the_upstreams(s
     for answer, text in zip(answers, ("alice", "bob")):
         stored = await store.get(answer["id"])
         assert stored["choices"][0]["message"]["content"] == text and stored["metadata"] == {"who": text}
-    row = await store.db.fetch_one(sa.select(sa.text("upstream_id")).select_from(sa.table("chat_completions")).limit(1))
-    assert row is not None and row["upstream_id"] == "chatcmpl-123"
+    row = await store.db.read_one(Sql("SELECT upstream_id FROM chat_completions LIMIT 1"))
+    assert row is not None and row[0] == "chatcmpl-123"
 
 
 async def test_a_stored_stream_is_saved_folded_when_it_ends(store: ChatCompletionStore) -> None:

@@ -6,10 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
 
 from runtime.apis.inference.store import ChatCompletionStore, new_completion_id
-from runtime.storage import Database
+from runtime.storage import Database, IntegrityError
 
 
 @pytest.fixture
@@ -48,6 +47,6 @@ async def test_completions_list_in_the_order_saved_and_filter_by_model(store: Ch
 async def test_an_id_is_never_saved_twice(store: ChatCompletionStore) -> None:
     first = completion("first")
     await store.save(first, [], None)
-    with pytest.raises(sa.exc.IntegrityError):
+    with pytest.raises(IntegrityError):
         await store.save({**first, "choices": []}, [], None)
     assert (await store.get(first["id"]))["choices"] == first["choices"]

@@ -1,0 +1,184 @@
+"""Statements as SQL text, run on the database's own driver: `Sql`, the caller's rows (`Scoped`), and
+the inserts of declared tables.
+
+A statement is written once, with `:name` parameters, for both databases (or with a text of its own
+for PostgreSQL where the two differ). SQLite's driver takes `:name` parameters itself; for asyncpg
+the text is numbered (`$1`, `$2`) once per statement. Parameters named in `json=` are JSON
+documents, written as JSON text (on PostgreSQL with each NUL character as U+FFFD: JSONB holds
+none). JSON columns are read back as text (`CAST(col AS TEXT)`, the same on both) and decoded by
+the caller, or sent on as they are.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from runtime import fastjson
+from runtime.auth import granted_owners
+from runtime.storage import driver
+from runtime.storage.driver import Ran
+from runtime.storage.schema import Table
+
+# `:name`, not PostgreSQL's `::type` cast, nor anything in a quoted literal (matched whole, and left as it is).
+_PARAMETER = re.compile(r"'(?:[^']|'')*'|(?<![:\w]):([A-Za-z_]\w*)")
+_NUL_ESCAPE = re.compile(r"(\\+)u0000")
+
+
+def json_text(value: Any) -> str:
+    """JSON text for SQLite's JSON columns."""
+    return fastjson.dumps(value).decode()
+
+
+def jsonb_text(value: Any) -> str:
+    """JSON for PostgreSQL's JSONB, which holds no NUL character: each one (a `\u0000` escape, not
+    a literal backslash before `u0000`) is stored as U+FFFD, the replacement character. A model's
+    answer or a client's text holding one is then kept, not refused: SQLite and OpenAI take it."""
+    text = fastjson.dumps(value).decode()
+    if "u0000" not in text:
+        return text
+    return _NUL_ESCAPE.sub(lambda run: run[1] + ("ufffd" if len(run[1]) % 2 else "u0000"), text)
+
+
+def loads(text: str | bytes | None) -> Any:
+    """A JSON column read as text, decoded (None stays None: SQL NULL)."""
+    return None if text is None else fastjson.loads(text)
+
+
+class Sql:
+    """One statement: `text` for both databases (or `postgresql` for PostgreSQL's own), with
+    `:name` parameters; those named in `json` are JSON documents."""
+
+    __slots__ = ("text", "postgresql", "json", "_numbered")
+
+    def __init__(self, text: str, *, postgresql: str | None = None, json: Sequence[str] = ()) -> None:
+        self.text = text
+        self.postgresql = postgresql if postgresql is not None else text
+        self.json = frozenset(json)
+        self._numbered: tuple[str, tuple[str, ...]] | None = None
+
+    def __repr__(self) -> str:
+        return f"Sql({self.text!r})"
+
+    def numbered(self) -> tuple[str, tuple[str, ...]]:
+        """PostgreSQL's text with `$n` parameters, and the names they stand for, in order."""
+        if self._numbered is None:
+            names: list[str] = []
+
+            def number(found: re.Match[str]) -> str:
+                if found[1] is None:
+                    return found[0]
+                if found[1] not in names:
+                    names.append(found[1])
+                return f"${names.index(found[1]) + 1}"
+
+            self._numbered = _PARAMETER.sub(number, self.postgresql), tuple(names)
+        return self._numbered
+
+    def sqlite_params(self, params: Mapping[str, Any]) -> Mapping[str, Any]:
+        if not self.json:
+            return params
+        return {name: json_text(value) if name in self.json and value is not None else value for name, value in params.items()}
+
+    def postgres_values(self, params: Mapping[str, Any]) -> tuple[Any, ...]:
+        _, names = self.numbered()
+        return tuple(jsonb_text(params[name]) if name in self.json and params[name] is not None else params[name] for name in names)
+
+    def run(self, connection: Any, params: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None) -> Ran:
+        """Execute on `connection` (one `Database.write` or `read_with` gives) with `params`: one set,
+        or a list of sets (one executemany)."""
+        return driver.execute(connection, self, {} if params is None else params)
+
+
+class Scoped:
+    """A statement over rows that have an owner (runtime.auth), in the three forms the caller's
+    access asks for: `template` holds `{owner}` where the condition on `column` goes (as ` AND
+    ...`, so it follows a WHERE of its own). With auth off, no condition; for the caller's own
+    rows, `column = :caller`; for the owners an access policy grants, `column IN (...)`, made per
+    call. The first two are built once."""
+
+    __slots__ = ("template", "column", "json", "postgresql", "plain", "owned")
+
+    def __init__(self, template: str, column: str, *, json: Sequence[str] = (), postgresql: str | None = None) -> None:
+        self.template, self.column, self.json, self.postgresql = template, column, tuple(json), postgresql
+        self.plain = self._with("")
+        self.owned = self._with(f" AND {column} = :caller")
+
+    def _with(self, condition: str) -> Sql:
+        postgresql = self.postgresql.replace("{owner}", condition) if self.postgresql is not None else None
+        return Sql(self.template.replace("{owner}", condition), postgresql=postgresql, json=self.json)
+
+    def for_caller(self, params: Mapping[str, Any], action: str = "read") -> tuple[Sql, dict[str, Any]]:
+        """The statement and its parameters for the caller to `action` the rows it names."""
+        owners = granted_owners(action)
+        if owners is None:
+            return self.plain, dict(params)
+        if len(owners) == 1:
+            return self.owned, {**params, "caller": next(iter(owners))}
+        granted = {f"caller_{index}": owner for index, owner in enumerate(sorted(owners))}
+        return self._with(f" AND {self.column} IN ({', '.join(':' + name for name in granted)})"), {**params, **granted}
+
+
+def owner_condition(column: str, action: str = "read") -> tuple[str, dict[str, Any]]:
+    """The condition (` AND ...`, or nothing) and its parameters for the caller to `action` a row
+    whose owner is in `column`: for a statement made per call (Scoped, for those made once)."""
+    owners = granted_owners(action)
+    if owners is None:
+        return "", {}
+    granted = {f"caller_{index}": owner for index, owner in enumerate(sorted(owners))}
+    return f" AND {column} IN ({', '.join(':' + name for name in granted)})", granted
+
+
+def in_list(name: str, values: Sequence[Any]) -> tuple[str, dict[str, Any]]:
+    """`(:name_0, :name_1, ...)` for an IN condition over `values`, and its parameters. (The text
+    depends only on how many there are: statements made from it repeat.)"""
+    params = {f"{name}_{index}": value for index, value in enumerate(values)}
+    return "(" + ", ".join(":" + key for key in params) + ")", params
+
+
+@functools.lru_cache(maxsize=256)
+def insert_sql(declared: Table, names: tuple[str, ...]) -> Sql:
+    """`INSERT INTO` `declared` of the columns `names` (each row with the same columns)."""
+    unknown = [name for name in names if name not in declared.by_name]
+    if unknown:
+        raise ValueError(f"table {declared.name} has no column {unknown[0]!r}")
+    return Sql(f"INSERT INTO {declared.name} ({', '.join(names)}) VALUES ({', '.join(':' + name for name in names)})",
+               json=[name for name in names if name in declared.json_columns()])
+
+
+@functools.lru_cache(maxsize=64)
+def upsert_sql(declared: Table, names: tuple[str, ...], key: tuple[str, ...]) -> Sql:
+    """Insert a row of the columns `names`, or update the row whose `key` columns (a unique index)
+    already match: the same `ON CONFLICT` on both databases."""
+    insert = insert_sql(declared, names)
+    update = [name for name in names if name not in key]
+    on_conflict = (f" ON CONFLICT ({', '.join(key)}) DO UPDATE SET " + ", ".join(f"{name} = excluded.{name}" for name in update)
+                   if update else f" ON CONFLICT ({', '.join(key)}) DO NOTHING")
+    return Sql(insert.text + on_conflict, json=sorted(insert.json))
+
+
+def with_defaults(declared: Table, rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """`rows` with each column they leave out that has a `default` given it."""
+    defaults = {column.name: column.default for column in declared.columns if column.default is not None}
+    if not defaults:
+        return [dict(row) for row in rows]
+    return [{**{name: value for name, value in defaults.items() if name not in row}, **row} for row in rows]
+
+
+@functools.lru_cache(maxsize=64)
+def inserts_as_one(shapes: tuple[tuple[Table, tuple[str, ...]], ...]) -> Sql:
+    """PostgreSQL: the rows of several tables inserted by one statement. Each table's rows come as
+    one JSON array (`:rows0`, `:rows1`...) that `jsonb_to_recordset` reads back into typed rows; the
+    tables but the last are inserted from data-modifying WITHs. A None is SQL NULL, in a JSON column
+    too, as the inserts of `insert_sql` write it."""
+    parts = []
+    for index, (declared, names) in enumerate(shapes):
+        typed = ", ".join(f"{name} {declared.by_name[name].kind.postgresql}" for name in names)
+        parts.append(f"INSERT INTO {declared.name} ({', '.join(names)}) SELECT {', '.join(names)} "
+                     f"FROM jsonb_to_recordset(:rows{index}::jsonb) AS rows{index}({typed})")
+    *first, last = parts
+    text = (("WITH " + ", ".join(f"insert_{index} AS ({part})" for index, part in enumerate(first)) + " ") if first else "") + last
+    return Sql(text, json=[f"rows{index}" for index in range(len(shapes))])
+
