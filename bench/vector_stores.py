@@ -100,17 +100,19 @@ def seed(stack: LibraryClient, store_id: str, chunk_count: int) -> None:
     their vectors, for a store with an embedding model)."""
     from providers.spec import Api
     from providers.vector_stores.builtin.embedding import model_of
-    from providers.vector_stores.builtin.tables import chunks, files, stores
+    from providers.vector_stores.builtin.ingest import insert_chunks
+    from providers.vector_stores.builtin.tables import columns, files, row_of, stores
     from providers.vector_stores.builtin.vectors import insert_vectors
+    from runtime.storage import Sql, insert_rows
 
     provider = stack.stack.impls[Api.vector_stores]
     db = provider.db
     per_file = chunk_count // 1000
 
     async def run() -> None:
-        import sqlalchemy as sa
-
-        model = model_of(await db.fetch_one(sa.select(stores).where(stores.c.id == store_id)))
+        found = await db.read_one(Sql(f"SELECT {columns(stores)} FROM vector_stores WHERE id = :id"), {"id": store_id})
+        assert found is not None
+        model = model_of(row_of(stores, found))
         for index in range(1000):
             attempt = uuid.uuid4().hex[:12]
             file_row = {"vector_store_id": store_id, "file_id": f"file-seed{index}", "filename": f"seed{index}.txt", "created_at": 0,
@@ -123,17 +125,15 @@ def seed(stack: LibraryClient, store_id: str, chunk_count: int) -> None:
             vectors = await model.embed(provider.inference, [row["text"] for row in rows]) if model else None
 
             def write(conn: Any, file_row: dict[str, Any] = file_row, rows: list[dict[str, Any]] = rows, vectors: Any = vectors) -> None:
-                conn.execute(files.insert().values(file_row))
-                if model is None:
-                    conn.execute(chunks.insert(), rows)
-                    return
-                seqs = conn.execute(chunks.insert().returning(chunks.c.seq, sort_by_parameter_order=True), rows).scalars().all()
-                insert_vectors(conn, model.dimension, store_id, seqs, vectors)
+                insert_rows(conn, files, [file_row])
+                seqs = insert_chunks(conn, rows)
+                if model is not None:
+                    insert_vectors(conn, db.dialect, model.dimension, store_id, seqs, vectors)
 
             await db.write(write)
         # As autovacuum would within its naptime (a minute) of so many new rows: the planner
         # needs the table's statistics to take the full-text index.
-        await db.write(lambda conn: conn.exec_driver_sql("ANALYZE" if db.dialect == "postgresql" else "ANALYZE"))
+        await db.write_one(Sql("ANALYZE"))
 
     stack._running_loop().run(run(), timeout=3600)
 

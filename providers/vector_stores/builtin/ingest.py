@@ -15,28 +15,53 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-
-import sqlalchemy as sa
+from typing import Any
 
 from providers.vector_stores.builtin.chunking import chunk_text
 from providers.vector_stores.builtin.embedding import EmbeddingError, EmbeddingModel, Embeddings, model_of
 from providers.vector_stores.builtin.extract import ExtractionError, text_pieces
-from providers.vector_stores.builtin.tables import chunks, files, stores
+from providers.vector_stores.builtin.tables import chunks
 from providers.vector_stores.builtin.vectors import insert_vectors
 from runtime.apis.files.protocol import FilesProvider
 from runtime.errors import NotFoundError
 from runtime.ids import random_hex
 from runtime.owners import owner_is_gone, process_owner
 from runtime.quotas import meter_tokens, reset_meter
-from runtime.storage import Database, StorageUnavailableError
+from runtime.storage import Database, Sql, StorageUnavailableError, insert_rows
 
-__all__ = ["Ingestor", "Job"]
+__all__ = ["Ingestor", "Job", "insert_chunks"]
 
 log = logging.getLogger("stack")
 
 INSERT_BATCH = 64
+
+# The files whose worker holds a lease that has not expired (for `start`), and the release of one.
+_LEASED = Sql("SELECT seq, attempt, lease_owner FROM vector_store_files WHERE status = 'in_progress' AND lease_owner IS NOT NULL "
+              "AND lease_until >= :now")
+_RELEASE = Sql("UPDATE vector_store_files SET lease_until = NULL WHERE seq = :seq AND attempt = :attempt AND status = 'in_progress'")
+_GIVE_UP = Sql("UPDATE vector_store_files SET lease_owner = NULL, lease_until = NULL WHERE lease_owner = :owner AND status = 'in_progress'")
+# A file no worker holds (or whose worker's lease lapsed).
+_CLAIMABLE = ("vector_store_files.status = 'in_progress' "
+              "AND (vector_store_files.lease_until IS NULL OR vector_store_files.lease_until < :now)")
+_CANDIDATES = Sql(
+    "SELECT vector_store_files.seq, vector_store_files.attempt, vector_store_files.vector_store_id, vector_store_files.file_id, "
+    "vector_store_files.filename, vector_store_files.chunk_tokens, vector_store_files.overlap_tokens, vector_stores.embedding_model, "
+    "vector_stores.embedding_dimension, vector_stores.embedding_sends_dimension "
+    "FROM vector_store_files JOIN vector_stores ON vector_stores.id = vector_store_files.vector_store_id "
+    f"WHERE {_CLAIMABLE} ORDER BY vector_store_files.seq LIMIT 8")
+_CLAIM = Sql("UPDATE vector_store_files SET attempt = :new_attempt, lease_owner = :owner, lease_until = :until "
+             f"WHERE vector_store_files.seq = :seq AND vector_store_files.attempt = :attempt AND {_CLAIMABLE}")
+# A job's file, while its worker holds it: every write of the worker is conditioned on it.
+_MINE = "vector_store_id = :vector_store_id AND file_id = :file_id AND attempt = :attempt AND status = 'in_progress'"
+_RENEW = Sql(f"UPDATE vector_store_files SET lease_until = :until WHERE {_MINE}")
+_FINISH = Sql("UPDATE vector_store_files SET status = :status, last_error = :last_error, usage_bytes = :usage_bytes, "
+              f"lease_owner = NULL, lease_until = NULL WHERE {_MINE}", json=["last_error"])
+_EARLIER_ATTEMPTS = Sql("DELETE FROM vector_store_chunks WHERE vector_store_id = :vector_store_id AND file_id = :file_id "
+                        "AND attempt != :attempt")
+_ATTEMPT_CHUNKS = Sql("DELETE FROM vector_store_chunks WHERE vector_store_id = :vector_store_id AND file_id = :file_id "
+                      "AND attempt = :attempt")
 
 
 @dataclass(frozen=True)
@@ -81,12 +106,10 @@ class Ingestor:
     async def start(self) -> None:
         """Free the files whose worker's process is gone (a crash on this host: see
         runtime.owners), then start the workers, which take them up at once."""
-        rows = await self.db.fetch_all(sa.select(files.c.seq, files.c.attempt, files.c.lease_owner).where(
-            files.c.status == "in_progress", files.c.lease_owner.is_not(None), files.c.lease_until >= time.time()))
-        for row in rows:
-            if owner_is_gone(row["lease_owner"]):
-                await self.db.execute(files.update().where(files.c.seq == row["seq"], files.c.attempt == row["attempt"],
-                                                           files.c.status == "in_progress").values(lease_until=None))
+        rows = await self.db.read_all(_LEASED, {"now": time.time()})
+        for seq, attempt, lease_owner in rows:
+            if owner_is_gone(lease_owner):
+                await self.db.write_one(_RELEASE, {"seq": seq, "attempt": attempt})
         self._tasks = [asyncio.get_running_loop().create_task(self._work()) for _ in range(self._workers)]
 
     async def stop(self) -> None:
@@ -97,8 +120,7 @@ class Ingestor:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
         try:
-            await self.db.execute(files.update().where(files.c.lease_owner == self.owner, files.c.status == "in_progress")
-                                  .values(lease_owner=None, lease_until=None))
+            await self.db.write_one(_GIVE_UP, {"owner": self.owner})
         except Exception:  # the database is gone too: the leases lapse instead
             log.exception("could not give up the ingestion leases of this process")
 
@@ -149,24 +171,22 @@ class Ingestor:
 
     async def _claim(self) -> Job | None:
         now = time.time()
-        claimable = sa.and_(files.c.status == "in_progress", sa.or_(files.c.lease_until.is_(None), files.c.lease_until < now))
-        candidates = await self.db.fetch_all(
-            sa.select(files, stores.c.embedding_model, stores.c.embedding_dimension, stores.c.embedding_sends_dimension)
-            .select_from(files.join(stores, stores.c.id == files.c.vector_store_id)).where(claimable).order_by(files.c.seq).limit(8))
-        for row in candidates:
+        candidates = await self.db.read_all(_CANDIDATES, {"now": now})
+        for (seq, old_attempt, store_id, file_id, filename, chunk_tokens, overlap_tokens, embedding_model, embedding_dimension,
+             embedding_sends_dimension) in candidates:
             attempt = random_hex(12)
-            claimed = await self.db.execute(
-                files.update()
-                .where(files.c.seq == row["seq"], files.c.attempt == row["attempt"], claimable)
-                .values(attempt=attempt, lease_owner=self.owner, lease_until=now + self.lease_s))
+            claimed = await self.db.write_one(_CLAIM, {"seq": seq, "attempt": old_attempt, "now": now, "new_attempt": attempt,
+                                                       "owner": self.owner, "until": now + self.lease_s})
             if claimed:
-                return Job(row["vector_store_id"], row["file_id"], row["filename"], attempt, row["chunk_tokens"], row["overlap_tokens"],
-                           model_of(row))
+                model = model_of({"embedding_model": embedding_model, "embedding_dimension": embedding_dimension,
+                                  "embedding_sends_dimension": embedding_sends_dimension})
+                return Job(store_id, file_id, filename, attempt, chunk_tokens, overlap_tokens, model)
         return None
 
-    def _mine(self, job: Job) -> sa.ColumnElement[bool]:
-        return sa.and_(files.c.vector_store_id == job.vector_store_id, files.c.file_id == job.file_id, files.c.attempt == job.attempt,
-                       files.c.status == "in_progress")
+    @staticmethod
+    def _mine(job: Job) -> dict[str, Any]:
+        """The parameters of `_MINE`: the job's file, while its worker holds it."""
+        return {"vector_store_id": job.vector_store_id, "file_id": job.file_id, "attempt": job.attempt}
 
     async def run(self, job: Job) -> None:
         """Ingest one claimed file to its end: completed, failed, or given up (lease lost)."""
@@ -178,7 +198,7 @@ class Ingestor:
             while True:
                 await asyncio.sleep(self.lease_s / 3)
                 try:
-                    renewed = await self.db.execute(files.update().where(self._mine(job)).values(lease_until=time.time() + self.lease_s))
+                    renewed = await self.db.write_one(_RENEW, {**self._mine(job), "until": time.time() + self.lease_s})
                 except StorageUnavailableError:
                     continue  # renewed at the next round the database answers
                 if not renewed:
@@ -221,8 +241,7 @@ class Ingestor:
 
     async def _ingest(self, job: Job) -> None:
         # Rows of earlier attempts (a crash) go first: a file's rows are only ever its current attempt's.
-        await self.db.execute(chunks.delete().where(chunks.c.vector_store_id == job.vector_store_id, chunks.c.file_id == job.file_id,
-                                                    chunks.c.attempt != job.attempt))
+        await self.db.write_one(_EARLIER_ATTEMPTS, self._mine(job))
         try:
             content = await self.files_api.file_content(job.file_id)
         except NotFoundError:
@@ -252,28 +271,49 @@ class Ingestor:
                 raise EmbeddingError(f"The store's embedding model '{embedding.model}' is not served: run.yaml configures no inference.")
             vectors = await embedding.embed(self.inference, [str(row["text"]) for row in rows])
 
-        def write(conn: sa.Connection) -> None:
-            if not conn.execute(files.update().where(self._mine(job)).values(lease_until=time.time() + self.lease_s)).rowcount:
+        dialect = self.db.dialect
+
+        def write(connection: Any) -> None:
+            if not _RENEW.run(connection, {**self._mine(job), "until": time.time() + self.lease_s}).rowcount:
                 raise _LeaseLost()
             if embedding is None:
-                conn.execute(chunks.insert(), rows)
+                insert_rows(connection, chunks, rows)
                 return
-            seqs = conn.execute(chunks.insert().returning(chunks.c.seq, sort_by_parameter_order=True), rows).scalars().all()
-            insert_vectors(conn, embedding.dimension, job.vector_store_id, seqs, vectors)
+            insert_vectors(connection, dialect, embedding.dimension, job.vector_store_id, insert_chunks(connection, rows), vectors)
 
         await self.db.write(write)
 
     async def _finish(self, job: Job, status: str, error: dict[str, str] | None, usage: int) -> None:
-        def write(conn: sa.Connection) -> None:
-            done = conn.execute(files.update().where(self._mine(job)).values(
-                status=status, last_error=error, usage_bytes=usage, lease_owner=None, lease_until=None)).rowcount
+        def write(connection: Any) -> None:
+            done = _FINISH.run(connection, {**self._mine(job), "status": status, "last_error": error, "usage_bytes": usage}).rowcount
             if not done or status != "completed":
-                conn.execute(chunks.delete().where(chunks.c.vector_store_id == job.vector_store_id, chunks.c.file_id == job.file_id,
-                                                   chunks.c.attempt == job.attempt))
+                _ATTEMPT_CHUNKS.run(connection, self._mine(job))
 
         await self.db.write(write)
 
     async def _discard(self, job: Job) -> None:
-        await self.db.execute(chunks.delete().where(chunks.c.vector_store_id == job.vector_store_id, chunks.c.file_id == job.file_id,
-                                                    chunks.c.attempt == job.attempt))
+        await self.db.write_one(_ATTEMPT_CHUNKS, self._mine(job))
+
+
+def insert_chunks(connection: Any, rows: Sequence[Mapping[str, Any]]) -> list[int]:
+    """Insert the chunks `rows` of one file's attempt (each with its own `position`) as one
+    statement; the `seq` each was given, in the order of `rows`."""
+    if not rows:
+        return []
+    first = rows[0]
+    if any((row["vector_store_id"], row["file_id"], row["attempt"]) != (first["vector_store_id"], first["file_id"], first["attempt"])
+           for row in rows):
+        raise ValueError("insert_chunks takes the chunks of one file's attempt")
+    params: dict[str, Any] = {"vector_store_id": first["vector_store_id"], "file_id": first["file_id"], "attempt": first["attempt"]}
+    values = []
+    for index, row in enumerate(rows):
+        params[f"position_{index}"], params[f"text_{index}"] = row["position"], row["text"]
+        values.append(f"(:vector_store_id, :file_id, :attempt, :position_{index}, :text_{index})")
+    # RETURNING gives no order: each seq is matched to its row by the row's position (one per chunk).
+    returned = Sql(f"INSERT INTO vector_store_chunks (vector_store_id, file_id, attempt, position, text) VALUES {', '.join(values)} "
+                   "RETURNING position, seq").run(connection, params).rows
+    seq_of = dict(returned)
+    if len(seq_of) != len(rows):
+        raise ValueError("insert_chunks takes chunks of distinct positions")
+    return [int(seq_of[row["position"]]) for row in rows]
 

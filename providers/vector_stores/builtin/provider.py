@@ -8,12 +8,10 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import sqlalchemy as sa
-
 from providers.vector_stores.builtin import search as keyword
 from providers.vector_stores.builtin.embedding import EmbeddingError, EmbeddingModel, Embeddings, model_columns, model_of, probe
 from providers.vector_stores.builtin.ingest import Ingestor
-from providers.vector_stores.builtin.tables import batches, chunks, files, stores
+from providers.vector_stores.builtin.tables import batches, columns, files, row_of, rows_of, stores
 from providers.vector_stores.builtin.vectors import PgvectorMissing, ensure_vector_table, vector_statement
 from runtime.apis.files.protocol import FilesProvider
 from runtime.apis.vector_stores.models import CreateBatch, CreateStore, FileSpec, Search, UpdateStore
@@ -22,7 +20,7 @@ from runtime.auth import principal_id
 from runtime.errors import InvalidRequestError, NotFoundError, UpstreamError
 from runtime.ids import random_hex
 from runtime.quotas import token_meter
-from runtime.storage import Database, caller_may
+from runtime.storage import Database, InsertRows, Scoped, Sql, Table, in_list, insert_rows, loads, owner_condition
 
 __all__ = ["BuiltinVectorStores"]
 
@@ -31,6 +29,35 @@ ACTIVE_EVERY_S = 60  # last_active_at is written at most this often per store
 VECTOR_CANDIDATES = 100  # nearest chunks fetched per query vector, before the files' filters
 GONE_CHECK_BATCH = 200  # files whose existence a sweep checks with the Files API
 DEFAULT_WEIGHTS = (0.5, 0.5)  # embedding, text: hybrid search's weights when the request gives none
+
+# A store the caller may read (or update, delete): its owner is the caller's, or one the access
+# policy grants (runtime.storage.Scoped).
+_STORE = Scoped(f"SELECT {columns(stores)} FROM vector_stores WHERE id = :store_id{{owner}}", "principal")
+_FILE = Sql(f"SELECT {columns(files)} FROM vector_store_files WHERE vector_store_id = :store_id AND file_id = :file_id")
+_BATCH = Sql(f"SELECT {columns(batches)} FROM vector_store_file_batches WHERE id = :batch_id AND vector_store_id = :store_id")
+_BATCH_COUNTS = Sql("SELECT status, count(*) FROM vector_store_files WHERE vector_store_id = :store_id AND batch_id = :batch_id "
+                    "GROUP BY status")
+_TOUCH = Sql("UPDATE vector_stores SET last_active_at = :now WHERE id = :store_id")
+_DELETE_STORE = [Sql(f"DELETE FROM {name} WHERE {key} = :store_id") for name, key in (
+    ("vector_store_chunks", "vector_store_id"), ("vector_store_files", "vector_store_id"),
+    ("vector_store_file_batches", "vector_store_id"), ("vector_stores", "id"))]
+# A file's rows in one store: its chunks (of every attempt), then the file.
+_DETACH = [Sql(f"DELETE FROM {name} WHERE vector_store_id = :store_id AND file_id = :file_id")
+           for name in ("vector_store_chunks", "vector_store_files")]
+_SET_ATTRIBUTES = Sql("UPDATE vector_store_files SET attributes = :attributes WHERE vector_store_id = :store_id AND file_id = :file_id",
+                      json=["attributes"])
+_STORES_OF_FILE = Sql("SELECT vector_store_id FROM vector_store_files WHERE file_id = :file_id")
+_FORGET_FILE = Sql("DELETE FROM vector_store_files WHERE file_id = :file_id")
+_EXPIRED = Sql("SELECT DISTINCT file_id FROM vector_store_files WHERE file_expires_at <= :now")
+_FILE_IDS = {
+    False: Sql("SELECT DISTINCT file_id FROM vector_store_files ORDER BY file_id LIMIT :rows"),
+    True: Sql("SELECT DISTINCT file_id FROM vector_store_files WHERE file_id > :after ORDER BY file_id LIMIT :rows"),
+}
+_CHUNK_TEXTS = Sql("SELECT text FROM vector_store_chunks WHERE vector_store_id = :store_id AND file_id = :file_id AND attempt = :attempt "
+                   "ORDER BY position")
+_CANCEL_BATCH = Sql("UPDATE vector_store_file_batches SET cancelled = :cancelled WHERE id = :batch_id")
+_CANCEL_FILES = Sql("UPDATE vector_store_files SET status = 'cancelled', lease_owner = NULL, lease_until = NULL "
+                    "WHERE vector_store_id = :store_id AND batch_id = :batch_id AND status = 'in_progress'")
 
 
 class BuiltinVectorStores:
@@ -59,12 +86,8 @@ class BuiltinVectorStores:
                "metadata": request.metadata or {}, "expires_after_days": request.expires_after_days, "last_active_at": now,
                "principal": principal_id(), **model_columns(embedding)}
 
-        def write(conn: sa.Connection) -> None:
-            conn.execute(stores.insert().values(row))
-            for spec, file_object in zip(request.files, named, strict=True):
-                conn.execute(files.insert().values(_file_row(store_id, spec, file_object, now, None)))
-
-        await self.db.write(write)
+        file_rows = [_file_row(store_id, spec, file_object, now, None) for spec, file_object in zip(request.files, named, strict=True)]
+        await self.db.write(InsertRows((stores, [row]), (files, file_rows)))
         if request.files:
             attached = [(store_id, spec.file_id) for spec in request.files]
             self.ingestor.wake(attached, token_meter())
@@ -93,7 +116,8 @@ class BuiltinVectorStores:
         return embedding
 
     async def list_stores(self, page: Page) -> tuple[list[dict[str, Any]], bool]:
-        rows, has_more = await _page(self.db, stores, caller_may("read", stores.c.principal), stores.c.id, page)
+        owner, params = owner_condition("principal")
+        rows, has_more = await _page(self.db, stores, f"true{owner}", params, "id", page)
         counts = await self._counts([row["id"] for row in rows])
         return [_public_store(row, counts.get(row["id"], {})) for row in rows], has_more
 
@@ -108,38 +132,43 @@ class BuiltinVectorStores:
             values["metadata"] = {}
         if values:
             values["last_active_at"] = int(time.time())
-            await self.db.execute(stores.update().where(stores.c.id == store_id).values(values))
+            unknown = [name for name in values if name not in stores.by_name or name in ("seq", "id")]
+            if unknown:
+                raise ValueError(f"not a field of a vector store: {unknown[0]!r}")
+            assignments = ", ".join(f"{name} = :{name}" for name in values)
+            json = [name for name in values if stores.by_name[name].kind.json]
+            await self.db.write_one(Sql(f"UPDATE vector_stores SET {assignments} WHERE id = :store_id", json=json),
+                                    {**values, "store_id": store_id})
         return await self.get_store(store_id)
 
     async def delete_store(self, store_id: str) -> dict[str, Any]:
         await self._store(store_id, "delete")
 
-        def write(conn: sa.Connection) -> None:
-            conn.execute(chunks.delete().where(chunks.c.vector_store_id == store_id))
-            conn.execute(files.delete().where(files.c.vector_store_id == store_id))
-            conn.execute(batches.delete().where(batches.c.vector_store_id == store_id))
-            conn.execute(stores.delete().where(stores.c.id == store_id))
+        def write(connection: Any) -> None:
+            for delete in _DELETE_STORE:
+                delete.run(connection, {"store_id": store_id})
 
         await self.db.write(write)
         return {"id": store_id, "object": "vector_store.deleted", "deleted": True}
 
-    async def _store(self, store_id: str, action: str = "read") -> sa.RowMapping:
-        row = await self.db.fetch_one(sa.select(stores).where(stores.c.id == store_id, caller_may(action, stores.c.principal)))
+    async def _store(self, store_id: str, action: str = "read") -> Mapping[str, Any]:
+        row = await self.db.read_one(*_STORE.for_caller({"store_id": store_id}, action))
         if row is None:
             raise NotFoundError(f"No vector store found with id '{store_id}'.", param="vector_store_id", code="not_found")
-        return row
+        return row_of(stores, row)
 
     async def _counts(self, store_ids: list[str]) -> dict[str, dict[str, int]]:
         """Per store: files by status, and the bytes of the completed ones."""
         if not store_ids:
             return {}
-        query = (sa.select(files.c.vector_store_id, files.c.status, sa.func.count().label("n"), sa.func.sum(files.c.usage_bytes).label("bytes"))
-                 .where(files.c.vector_store_id.in_(store_ids)).group_by(files.c.vector_store_id, files.c.status))
+        listed, params = in_list("store", store_ids)
+        query = Sql("SELECT vector_store_id, status, count(*), sum(usage_bytes) FROM vector_store_files "
+                    f"WHERE vector_store_id IN {listed} GROUP BY vector_store_id, status")
         counts: dict[str, dict[str, int]] = {}
-        for row in await self.db.fetch_all(query):
-            entry = counts.setdefault(row["vector_store_id"], {})
-            entry[row["status"]] = int(row["n"])
-            entry["usage_bytes"] = entry.get("usage_bytes", 0) + int(row["bytes"] or 0)
+        for store_id, status, count, usage_bytes in await self.db.read_all(query, params):
+            entry = counts.setdefault(store_id, {})
+            entry[status] = int(count)
+            entry["usage_bytes"] = entry.get("usage_bytes", 0) + int(usage_bytes or 0)
         return counts
 
     # --- files -----------------------------------------------------------------------------------
@@ -157,15 +186,15 @@ class BuiltinVectorStores:
                       batch_row: Mapping[str, Any] | None = None) -> None:
         now = int(time.time())
 
-        def write(conn: sa.Connection) -> None:
+        def write(connection: Any) -> None:
             if batch_row is not None:
-                conn.execute(batches.insert().values(dict(batch_row)))
+                insert_rows(connection, batches, [batch_row])
             for spec, file_object in zip(specs, objects, strict=True):
                 # Attaching again starts over: the old attempt's chunks go, the new attempt writes its own.
-                conn.execute(chunks.delete().where(chunks.c.vector_store_id == store_id, chunks.c.file_id == spec.file_id))
-                conn.execute(files.delete().where(files.c.vector_store_id == store_id, files.c.file_id == spec.file_id))
-                conn.execute(files.insert().values(_file_row(store_id, spec, file_object, now, batch_id)))
-            conn.execute(stores.update().where(stores.c.id == store_id).values(last_active_at=now))
+                for delete in _DETACH:
+                    delete.run(connection, {"store_id": store_id, "file_id": spec.file_id})
+                insert_rows(connection, files, [_file_row(store_id, spec, file_object, now, batch_id)])
+            _TOUCH.run(connection, {"store_id": store_id, "now": now})
 
         await self.db.write(write)
         attached = [(store_id, spec.file_id) for spec in specs]
@@ -176,48 +205,52 @@ class BuiltinVectorStores:
         await self._store(store_id)
         if batch_id is not None:
             await self._batch(store_id, batch_id)
-        where = [files.c.vector_store_id == store_id]
+        where = "vector_store_id = :store_id"
+        params: dict[str, Any] = {"store_id": store_id}
         if status is not None:
-            where.append(files.c.status == status)
+            where += " AND status = :status"
+            params["status"] = status
         if batch_id is not None:
-            where.append(files.c.batch_id == batch_id)
-        rows, has_more = await _page(self.db, files, sa.and_(*where), files.c.file_id, page, scope=files.c.vector_store_id == store_id)
+            where += " AND batch_id = :batch_id"
+            params["batch_id"] = batch_id
+        rows, has_more = await _page(self.db, files, where, params, "file_id", page, scope="vector_store_id = :store_id")
         return [_public_file(row) for row in rows], has_more
 
     async def get_file(self, store_id: str, file_id: str) -> dict[str, Any]:
         return _public_file(await self._file(store_id, file_id))
 
-    async def _file(self, store_id: str, file_id: str, action: str = "read") -> sa.RowMapping:
+    async def _file(self, store_id: str, file_id: str, action: str = "read") -> Mapping[str, Any]:
         if principal_id() is not None:
             await self._store(store_id, action)  # another owner's store is not there, nor its files
-        row = await self.db.fetch_one(sa.select(files).where(files.c.vector_store_id == store_id, files.c.file_id == file_id))
+        row = await self.db.read_one(_FILE, {"store_id": store_id, "file_id": file_id})
         if row is None:
             await self._store(store_id)
             raise NotFoundError(f"No file found with id '{file_id}' in vector store '{store_id}'.", param="file_id", code="not_found")
-        return row
+        return row_of(files, row)
 
     async def update_file(self, store_id: str, file_id: str, attributes: dict[str, Any] | None) -> dict[str, Any]:
         await self._file(store_id, file_id, "update")
-        await self.db.execute(files.update().where(files.c.vector_store_id == store_id, files.c.file_id == file_id)
-                              .values(attributes=attributes or {}))
+        await self.db.write_one(_SET_ATTRIBUTES, {"store_id": store_id, "file_id": file_id, "attributes": attributes or {}})
         return await self.get_file(store_id, file_id)
 
     async def detach_file(self, store_id: str, file_id: str) -> dict[str, Any]:
         await self._file(store_id, file_id, "update")
 
-        def write(conn: sa.Connection) -> None:
-            conn.execute(chunks.delete().where(chunks.c.vector_store_id == store_id, chunks.c.file_id == file_id))
-            conn.execute(files.delete().where(files.c.vector_store_id == store_id, files.c.file_id == file_id))
+        def write(connection: Any) -> None:
+            for delete in _DETACH:
+                delete.run(connection, {"store_id": store_id, "file_id": file_id})
 
         await self.db.write(write)
         return {"id": file_id, "object": "vector_store.file.deleted", "deleted": True}
 
     async def forget_file(self, file_id: str) -> None:
-        def write(conn: sa.Connection) -> None:
-            held = [row[0] for row in conn.execute(sa.select(files.c.vector_store_id).where(files.c.file_id == file_id))]
+        def write(connection: Any) -> None:
+            held = [store_id for store_id, in _STORES_OF_FILE.run(connection, {"file_id": file_id}).rows]
             if held:  # the chunks are found through their stores (the chunks' index starts with the store)
-                conn.execute(chunks.delete().where(chunks.c.vector_store_id.in_(held), chunks.c.file_id == file_id))
-                conn.execute(files.delete().where(files.c.file_id == file_id))
+                listed, params = in_list("store", held)
+                Sql(f"DELETE FROM vector_store_chunks WHERE vector_store_id IN {listed} AND file_id = :file_id").run(
+                    connection, {**params, "file_id": file_id})
+                _FORGET_FILE.run(connection, {"file_id": file_id})
 
         await self.db.write(write)
 
@@ -229,12 +262,10 @@ class BuiltinVectorStores:
         served no vector stores then). Called periodically, outside any request: the server's own
         work, which sees every caller's files."""
         now = int(time.time())
-        expired = [row["file_id"] for row in await self.db.fetch_all(
-            sa.select(files.c.file_id).where(files.c.file_expires_at <= now).distinct())]
-        query = sa.select(files.c.file_id).distinct().order_by(files.c.file_id).limit(checked)
-        if self._checked_after is not None:
-            query = query.where(files.c.file_id > self._checked_after)
-        ids = [row["file_id"] for row in await self.db.fetch_all(query)]
+        expired = [file_id for file_id, in await self.db.read_all(_EXPIRED, {"now": now})]
+        after = self._checked_after
+        params: dict[str, Any] = {"rows": checked} if after is None else {"rows": checked, "after": after}
+        ids = [file_id for file_id, in await self.db.read_all(_FILE_IDS[after is not None], params)]
         self._checked_after = ids[-1] if len(ids) == checked else None  # the next call goes on from here, or starts over
         gone = []
         for file_id in ids:
@@ -250,10 +281,8 @@ class BuiltinVectorStores:
 
     async def file_content(self, store_id: str, file_id: str) -> list[str]:
         row = await self._file(store_id, file_id)
-        rows = await self.db.fetch_all(sa.select(chunks.c.text).where(
-            chunks.c.vector_store_id == store_id, chunks.c.file_id == file_id, chunks.c.attempt == row["attempt"])
-            .order_by(chunks.c.position))
-        return [r["text"] for r in rows] if row["status"] == "completed" else []
+        rows = await self.db.read_all(_CHUNK_TEXTS, {"store_id": store_id, "file_id": file_id, "attempt": row["attempt"]})
+        return [text for text, in rows] if row["status"] == "completed" else []
 
     # --- batches ---------------------------------------------------------------------------------
 
@@ -267,31 +296,28 @@ class BuiltinVectorStores:
 
     async def get_batch(self, store_id: str, batch_id: str) -> dict[str, Any]:
         row = await self._batch(store_id, batch_id)
-        query = (sa.select(files.c.status, sa.func.count().label("n")).where(files.c.vector_store_id == store_id, files.c.batch_id == batch_id)
-                 .group_by(files.c.status))
-        counts = {r["status"]: int(r["n"]) for r in await self.db.fetch_all(query)}
+        rows = await self.db.read_all(_BATCH_COUNTS, {"store_id": store_id, "batch_id": batch_id})
+        counts = {status: int(count) for status, count in rows}
         status = "in_progress" if counts.get("in_progress") else "cancelled" if row["cancelled"] else "completed"
         return {"id": batch_id, "object": "vector_store.files_batch", "created_at": row["created_at"], "vector_store_id": store_id,
                 "status": status, "file_counts": _file_counts(counts)}
 
-    async def _batch(self, store_id: str, batch_id: str, action: str = "read") -> sa.RowMapping:
+    async def _batch(self, store_id: str, batch_id: str, action: str = "read") -> Mapping[str, Any]:
         if principal_id() is not None:
             await self._store(store_id, action)  # another owner's store is not there, nor its batches
-        row = await self.db.fetch_one(sa.select(batches).where(batches.c.id == batch_id, batches.c.vector_store_id == store_id))
+        row = await self.db.read_one(_BATCH, {"batch_id": batch_id, "store_id": store_id})
         if row is None:
             await self._store(store_id)
             raise NotFoundError(f"No file batch found with id '{batch_id}' in vector store '{store_id}'.", param="batch_id", code="not_found")
-        return row
+        return row_of(batches, row)
 
     async def cancel_batch(self, store_id: str, batch_id: str) -> dict[str, Any]:
         await self._batch(store_id, batch_id, "update")
 
-        def write(conn: sa.Connection) -> None:
-            conn.execute(batches.update().where(batches.c.id == batch_id).values(cancelled=True))
+        def write(connection: Any) -> None:
+            _CANCEL_BATCH.run(connection, {"batch_id": batch_id, "cancelled": True})
             # A worker on one of these files loses its lease at its next write and removes its rows.
-            conn.execute(files.update().where(files.c.vector_store_id == store_id, files.c.batch_id == batch_id,
-                                              files.c.status == "in_progress")
-                         .values(status="cancelled", lease_owner=None, lease_until=None))
+            _CANCEL_FILES.run(connection, {"store_id": store_id, "batch_id": batch_id})
 
         await self.db.write(write)
         return await self.get_batch(store_id, batch_id)
@@ -299,8 +325,12 @@ class BuiltinVectorStores:
     # --- search ----------------------------------------------------------------------------------
 
     async def search(self, store_ids: Sequence[str], request: Search) -> list[SearchHit]:
-        query = sa.select(stores).where(stores.c.id.in_(list(store_ids)), caller_may("read", stores.c.principal))
-        found = {row["id"]: row for row in await self.db.fetch_all(query)}
+        if not store_ids:
+            return []  # nothing to search (and no store to check)
+        listed, params = in_list("store", list(store_ids))
+        owner, granted = owner_condition("principal")
+        query = Sql(f"SELECT {columns(stores)} FROM vector_stores WHERE id IN {listed}{owner}")
+        found = {row["id"]: row for row in rows_of(stores, await self.db.read_all(query, {**params, **granted}))}
         now = int(time.time())
         for store_id in store_ids:
             row = found.get(store_id)
@@ -311,7 +341,8 @@ class BuiltinVectorStores:
                 raise InvalidRequestError(f"Vector store '{store_id}' has expired.", param="vector_store_id", code="vector_store_expired")
         stale = [store_id for store_id in store_ids if found[store_id]["last_active_at"] < now - ACTIVE_EVERY_S]
         if stale:
-            await self.db.execute(stores.update().where(stores.c.id.in_(stale)).values(last_active_at=now))
+            listed, params = in_list("store", stale)
+            await self.db.write_one(Sql(f"UPDATE vector_stores SET last_active_at = :now WHERE id IN {listed}"), {**params, "now": now})
         models = {store_id: model_of(found[store_id]) for store_id in store_ids}
         if request.mode == "vector":
             bare = next((store_id for store_id, model in models.items() if model is None), None)
@@ -349,12 +380,10 @@ class BuiltinVectorStores:
             # All the words first; any of them only when that finds too few.
             matched = 0
             while query is not None and matched < limit:
-                statement = keyword.keyword_statement(self.db.dialect, query, store_ids, request.filters, limit)
-                rows = await self.db.fetch_all(statement)
+                rows = await self.db.read_all(*keyword.keyword_statement(self.db.dialect, query, store_ids, request.filters, limit))
                 matched = len(rows)
-                for row in rows:
-                    hit = SearchHit(row["vector_store_id"], row["file_id"], row["filename"],
-                                    keyword.score(query, row["text"]), row["text"], row["attributes"] or {})
+                for store_id, file_id, text, filename, attributes, _ in rows:
+                    hit = SearchHit(store_id, file_id, filename, keyword.score(query, text), text, loads(attributes) or {})
                     key = (hit.vector_store_id, hit.file_id, hit.text)
                     if key not in best or best[key].score < hit.score:
                         best[key] = hit
@@ -378,24 +407,25 @@ class BuiltinVectorStores:
             except EmbeddingError as error:
                 raise UpstreamError(error.message, code="upstream_error") from None
             for vector in vectors:
-                statement = vector_statement(self.db.dialect, model.dimension, vector, group, request.filters, limit,
-                                             max(VECTOR_CANDIDATES, limit * 2))
-                for row in await self._nearest(statement, max(VECTOR_CANDIDATES, limit * 2)):
-                    hit = SearchHit(row["vector_store_id"], row["file_id"], row["filename"], max(0.0, float(row["relevance"])),
-                                    row["text"], row["attributes"] or {})
+                statement, params = vector_statement(self.db.dialect, model.dimension, vector, group, request.filters, limit,
+                                                     max(VECTOR_CANDIDATES, limit * 2))
+                for store_id, file_id, text, filename, attributes, relevance in await self._nearest(
+                        statement, params, max(VECTOR_CANDIDATES, limit * 2)):
+                    hit = SearchHit(store_id, file_id, filename, max(0.0, float(relevance)), text, loads(attributes) or {})
                     key = (hit.vector_store_id, hit.file_id, hit.text)
                     if key not in best or best[key].score < hit.score:
                         best[key] = hit
         return best
 
-    async def _nearest(self, statement: sa.Select[Any], candidates: int) -> list[sa.RowMapping]:
+    async def _nearest(self, statement: Sql, params: Mapping[str, Any], candidates: int) -> list[tuple[Any, ...]]:
         if self.db.dialect != "postgresql":
-            return await self.db.fetch_all(statement)
+            return await self.db.read_all(statement, params)
+        ef_search = Sql(f"SET LOCAL hnsw.ef_search = {min(1000, int(candidates))}")
 
-        def run(conn: sa.Connection) -> list[sa.RowMapping]:
+        def run(connection: Any) -> list[tuple[Any, ...]]:
             # HNSW gives at most ef_search neighbours (40 by default): as many as are asked for.
-            conn.exec_driver_sql(f"SET LOCAL hnsw.ef_search = {min(1000, int(candidates))}")
-            return list(conn.execute(statement).mappings().all())
+            ef_search.run(connection)
+            return statement.run(connection, params).rows
 
         return await self.db.read_with(run)
 
@@ -420,18 +450,21 @@ def _file_row(store_id: str, spec: FileSpec, file_object: Mapping[str, Any], now
             "file_expires_at": expires_at if isinstance(expires_at, int) else None}
 
 
-async def _page(db: Database, table: sa.Table, where: sa.ColumnElement[bool], id_column: sa.Column[Any], page: Page,
-                scope: sa.ColumnElement[bool] | None = None) -> tuple[list[sa.RowMapping], bool]:
-    """A cursor page by insertion order (`seq`): after/before an id of the same scope."""
-    query = sa.select(table).where(where)
+async def _page(db: Database, table: Table, where: str, params: Mapping[str, Any], id_column: str, page: Page,
+                scope: str | None = None) -> tuple[list[dict[str, Any]], bool]:
+    """A cursor page by insertion order (`seq`): after/before an id of the same scope. `where` and
+    `scope` are conditions on `table` (with `params`); `id_column` is the column the cursors name."""
+    query = f"SELECT {columns(table)} FROM {table.name} WHERE {where}"
+    values = dict(params)
     ascending = page.order == "asc"
-    for cursor, later in ((page.after, ascending), (page.before, not ascending)):
+    for name, cursor, later in (("after", page.after, ascending), ("before", page.before, not ascending)):
         if cursor is not None:
-            anchor = sa.select(table.c.seq).where(id_column == cursor, scope if scope is not None else sa.true()).scalar_subquery()
-            query = query.where(table.c.seq > anchor if later else table.c.seq < anchor)
-    query = query.order_by(table.c.seq.asc() if ascending else table.c.seq.desc()).limit(page.limit + 1)
-    rows = await db.fetch_all(query)
-    return rows[:page.limit], len(rows) > page.limit
+            anchor = f"(SELECT seq FROM {table.name} WHERE {id_column} = :{name}{f' AND {scope}' if scope is not None else ''})"
+            query += f" AND seq {'>' if later else '<'} {anchor}"
+            values[name] = cursor
+    query += f" ORDER BY seq {'ASC' if ascending else 'DESC'} LIMIT :rows"
+    rows = await db.read_all(Sql(query), {**values, "rows": page.limit + 1})
+    return rows_of(table, rows[:page.limit]), len(rows) > page.limit
 
 
 def _file_counts(counts: Mapping[str, int]) -> dict[str, int]:

@@ -16,15 +16,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import sqlalchemy as sa
+from runtime.storage import Sql, in_list
 
-from providers.vector_stores.builtin.tables import chunks, files
-
-__all__ = ["CANDIDATES", "KeywordQuery", "filter_clause", "keyword_query", "keyword_statement", "score"]
+__all__ = ["CANDIDATES", "HIT_COLUMNS", "ON_FILE", "KeywordQuery", "filter_clause", "keyword_query", "keyword_statement", "score", "searched_files"]
 
 _TERM = re.compile(r"\w+", re.UNICODE)
 MAX_TERMS = 32
 CANDIDATES = 300
+
+HIT_COLUMNS = ("vector_store_id", "file_id", "text", "filename", "attributes", "relevance")
+"""The columns of a search statement's rows, in order: `attributes` is the file's as JSON text."""
 
 
 @dataclass(frozen=True)
@@ -51,50 +52,67 @@ def keyword_query(text: str) -> KeywordQuery | None:
     return KeywordQuery(terms) if terms else None
 
 
+# A chunk's file: the row of the same store, file and ingestion attempt.
+ON_FILE = ("vector_store_files.vector_store_id = {chunk}.vector_store_id AND vector_store_files.file_id = {chunk}.file_id "
+           "AND vector_store_files.attempt = {chunk}.attempt")
+
+
+def searched_files(dialect: str, filters: Mapping[str, Any] | None, params: dict[str, Any]) -> str:
+    """The condition on `vector_store_files` of the chunks a search may find: the file is
+    completed, and passes `filters` (its parameters added to `params`)."""
+    params["completed"] = "completed"
+    condition = "vector_store_files.status = :completed" + ("::VARCHAR" if dialect == "postgresql" else "")
+    if filters is not None:
+        condition += " AND " + filter_clause(dialect, filters, params)
+    return condition
+
+
 def keyword_statement(dialect: str, query: KeywordQuery, store_ids: Sequence[str], filters: Mapping[str, Any] | None,
-                      limit: int) -> sa.Select[Any]:
+                      limit: int) -> tuple[Sql, dict[str, Any]]:
     """The best `limit` chunks of completed files of the stores, with the engine's relevance as
     `relevance` (higher is better), among the first `CANDIDATES` chunks that match and pass the
     filters (ranking every chunk that holds a common word is what makes keyword search slow at
-    scale; the bound keeps a search's cost flat as a store grows)."""
-    where = [files.c.status == "completed"]
-    if filters is not None:
-        where.append(filter_clause(dialect, filters))
+    scale; the bound keeps a search's cost flat as a store grows). Its rows hold `HIT_COLUMNS`."""
+    if not store_ids:
+        raise ValueError("a keyword search needs at least one store")
+    stores, params = in_list("store", list(store_ids))
+    params.update(candidates=CANDIDATES, limit=limit)
+    where = searched_files(dialect, filters, params)
     if dialect == "sqlite":
-        return _sqlite_statement(query, store_ids, where, limit)
-    return _postgres_statement(query, store_ids, where, limit)
+        params["match"] = query.fts5()
+        return _sqlite_statement(stores, where), params
+    params["tsquery"] = query.tsquery()
+    return _postgres_statement(stores, where), params
 
 
-def _sqlite_statement(query: KeywordQuery, store_ids: Sequence[str], where: list[sa.ColumnElement[bool]], limit: int) -> sa.Select[Any]:
+def _sqlite_statement(stores: str, where: str) -> Sql:
     # The stores are tested on the full-text table's own copy of the id: with no condition on the
     # chunks for an index to serve, SQLite drives the join from the match (else it tests the match
     # chunk by chunk).
-    fts = sa.table("vector_store_chunks_fts", sa.column("rowid"), sa.column("vector_store_id"))
-    table: sa.ColumnElement[Any] = sa.literal_column("vector_store_chunks_fts")
-    joined = chunks.join(files, sa.and_(files.c.vector_store_id == chunks.c.vector_store_id, files.c.file_id == chunks.c.file_id,
-                                        files.c.attempt == chunks.c.attempt))
-    candidates = (sa.select(chunks.c.vector_store_id, chunks.c.file_id, chunks.c.text, files.c.filename, files.c.attributes,
-                            (-sa.func.bm25(table)).label("relevance"))
-                  .select_from(fts.join(joined, chunks.c.seq == fts.c.rowid))
-                  .where(table.op("MATCH")(query.fts5()), fts.c.vector_store_id.in_(list(store_ids)), *where)
-                  .limit(CANDIDATES).subquery())
-    return sa.select(candidates).order_by(candidates.c.relevance.desc()).limit(limit)
+    return Sql(
+        "SELECT vector_store_id, file_id, text, filename, attributes, relevance FROM ("
+        "SELECT vector_store_chunks.vector_store_id AS vector_store_id, vector_store_chunks.file_id AS file_id, "
+        "vector_store_chunks.text AS text, vector_store_files.filename AS filename, "
+        "CAST(vector_store_files.attributes AS TEXT) AS attributes, -bm25(vector_store_chunks_fts) AS relevance "
+        "FROM vector_store_chunks_fts JOIN (vector_store_chunks JOIN vector_store_files ON "
+        f"{ON_FILE.format(chunk='vector_store_chunks')}) ON vector_store_chunks.seq = vector_store_chunks_fts.rowid "
+        f"WHERE (vector_store_chunks_fts MATCH :match) AND vector_store_chunks_fts.vector_store_id IN {stores} AND {where} "
+        "LIMIT :candidates) AS candidates ORDER BY relevance DESC LIMIT :limit")
 
 
-def _postgres_statement(query: KeywordQuery, store_ids: Sequence[str], where: list[sa.ColumnElement[bool]], limit: int) -> sa.Select[Any]:
-    tsquery = sa.func.to_tsquery(sa.literal_column("'english'"), query.tsquery())
-    tsv: sa.ColumnElement[Any] = sa.literal_column("vector_store_chunks.tsv")
+def _postgres_statement(stores: str, where: str) -> Sql:
     # Materialized, so the matches come from the GIN index (and are ranked) once, before the join:
     # left to itself the planner may test the match chunk by chunk of every file.
-    matches = (sa.select(chunks.c.seq, chunks.c.vector_store_id, chunks.c.file_id, chunks.c.attempt, chunks.c.text,
-                         sa.func.ts_rank(tsv, tsquery).label("relevance"))
-               .where(tsv.op("@@")(tsquery), chunks.c.vector_store_id.in_(list(store_ids))).limit(CANDIDATES)
-               .cte("matches").prefix_with("MATERIALIZED"))
-    on_file = sa.and_(files.c.vector_store_id == matches.c.vector_store_id, files.c.file_id == matches.c.file_id,
-                      files.c.attempt == matches.c.attempt)
-    return (sa.select(matches.c.vector_store_id, matches.c.file_id, matches.c.text, files.c.filename, files.c.attributes,
-                      matches.c.relevance)
-            .select_from(matches.join(files, on_file)).where(*where).order_by(matches.c.relevance.desc()).limit(limit))
+    tsquery = "to_tsquery('english', :tsquery::VARCHAR)"
+    return Sql(
+        "WITH matches AS MATERIALIZED (SELECT vector_store_chunks.seq AS seq, vector_store_chunks.vector_store_id AS vector_store_id, "
+        "vector_store_chunks.file_id AS file_id, vector_store_chunks.attempt AS attempt, vector_store_chunks.text AS text, "
+        f"ts_rank(vector_store_chunks.tsv, {tsquery}) AS relevance FROM vector_store_chunks "
+        f"WHERE (vector_store_chunks.tsv @@ {tsquery}) AND vector_store_chunks.vector_store_id IN {stores} LIMIT :candidates::INTEGER) "
+        "SELECT matches.vector_store_id, matches.file_id, matches.text, vector_store_files.filename, "
+        "CAST(vector_store_files.attributes AS TEXT), matches.relevance "
+        f"FROM matches JOIN vector_store_files ON {ON_FILE.format(chunk='matches')} "
+        f"WHERE {where} ORDER BY matches.relevance DESC LIMIT :limit::INTEGER")
 
 
 def score(query: KeywordQuery, text: str) -> float:
@@ -121,48 +139,82 @@ def score(query: KeywordQuery, text: str) -> float:
 
 
 # --- filters -----------------------------------------------------------------------------------
+#
+# Written as SQLAlchemy wrote the expressions they were first declared with: a key and every value
+# compared are bound parameters (on PostgreSQL with the type SQLAlchemy's asyncpg dialect gave them:
+# VARCHAR, INTEGER, BIGINT or FLOAT), booleans compared are literals (1 and 0 on SQLite), and a condition is
+# made true or false on SQLite as SQLAlchemy makes one there (`coalesce(..., 0) = 1`).
+
+_ATTRIBUTES = "vector_store_files.attributes"
+_COMPARED = {"gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
 
 
-def filter_clause(dialect: str, spec: Mapping[str, Any]) -> sa.ColumnElement[bool]:
-    """A checked filter (runtime.apis.vector_stores.models.check_filter) as a WHERE clause on the
-    file's attributes. A comparison with an attribute the file lacks (or holds with another
-    type) is false, except `ne` and `nin`, which it satisfies."""
+def filter_clause(dialect: str, spec: Mapping[str, Any], params: dict[str, Any]) -> str:
+    """A checked filter (runtime.apis.vector_stores.models.check_filter) as a condition on the
+    file's attributes (`vector_store_files.attributes`), its parameters added to `params`. A
+    comparison with an attribute the file lacks (or holds with another type) is false, except `ne`
+    and `nin`, which it satisfies."""
     kind = spec["type"]
     if kind in ("and", "or"):
-        parts = [filter_clause(dialect, inner) for inner in spec["filters"]]
-        return sa.and_(*parts) if kind == "and" else sa.or_(*parts)
+        parts = [filter_clause(dialect, inner, params) for inner in spec["filters"]]
+        return "(" + (" AND " if kind == "and" else " OR ").join(parts) + ")"
     key, value = spec["key"], spec["value"]
     if kind in ("in", "nin"):
-        found = sa.or_(*[_equals(dialect, key, item) for item in value])
-        return found if kind == "in" else sa.not_(sa.func.coalesce(found, sa.false()))
+        found = "(" + " OR ".join(_equals(dialect, key, item, params) for item in value) + ")"
+        return found if kind == "in" else _false_unless(dialect, found, negated=True)
     if kind == "eq":
-        return sa.func.coalesce(_equals(dialect, key, value), sa.false())
+        return _false_unless(dialect, _equals(dialect, key, value, params))
     if kind == "ne":
-        return sa.not_(sa.func.coalesce(_equals(dialect, key, value), sa.false()))
-    number = _typed(dialect, key, "number")
-    compared: sa.ColumnElement[bool] = {"gt": number > value, "gte": number >= value, "lt": number < value, "lte": number <= value}[kind]
-    return sa.func.coalesce(compared, sa.false())
+        return _false_unless(dialect, _equals(dialect, key, value, params), negated=True)
+    number = _typed(dialect, key, "number", params)
+    return _false_unless(dialect, f"{number} {_COMPARED[kind]} {_bind(dialect, value, params)}")
 
 
-def _equals(dialect: str, key: str, value: Any) -> sa.ColumnElement[bool]:
-    kind = "boolean" if isinstance(value, bool) else "number" if isinstance(value, (int, float)) else "string"
-    equal: sa.ColumnElement[bool] = _typed(dialect, key, kind) == value
-    return equal
-
-
-def _typed(dialect: str, key: str, kind: str) -> sa.ColumnElement[Any]:
-    """The attribute's value when it has this JSON type, else NULL (never a failed cast)."""
-    column = files.c.attributes
+def _false_unless(dialect: str, condition: str, *, negated: bool = False) -> str:
+    """`coalesce(condition, false)`, or its negation: NULL (an attribute missing) is false."""
     if dialect == "postgresql":
-        field = sa.literal_column("vector_store_files.attributes").op("->")(sa.literal(key))
-        text = sa.literal_column("vector_store_files.attributes").op("->>")(sa.literal(key))
-        value: Any = {"number": sa.cast(text, sa.Float), "string": text, "boolean": text == "true"}[kind]
-        return sa.case((sa.func.jsonb_typeof(field) == kind, value), else_=sa.null())
-    path = '$."' + key.replace('"', '""') + '"'
-    json_type = sa.func.json_type(column, path)
-    extracted = sa.func.json_extract(column, path)
+        return f"{'NOT ' if negated else ''}coalesce({condition}, false)"
+    return f"coalesce({condition}, 0) = {0 if negated else 1}"
+
+
+def _equals(dialect: str, key: str, value: Any, params: dict[str, Any]) -> str:
+    kind = "boolean" if isinstance(value, bool) else "number" if isinstance(value, (int, float)) else "string"
+    typed = _typed(dialect, key, kind, params)
+    if isinstance(value, bool):
+        literal = ("true" if value else "false") if dialect == "postgresql" else ("1" if value else "0")
+        return f"{typed} = {literal}"
+    return f"{typed} = {_bind(dialect, value, params)}"
+
+
+def _bind(dialect: str, value: Any, params: dict[str, Any]) -> str:
+    """A bound parameter for `value`, typed on PostgreSQL as SQLAlchemy typed it."""
+    name = f"filter_{len(params)}"
+    while name in params:
+        name += "_"
+    params[name] = value
+    if dialect != "postgresql":
+        return f":{name}"
+    if isinstance(value, str):
+        cast = "VARCHAR"
+    elif isinstance(value, int):
+        cast = "BIGINT" if value.bit_length() >= 32 else "INTEGER"  # as SQLAlchemy chooses for a literal integer
+    else:
+        cast = "FLOAT"
+    return f":{name}::{cast}"
+
+
+def _typed(dialect: str, key: str, kind: str, params: dict[str, Any]) -> str:
+    """The attribute's value when it has this JSON type, else NULL (never a failed cast)."""
+    if dialect == "postgresql":
+        field = f"{_ATTRIBUTES} -> {_bind(dialect, key, params)}"
+        text = f"{_ATTRIBUTES} ->> {_bind(dialect, key, params)}"
+        value = {"number": f"CAST({text} AS FLOAT)", "string": text, "boolean": f"({text}) = 'true'"}[kind]
+        return f"CASE WHEN (jsonb_typeof({field}) = '{kind}') THEN {value} ELSE NULL END"
+    path = _bind(dialect, '$."' + key.replace('"', '""') + '"', params)
+    json_type = f"json_type({_ATTRIBUTES}, {path})"
+    extracted = f"json_extract({_ATTRIBUTES}, {path})"
     if kind == "number":
-        return sa.case((json_type.in_(("integer", "real")), extracted), else_=sa.null())
+        return f"CASE WHEN ({json_type} IN ('integer', 'real')) THEN {extracted} ELSE NULL END"
     if kind == "string":
-        return sa.case((json_type == "text", extracted), else_=sa.null())
-    return sa.case((json_type.in_(("true", "false")), json_type == "true"), else_=sa.null())
+        return f"CASE WHEN ({json_type} = 'text') THEN {extracted} ELSE NULL END"
+    return f"CASE WHEN ({json_type} IN ('true', 'false')) THEN {json_type} = 'true' ELSE NULL END"

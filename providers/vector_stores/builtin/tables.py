@@ -11,80 +11,104 @@ of their own, one per size (see vectors.py).
 
 from __future__ import annotations
 
-import sqlalchemy as sa
+from collections.abc import Sequence
+from typing import Any
 
-from runtime.storage import Database, json_type, schema_lock
+from runtime.storage import (
+    BIGINT, BOOLEAN, FLOAT, INTEGER, JSON, TEXT, Column, Database, Index, Sql, String, Table, Unique, loads, schema_lock, table,
+)
 
-__all__ = ["batches", "chunks", "create_tables", "files", "metadata", "stores"]
+__all__ = ["TABLES", "batches", "chunks", "columns", "create_tables", "files", "row_of", "rows_of", "stores"]
 
-metadata = sa.MetaData()
-
-stores = sa.Table(
+stores = table(
     "vector_stores",
-    metadata,
-    sa.Column("seq", sa.Integer, primary_key=True, autoincrement=True),
-    sa.Column("id", sa.String(64), nullable=False, unique=True),
-    sa.Column("created_at", sa.BigInteger, nullable=False),
-    sa.Column("name", sa.Text, nullable=True),
-    sa.Column("description", sa.Text, nullable=True),
-    sa.Column("metadata", json_type(), nullable=True),
-    sa.Column("expires_after_days", sa.Integer, nullable=True),
-    sa.Column("last_active_at", sa.BigInteger, nullable=False),
+    Column("seq", INTEGER, primary_key=True, serial=True),
+    Column("id", String(64), nullable=False, unique=True),
+    Column("created_at", BIGINT, nullable=False),
+    Column("name", TEXT),
+    Column("description", TEXT),
+    Column("metadata", JSON),
+    Column("expires_after_days", INTEGER),
+    Column("last_active_at", BIGINT, nullable=False),
     # The model that embeds the store's chunks and the size of its vectors; none: keyword search only.
-    sa.Column("embedding_model", sa.Text, nullable=True),
-    sa.Column("embedding_dimension", sa.Integer, nullable=True),
-    sa.Column("embedding_sends_dimension", sa.Boolean, nullable=True),  # the size is asked of the model (`dimensions`)
+    Column("embedding_model", TEXT),
+    Column("embedding_dimension", INTEGER),
+    Column("embedding_sends_dimension", BOOLEAN),  # the size is asked of the model (`dimensions`)
     # Who made it (runtime.auth): with auth on, only they reach it, its files and its search. Null when auth was off.
-    sa.Column("principal", sa.String(160), nullable=True),
-    sa.Index("ix_vector_stores_principal", "principal", "seq"),
+    Column("principal", String(160)),
+    Index("ix_vector_stores_principal", ("principal", "seq")),
 )
 
-files = sa.Table(
+files = table(
     "vector_store_files",
-    metadata,
-    sa.Column("seq", sa.Integer, primary_key=True, autoincrement=True),
-    sa.Column("vector_store_id", sa.String(64), nullable=False),
-    sa.Column("file_id", sa.String(64), nullable=False),
-    sa.Column("filename", sa.Text, nullable=False),
-    sa.Column("created_at", sa.BigInteger, nullable=False),
-    sa.Column("status", sa.String(16), nullable=False),
-    sa.Column("last_error", json_type(), nullable=True),
-    sa.Column("usage_bytes", sa.BigInteger, nullable=False, default=0),
-    sa.Column("attributes", json_type(), nullable=True),
-    sa.Column("chunk_tokens", sa.Integer, nullable=False),
-    sa.Column("overlap_tokens", sa.Integer, nullable=False),
-    sa.Column("batch_id", sa.String(64), nullable=True, index=True),
-    sa.Column("attempt", sa.String(32), nullable=False),
-    sa.Column("lease_owner", sa.String(160), nullable=True),
-    sa.Column("lease_until", sa.Float, nullable=True),
+    Column("seq", INTEGER, primary_key=True, serial=True),
+    Column("vector_store_id", String(64), nullable=False),
+    Column("file_id", String(64), nullable=False),
+    Column("filename", TEXT, nullable=False),
+    Column("created_at", BIGINT, nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("last_error", JSON),
+    Column("usage_bytes", BIGINT, nullable=False, default=0),
+    Column("attributes", JSON),
+    Column("chunk_tokens", INTEGER, nullable=False),
+    Column("overlap_tokens", INTEGER, nullable=False),
+    Column("batch_id", String(64), index=True),
+    Column("attempt", String(32), nullable=False),
+    Column("lease_owner", String(160)),
+    Column("lease_until", FLOAT),
     # When the Files API's file expires (its `expires_at`): the file then leaves every store.
-    sa.Column("file_expires_at", sa.BigInteger, nullable=True, index=True),
-    sa.UniqueConstraint("vector_store_id", "file_id", name="uq_vector_store_files_store_file"),
-    sa.Index("ix_vector_store_files_jobs", "status", "lease_until"),
-    sa.Index("ix_vector_store_files_file", "file_id"),  # a file's stores, when it leaves them all
+    Column("file_expires_at", BIGINT, index=True),
+    Unique("uq_vector_store_files_store_file", ("vector_store_id", "file_id")),
+    Index("ix_vector_store_files_jobs", ("status", "lease_until")),
+    Index("ix_vector_store_files_file", ("file_id",)),  # a file's stores, when it leaves them all
 )
 
-batches = sa.Table(
+batches = table(
     "vector_store_file_batches",
-    metadata,
-    sa.Column("seq", sa.Integer, primary_key=True, autoincrement=True),
-    sa.Column("id", sa.String(64), nullable=False, unique=True),
-    sa.Column("vector_store_id", sa.String(64), nullable=False, index=True),
-    sa.Column("created_at", sa.BigInteger, nullable=False),
-    sa.Column("cancelled", sa.Boolean, nullable=False, default=False),
+    Column("seq", INTEGER, primary_key=True, serial=True),
+    Column("id", String(64), nullable=False, unique=True),
+    Column("vector_store_id", String(64), nullable=False, index=True),
+    Column("created_at", BIGINT, nullable=False),
+    Column("cancelled", BOOLEAN, nullable=False, default=False),
 )
 
-chunks = sa.Table(
+chunks = table(
     "vector_store_chunks",
-    metadata,
-    sa.Column("seq", sa.Integer, primary_key=True, autoincrement=True),
-    sa.Column("vector_store_id", sa.String(64), nullable=False),
-    sa.Column("file_id", sa.String(64), nullable=False),
-    sa.Column("attempt", sa.String(32), nullable=False),
-    sa.Column("position", sa.Integer, nullable=False),
-    sa.Column("text", sa.Text, nullable=False),
-    sa.Index("ix_vector_store_chunks_file", "vector_store_id", "file_id", "attempt", "position"),
+    Column("seq", INTEGER, primary_key=True, serial=True),
+    Column("vector_store_id", String(64), nullable=False),
+    Column("file_id", String(64), nullable=False),
+    Column("attempt", String(32), nullable=False),
+    Column("position", INTEGER, nullable=False),
+    Column("text", TEXT, nullable=False),
+    Index("ix_vector_store_chunks_file", ("vector_store_id", "file_id", "attempt", "position")),
 )
+
+TABLES = (stores, files, batches, chunks)
+
+
+def columns(declared: Table) -> str:
+    """The select list of every column of `declared`, in order: JSON columns as their text
+    (`CAST(... AS TEXT)`), decoded by `row_of`."""
+    return ", ".join(f"CAST({column.name} AS TEXT)" if column.kind.json else column.name for column in declared.columns)
+
+
+def row_of(declared: Table, row: Sequence[Any]) -> dict[str, Any]:
+    """A row selected by `columns(declared)` as a mapping by column name: JSON columns decoded,
+    BOOLEAN ones as bool (SQLite gives 0 or 1), NULL as None."""
+    found: dict[str, Any] = {}
+    for column, value in zip(declared.columns, row, strict=True):
+        if column.kind.json:
+            value = loads(value)
+        elif column.kind == BOOLEAN and value is not None:
+            value = bool(value)
+        found[column.name] = value
+    return found
+
+
+def rows_of(declared: Table, rows: Sequence[Sequence[Any]]) -> list[dict[str, Any]]:
+    """`row_of` each of `rows`."""
+    return [row_of(declared, row) for row in rows]
+
 
 _SQLITE_FTS = (
     # The store's id is kept (not indexed) beside the text: a match is tested against it without a
@@ -106,12 +130,12 @@ _POSTGRES_FTS = (
 
 
 async def create_tables(db: Database) -> None:
-    await db.create_tables(metadata)
-    statements = _SQLITE_FTS if db.dialect == "sqlite" else _POSTGRES_FTS
+    await db.create_tables(TABLES)
+    statements = [Sql(text) for text in (_SQLITE_FTS if db.dialect == "sqlite" else _POSTGRES_FTS)]
 
-    def run(conn: sa.Connection) -> None:
-        schema_lock(conn)
+    def run(connection: Any) -> None:
+        schema_lock(connection)
         for statement in statements:
-            conn.exec_driver_sql(statement)
+            statement.run(connection)
 
     await db.write(run)

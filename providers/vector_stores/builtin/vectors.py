@@ -12,11 +12,8 @@ import array
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import sqlalchemy as sa
-
-from providers.vector_stores.builtin.search import filter_clause
-from providers.vector_stores.builtin.tables import chunks, files
-from runtime.storage import Database, schema_lock
+from providers.vector_stores.builtin.search import ON_FILE, searched_files
+from runtime.storage import Database, Sql, StorageUnavailableError, in_list, schema_lock
 
 __all__ = ["HNSW_MAX_DIMENSION", "PgvectorMissing", "ensure_vector_table", "insert_vectors", "require_pgvector", "vector_statement"]
 
@@ -26,6 +23,8 @@ PGVECTOR_HELP = ("The PostgreSQL server has no pgvector extension, which vector 
                  "on the server (Debian/Ubuntu: `apt install postgresql-<version>-pgvector`; or the pgvector/pgvector container "
                  "image; or a PostgreSQL that ships it, such as the `pgserver` package), or remove `embedding_model` from the "
                  "vector_stores provider's config to search by keyword only.")
+
+_CREATE_EXTENSION = Sql("CREATE EXTENSION IF NOT EXISTS vector")
 
 
 class PgvectorMissing(RuntimeError):
@@ -37,9 +36,9 @@ def table_name(dimension: int) -> str:
     return f"vector_store_vectors_{int(dimension)}"
 
 
-def _create_extension(conn: sa.Connection) -> None:
-    schema_lock(conn)
-    conn.exec_driver_sql("CREATE EXTENSION IF NOT EXISTS vector")
+def _create_extension(connection: Any) -> None:
+    schema_lock(connection)
+    _CREATE_EXTENSION.run(connection)
 
 
 async def require_pgvector(db: Database) -> None:
@@ -48,8 +47,25 @@ async def require_pgvector(db: Database) -> None:
         return
     try:
         await db.write(_create_extension)
-    except sa.exc.DBAPIError as error:
-        raise PgvectorMissing(str(error.orig).splitlines()[0]) from None
+    except StorageUnavailableError:
+        raise  # the database cannot serve: nothing is known of pgvector
+    except Exception as error:
+        if _sqlstate(error) is None:
+            raise  # not the database's refusal
+        raise PgvectorMissing(str(getattr(error, "orig", None) or error).splitlines()[0]) from None
+
+
+def _sqlstate(error: BaseException) -> str | None:
+    """The SQLSTATE of PostgreSQL's refusal in `error`, however the storage layer hands the
+    driver's error on (as it is, or wrapped with it as `orig` or the cause), or None."""
+    seen: BaseException | None = error
+    for _ in range(4):
+        if seen is None:
+            return None
+        if (state := getattr(seen, "sqlstate", None)) is not None:
+            return str(state)
+        seen = getattr(seen, "orig", None) or seen.__cause__
+    return None
 
 
 async def ensure_vector_table(db: Database, dimension: int) -> None:
@@ -72,11 +88,12 @@ async def ensure_vector_table(db: Database, dimension: int) -> None:
         ]
         if dimension <= HNSW_MAX_DIMENSION:
             statements.append(f"CREATE INDEX IF NOT EXISTS ix_{name}_hnsw ON {name} USING hnsw (embedding vector_cosine_ops)")
+    made = [Sql(statement) for statement in statements]
 
-    def run(conn: sa.Connection) -> None:
-        schema_lock(conn)
-        for statement in statements:
-            conn.exec_driver_sql(statement)
+    def run(connection: Any) -> None:
+        schema_lock(connection)
+        for statement in made:
+            statement.run(connection)
 
     await db.write(run)
 
@@ -87,52 +104,48 @@ def _literal(dialect: str, vector: Sequence[float]) -> Any:
     return "[" + ",".join(repr(float(value)) for value in vector) + "]"
 
 
-def insert_vectors(conn: sa.Connection, dimension: int, store_id: str, seqs: Sequence[int], vectors: Sequence[Sequence[float]]) -> None:
-    """Write the vectors of the chunks `seqs` (in the caller's transaction)."""
-    dialect = conn.dialect.name
-    value = ":embedding" if dialect == "sqlite" else "CAST(:embedding AS vector)"
-    key = "rowid" if dialect == "sqlite" else "seq"
-    statement = sa.text(f"INSERT INTO {table_name(dimension)} ({key}, vector_store_id, embedding) VALUES (:seq, :store, {value})")
-    conn.execute(statement, [{"seq": seq, "store": store_id, "embedding": _literal(dialect, vector)}
-                             for seq, vector in zip(seqs, vectors, strict=True)])
+def _insert_sql(dialect: str, dimension: int) -> Sql:
+    if dialect == "sqlite":
+        return Sql(f"INSERT INTO {table_name(dimension)} (rowid, vector_store_id, embedding) VALUES (:seq, :store, :embedding)")
+    return Sql(f"INSERT INTO {table_name(dimension)} (seq, vector_store_id, embedding) VALUES (:seq, :store, CAST(:embedding AS vector))")
+
+
+def insert_vectors(connection: Any, dialect: str, dimension: int, store_id: str, seqs: Sequence[int],
+                   vectors: Sequence[Sequence[float]]) -> None:
+    """Write the vectors of the chunks `seqs` (in the caller's transaction, on `connection` of a
+    database of `dialect`)."""
+    _insert_sql(dialect, dimension).run(connection, [{"seq": seq, "store": store_id, "embedding": _literal(dialect, vector)}
+                                                     for seq, vector in zip(seqs, vectors, strict=True)])
 
 
 def vector_statement(dialect: str, dimension: int, vector: Sequence[float], store_ids: Sequence[str],
-                     filters: Mapping[str, Any] | None, limit: int, candidates: int) -> sa.Select[Any]:
+                     filters: Mapping[str, Any] | None, limit: int, candidates: int) -> tuple[Sql, dict[str, Any]]:
     """The `limit` chunks of completed files of the stores nearest to `vector` (among the
-    `candidates` nearest chunks), with their cosine similarity as `relevance`. Attribute filters
-    go into the nearest-neighbour search itself on SQLite (only matching chunks are scanned);
-    on PostgreSQL they apply to the index's candidates."""
-    table = sa.table(table_name(dimension), sa.column("rowid"), sa.column("seq"), sa.column("vector_store_id"), sa.column("embedding"),
-                     sa.column("distance"), sa.column("k"))
-    where = [files.c.status == "completed"]
-    if filters is not None:
-        where.append(filter_clause(dialect, filters))
-    query: sa.BindParameter[Any] = sa.bindparam("query", _literal(dialect, vector))
+    `candidates` nearest chunks), with their cosine similarity as `relevance`; its rows hold
+    search.HIT_COLUMNS. Attribute filters go into the nearest-neighbour search itself on SQLite
+    (only matching chunks are scanned); on PostgreSQL they apply to the index's candidates."""
+    if not store_ids:
+        raise ValueError("a vector search needs at least one store")
+    table = table_name(dimension)
+    stores, params = in_list("store", list(store_ids))
+    params.update(query=_literal(dialect, vector), candidates=candidates, limit=limit)
+    where = searched_files(dialect, filters, params)
     if dialect == "sqlite":
-        conditions = [table.c.embedding.op("MATCH")(query), table.c.k == candidates, table.c.vector_store_id.in_(list(store_ids))]
+        conditions = f"({table}.embedding MATCH :query) AND {table}.k = :candidates AND {table}.vector_store_id IN {stores}"
         if filters is not None:
-            conditions.append(table.c.rowid.in_(
-                sa.select(chunks.c.seq).select_from(chunks.join(files, _on_file(chunks)))
-                .where(chunks.c.vector_store_id.in_(list(store_ids)), *where)))
-        nearest = sa.select(table.c.rowid.label("seq"), table.c.distance).where(*conditions).cte("nearest")
+            conditions += (f" AND {table}.rowid IN (SELECT vector_store_chunks.seq FROM vector_store_chunks JOIN vector_store_files ON "
+                           f"{ON_FILE.format(chunk='vector_store_chunks')} WHERE vector_store_chunks.vector_store_id IN {stores} "
+                           f"AND {where})")
+        nearest = f"WITH nearest AS (SELECT {table}.rowid AS seq, {table}.distance AS distance FROM {table} WHERE {conditions}) "
+        limit_text = ":limit"
     else:
-        distance = table.c.embedding.op("<=>")(sa.cast(query, _Vector())).label("distance")
-        nearest = (sa.select(table.c.seq, distance).where(table.c.vector_store_id.in_(list(store_ids)))
-                   .order_by(distance).limit(candidates).cte("nearest").prefix_with("MATERIALIZED"))
-    joined = nearest.join(chunks, chunks.c.seq == nearest.c.seq).join(files, _on_file(chunks))
-    return (sa.select(chunks.c.vector_store_id, chunks.c.file_id, chunks.c.text, files.c.filename, files.c.attributes,
-                      (1.0 - nearest.c.distance).label("relevance"))
-            .select_from(joined).where(*where).order_by(nearest.c.distance).limit(limit))
-
-
-class _Vector(sa.types.UserDefinedType[Any]):
-    cache_ok = True
-
-    def get_col_spec(self, **_kw: Any) -> str:
-        return "vector"
-
-
-def _on_file(chunk_table: sa.Table) -> sa.ColumnElement[bool]:
-    return sa.and_(files.c.vector_store_id == chunk_table.c.vector_store_id, files.c.file_id == chunk_table.c.file_id,
-                   files.c.attempt == chunk_table.c.attempt)
+        nearest = (f"WITH nearest AS MATERIALIZED (SELECT {table}.seq AS seq, "
+                   f"{table}.embedding <=> CAST(:query::VARCHAR AS vector) AS distance FROM {table} "
+                   f"WHERE {table}.vector_store_id IN {stores} ORDER BY distance LIMIT :candidates::INTEGER) ")
+        limit_text = ":limit::INTEGER"
+    return Sql(
+        nearest + "SELECT vector_store_chunks.vector_store_id, vector_store_chunks.file_id, vector_store_chunks.text, "
+        "vector_store_files.filename, CAST(vector_store_files.attributes AS TEXT), 1.0 - nearest.distance AS relevance "
+        "FROM nearest JOIN vector_store_chunks ON vector_store_chunks.seq = nearest.seq "
+        f"JOIN vector_store_files ON {ON_FILE.format(chunk='vector_store_chunks')} "
+        f"WHERE {where} ORDER BY nearest.distance LIMIT {limit_text}"), params

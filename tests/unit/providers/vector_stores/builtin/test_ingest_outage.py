@@ -8,13 +8,12 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Iterator
 import pytest
-import sqlalchemy as sa
 
 from builder.config import PostgresBackend
 from providers.vector_stores.builtin.ingest import Ingestor
-from providers.vector_stores.builtin.tables import files, metadata, stores
+from providers.vector_stores.builtin.tables import TABLES, files, stores
 from runtime.apis.files.protocol import FileContent
-from runtime.storage import open_database
+from runtime.storage import Sql, insert_rows, loads, open_database
 from support.postgres import fresh_database
 from support.tcp_proxy import TcpProxy, postgres_behind_proxy
 
@@ -51,11 +50,13 @@ def proxied_dsn() -> Iterator[tuple[str, TcpProxy]]:
 async def test_a_file_whose_ingestion_loses_the_database_is_taken_up_again_not_failed(proxied_dsn: tuple[str, TcpProxy]) -> None:
     dsn, proxy = proxied_dsn
     db = open_database(PostgresBackend(type="postgres", dsn=dsn, connect_timeout_s=2))
-    await db.create_tables(metadata)
+    await db.create_tables(TABLES)
     now = int(time.time())
-    await db.execute(stores.insert().values(id="vs_1", created_at=now, last_active_at=now))
-    await db.execute(files.insert().values(vector_store_id="vs_1", file_id="file-1", filename="notes.txt", created_at=now,
-                                           status="in_progress", usage_bytes=0, chunk_tokens=100, overlap_tokens=20, attempt=""))
+    await db.write(lambda connection: insert_rows(connection, stores, [{"id": "vs_1", "created_at": now, "last_active_at": now}]))
+    await db.write(lambda connection: insert_rows(connection, files, [{
+        "vector_store_id": "vs_1", "file_id": "file-1", "filename": "notes.txt", "created_at": now, "status": "in_progress",
+        "usage_bytes": 0, "chunk_tokens": 100, "overlap_tokens": 20, "attempt": ""}]))
+    read_status = Sql("SELECT status, CAST(last_error AS TEXT) FROM vector_store_files")
     reader = CuttingFiles(proxy)
     ingestor = Ingestor(db, reader, None, workers=1, lease_s=1.5, poll_s=0.1)  # type: ignore[arg-type]  # only file_content is read
     await ingestor.start()
@@ -67,12 +68,12 @@ async def test_a_file_whose_ingestion_loses_the_database_is_taken_up_again_not_f
         proxy.restore()
         status = None
         for _ in range(100):  # the lease (1.5 s) lapses, and the one worker takes the file up again
-            status = (await db.fetch_one(sa.select(files.c.status, files.c.last_error)))
-            if status is not None and status["status"] != "in_progress":
+            status = await db.read_one(read_status)
+            if status is not None and status[0] != "in_progress":
                 break
             await asyncio.sleep(0.1)
         assert status is not None
-        assert (status["status"], status["last_error"]) == ("completed", None)  # not failed for the database's outage
+        assert (status[0], loads(status[1])) == ("completed", None)  # not failed for the database's outage
         assert reader.reads == 2
         assert all(not task.done() for task in ingestor._tasks)  # the worker lived through it
     finally:
