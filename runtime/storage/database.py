@@ -5,35 +5,22 @@ migrations."""
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar, cast
-
-import sqlalchemy as sa
-import sqlean as sqlite3  # type: ignore[import-untyped]
+from typing import Any, TypeVar, cast
 
 from builder.config import STORE_NAMES, PostgresBackend, SqliteBackend, StorageConfig
 from runtime.signals import MachineSignals
-from runtime.storage.postgres import (
-    NOTIFY, POSTGRES_SCHEMES, PgConnections, PgListener, autocommitted_read, autocommitted_write, closed_by_server, drop_at_once,
-    in_transaction,
-)
-from runtime.storage.sqlite import (
-    BEGIN_OPTION, Busy, Checkpointer, FileLock, Held, async_sqlite_dbapi, hook_sqlite, write_group_sync, write_sync,
-)
-from runtime.storage.schema import Table, add_column_sql, columns_present_sql, create_index_sql, create_table_sql, missing_columns
-from runtime.storage.sql import Sql, upsert_sql
-from runtime.storage.statements import JSON_CODEC, POSTGRES_JSON_CODEC, InsertRows
+from runtime.storage.driver import dialect_of
 from runtime.storage.outage import outage, unavailable
+from runtime.storage.postgres import NOTIFY, PgConnection, PgListener, PgPool, asyncpg_dsn, autocommitted, connect, in_greenlet, in_transaction
+from runtime.storage.schema import Table, add_column_sql, columns_present_sql, create_index_sql, create_table_sql, missing_columns
+from runtime.storage.sql import InsertRows, Sql, upsert_sql, with_defaults
+from runtime.storage.sqlite import Busy, Checkpointer, FileLock, Held, write_group_sync, write_sync
 from runtime.storage.tasks import to_the_end
 from runtime.tracing import store_tracing
-
-if TYPE_CHECKING:
-    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 T = TypeVar("T")
 
@@ -42,85 +29,79 @@ log = logging.getLogger("stack")
 _SCHEMA_LOCK = 0x57AC4  # the advisory lock key under which tables are made or extended
 SMALL_WRITE_ROWS = 32  # rows up to which a write of a hot path is `small` (Database.write)
 PING_TIMEOUT_S = 2.0  # how long the health route waits for a database's answer
-DISPOSE_S = 5.0  # how long closing PostgreSQL's pooled connections may take
+READING_THREADS = 4
 
 
 class Database:
-    """One storage backend behind an SQLAlchemy async engine.
+    """One storage backend: an SQLite file, or a PostgreSQL database. Made by `open_database`.
 
-    Made by `open_database`, which also installs the SQLite connection hooks this class relies
-    on. `read()` is for reads only; every write goes through `transaction()` (or `execute` /
-    `upsert`), since on SQLite that is what holds the write lock. Write transactions on the same
-    SQLite database must not be nested in one task: the inner one would wait for the outer one
-    forever, so it raises `RuntimeError` instead.
+    Statements run in a work function, `work(connection)`, synchronous, given to `write` (in a
+    transaction) or `read_with`: on SQLite on a thread of its own or the event loop, on PostgreSQL
+    in a greenlet whose statements wait on asyncpg (runtime.storage.postgres). `read_one`,
+    `read_all` and `write_one` run one statement.
     """
 
-    def __init__(self, dialect: str, make_engine: Callable[[], AsyncEngine], sqlite_sync: sa.Engine | None = None,
-                 sqlite_path: Path | None = None, listen_dsn: str | None = None, keep_pg: int = 0, connect_timeout_s: float = 10.0,
-                 make_schema_engine: Callable[[], AsyncEngine] | None = None) -> None:
-        self._engine: AsyncEngine | None = None
-        self._make_schema_engine = make_schema_engine
-        self._subscribers: dict[str, list[Callable[[str], None]]] = {}
-        self._listener = PgListener(listen_dsn, self._deliver, connect_timeout_s) if listen_dsn is not None else None
-        self._ping: asyncio.Task[None] | None = None
-        self._make_engine = make_engine
+    def __init__(self, dialect: str, *, sqlite_path: Path | None = None, pg: PgPool | None = None, listen_dsn: str | None = None) -> None:
         self.dialect = dialect
         if self.dialect not in ("sqlite", "postgresql"):
             raise ValueError(f"unsupported database dialect {self.dialect!r}")
-        # PostgreSQL has row-level locking and needs no help; SQLite has one database-wide
-        # write lock, and writers queued in-process are fair and cannot time out on it.
-        self._write_lock = asyncio.Lock() if self.dialect == "sqlite" else None
-        self._writer: asyncio.Task[Any] | None = None
-        self._queued: list[tuple[Callable[[sa.Connection], Any], asyncio.Future[Any], bool]] = []  # (work, its outcome, small)
+        self._subscribers: dict[str, list[Callable[[str], None]]] = {}
+        self._listener = PgListener(listen_dsn, self._deliver, pg.connect_timeout_s) if listen_dsn is not None and pg is not None else None
+        self._ping: asyncio.Task[None] | None = None
+        self._pg = pg
+        # SQLite has one database-wide write lock, and writers queued in-process are fair and cannot
+        # time out on it. (PostgreSQL has row-level locking and needs no help.)
+        self._write_lock = asyncio.Lock() if sqlite_path is not None else None
+        self._queued: list[tuple[Callable[[Any], Any], asyncio.Future[Any], bool]] = []  # (work, its outcome, small)
         self._committer: asyncio.Task[None] | None = None
-        # On SQLite, `write` and the fetches run whole on a thread of their own with the
-        # synchronous driver: one hop per transaction, where the async driver makes one per
-        # statement (and SQLite releases the GIL while it works).
-        self._sync = sqlite_sync
-        # One connection each for the writes (one at a time: the write lock) and for the small
-        # reads made on the event loop, kept out of the pool between uses (see Held).
-        self._writing = Held(sqlite_sync, **{BEGIN_OPTION: "BEGIN IMMEDIATE"}) if sqlite_sync is not None else None
-        self._reading = Held(sqlite_sync) if sqlite_sync is not None else None
-        self._idle_readers: list[Held] = []  # the reading threads', each taken by one read at a time
-        self._write_thread = ThreadPoolExecutor(1, thread_name_prefix="stack-sqlite-write") if sqlite_sync else None
-        self._read_threads = ThreadPoolExecutor(4, thread_name_prefix="stack-sqlite-read") if sqlite_sync else None
+        # On SQLite, `write` and the reads run whole on a thread of their own: one hop per
+        # transaction (and SQLite releases the GIL while it works). One connection each for the
+        # writes (one at a time: the write lock), for the small reads made on the event loop, and
+        # for each reading thread's reads.
         self._sqlite_path = sqlite_path
+        self._writing = Held(sqlite_path) if sqlite_path is not None else None
+        self._reading = Held(sqlite_path) if sqlite_path is not None else None
+        self._idle_readers: list[Held] = []  # the reading threads', each taken by one read at a time
+        self._write_thread = ThreadPoolExecutor(1, thread_name_prefix="stack-sqlite-write") if sqlite_path is not None else None
+        self._read_threads = ThreadPoolExecutor(READING_THREADS, thread_name_prefix="stack-sqlite-read") if sqlite_path is not None else None
         self._file_lock = FileLock(sqlite_path.with_name(sqlite_path.name + ".write-lock")) if sqlite_path is not None else None
         self._machine = MachineSignals(sqlite_path.with_name(sqlite_path.name + ".signals"), self._deliver) \
             if sqlite_path is not None else None
         self._checkpointer: Checkpointer | None = None
-        # On PostgreSQL, `write` and `read_with` keep up to half the pool's connections checked out
-        # between uses (see PgConnections).
-        self._pg = PgConnections(self.engine, keep_pg) if self.dialect == "postgresql" else None
 
     @property
-    def engine(self) -> AsyncEngine:
-        """The async engine, built on first use."""
-        if self._engine is None:
-            self._engine = self._make_engine()
-        return self._engine
+    def connections_in_use(self) -> int:
+        """PostgreSQL connections taken by a use now (not those kept idle between uses)."""
+        return self._pg.in_use if self._pg is not None else 0
 
-    @property
-    def kept_connections(self) -> int:
-        """Connections checked out of the pool but idle, kept for the next use (PostgreSQL)."""
-        return len(self._pg.idle) if self._pg is not None else 0
+    async def create_tables(self, tables: Sequence[Table]) -> None:
+        """Create the tables that do not exist yet, and add to tables that do the columns (nullable
+        ones only) and indexes declared since they were made."""
+        await self.change_schema(lambda connection: make_tables(connection, tables))
 
-    async def create_tables(self, metadata: sa.MetaData | Sequence[Table]) -> None:
-        """Create the tables (declared, or of `metadata`) that do not exist yet, and add to tables
-        that do the columns (nullable ones only) and indexes declared since they were made."""
-        make: Callable[[sa.Connection], None] = (functools.partial(_create_or_extend, metadata=metadata)
-                                                 if isinstance(metadata, sa.MetaData) else functools.partial(_make_declared, tables=metadata))
-        if self._make_schema_engine is None:
-            await self.write(make)
-            return
-        engine = self._make_schema_engine()
+    async def change_schema(self, work: Callable[[Any], T]) -> T:
+        """`work(connection)` in a transaction under the schema's lock (`schema_lock`). On PostgreSQL,
+        on a connection of its own, not bound by command_timeout_s: an index built on a large table,
+        or the wait for another replica's, may take longer than any request's statement."""
+
+        def locked(connection: Any) -> T:
+            schema_lock(connection)
+            return work(connection)
+
+        if self._pg is None:
+            return await self.write(locked)
         try:
-            async with engine.begin() as connection:
-                await connection.run_sync(make)
+            connection = await connect(self._pg.dsn, self._pg.connect_timeout_s, None)
+        except Exception as error:
+            if (down := unavailable(error, "the schema's creation")) is None:
+                raise
+            raise down from error
+        try:
+            return await in_greenlet(in_transaction, connection, locked)
         finally:
-            await engine.dispose()
+            connection.terminate()
 
-    async def write(self, work: Callable[[sa.Connection], T], *, small: bool = False, one_statement: bool = False) -> T:
+    async def write(self, work: Callable[[Any], T], *, small: bool = False, one_statement: bool = False) -> T:
         """Run `work(connection)` in a write transaction, committed if it returns, rolled back
         if it raises. `work` is synchronous: it only executes statements.
 
@@ -130,7 +111,7 @@ class Database:
 
         `one_statement`: `work` executes a single statement, atomic by itself. On PostgreSQL it
         is then run in autocommit, without the BEGIN and COMMIT round trips of a transaction
-        around it, and a `Prepared` one on asyncpg directly.
+        around it.
 
         A database that cannot serve (unreachable, out of connections, its disk full, its file
         locked by another process) raises `StorageUnavailableError`, a 503 the client may retry."""
@@ -143,17 +124,12 @@ class Database:
                 raise
             raise down from error
 
-    async def _write(self, work: Callable[[sa.Connection], T], small: bool, one_statement: bool) -> T:
+    async def _write(self, work: Callable[[Any], T], small: bool, one_statement: bool) -> T:
         if self._pg is not None:
             if isinstance(work, InsertRows) and (alone := work.alone_on_postgres()) is not None:
-                work, one_statement = cast(Callable[[sa.Connection], T], alone), True
-            step = autocommitted_write if one_statement else in_transaction
-            return await self._pg.run(step, work)
-        if self._writing is None or self._write_lock is None or self._write_thread is None:
-            async with self.engine.begin() as conn:
-                return await conn.run_sync(work)
-        if self._writer is not None and self._writer is asyncio.current_task():
-            raise RuntimeError("nested write transaction on the same SQLite database")
+                work, one_statement = cast(Callable[[Any], T], alone), True
+            return await self._pg.run(autocommitted if one_statement else in_transaction, work)
+        assert self._writing is not None and self._write_lock is not None and self._write_thread is not None
         self._start_checkpoints()
         loop = asyncio.get_running_loop()
         if not small and self._committer is None and not self._write_lock.locked():
@@ -176,12 +152,14 @@ class Database:
         where the thread lets it run."""
         assert self._write_lock is not None and self._writing is not None
         loop = asyncio.get_running_loop()
-        group: list[tuple[Callable[[sa.Connection], Any], asyncio.Future[Any], bool]] = []
+        group: list[tuple[Callable[[Any], Any], asyncio.Future[Any], bool]] = []
         try:
             while self._queued:
                 async with self._write_lock:
                     group, self._queued = self._queued, []
                     group = [queued for queued in group if not queued[1].cancelled()]
+                    if not group:
+                        continue  # every write of it was cancelled while queued: no transaction to make
                     works = [work for work, _, _ in group]
                     outcomes = None
                     if self._file_lock is not None and all(small for _, _, small in group) and self._file_lock.acquire_now():
@@ -236,69 +214,42 @@ class Database:
         if self._checkpointer is None and self._sqlite_path is not None:
             self._checkpointer = Checkpointer(self._sqlite_path)
 
-    async def read_with(self, work: Callable[[sa.Connection], T], *, small: bool = False) -> T:
-        """Run `work(connection)` on a connection for reads.
+    async def read_with(self, work: Callable[[Any], T], *, small: bool = False, transaction: bool = False) -> T:
+        """Run `work(connection)` on a connection for reads, in one snapshot on SQLite (on
+        PostgreSQL each statement reads its own, under READ COMMITTED, without BEGIN and ROLLBACK
+        round trips around them).
 
         `small`: the read is a few indexed rows. On SQLite it is then made on the event loop itself
         rather than on a reading thread, whose hop there and back cost more than such a read (a
-        reader in WAL mode never waits for a writer)."""
+        reader in WAL mode never waits for a writer).
+
+        `transaction`: on PostgreSQL too, in one transaction: for a setting made with `SET LOCAL`,
+        which lasts only as long as its transaction, to hold for the statements after it."""
         if (tracing := store_tracing()) is not None:
-            return await tracing.store("read", self.dialect, self.read_with(work, small=small))
+            return await tracing.store("read", self.dialect, self.read_with(work, small=small, transaction=transaction))
         try:
-            return await self._read_with(work, small)
+            return await self._read_with(work, small, transaction)
         except Exception as error:
             if (down := unavailable(error, f"a read from {self.dialect}")) is None:
                 raise
             raise down from error
 
-    async def _read_with(self, work: Callable[[sa.Connection], T], small: bool) -> T:
+    async def _read_with(self, work: Callable[[Any], T], small: bool, transaction: bool = False) -> T:
         if self._pg is not None:
-            return await self._pg.run(autocommitted_read, work)
-        if self._sync is None or self._read_threads is None:
-            async with self.engine.connect() as conn:
-                return await conn.run_sync(work)
-        if small and self._reading is not None:
+            return await self._pg.run(in_transaction if transaction else autocommitted, work)
+        assert self._reading is not None and self._read_threads is not None
+        if small:
             return self._reading.read(work)
         return await asyncio.get_running_loop().run_in_executor(self._read_threads, self._read_on_thread, work)
 
-    def _read_on_thread(self, work: Callable[[sa.Connection], T]) -> T:
-        assert self._sync is not None
+    def _read_on_thread(self, work: Callable[[Any], T]) -> T:
+        assert self._sqlite_path is not None
         # list.pop and list.append are atomic: no two threads take the same connection.
-        reading = self._idle_readers.pop() if self._idle_readers else Held(self._sync)
+        reading = self._idle_readers.pop() if self._idle_readers else Held(self._sqlite_path)
         try:
             return reading.read(work)
         finally:
             self._idle_readers.append(reading)
-
-    def read(self) -> AbstractAsyncContextManager[AsyncConnection]:
-        """A pooled connection for reads; its transaction is rolled back when it is returned."""
-        return self.engine.connect()
-
-    def transaction(self) -> AbstractAsyncContextManager[AsyncConnection]:
-        """A connection in a write transaction: committed on success, rolled back on error."""
-        if self._write_lock is None:
-            return self.engine.begin()
-        return self._sqlite_transaction(self._write_lock)
-
-    @asynccontextmanager
-    async def _sqlite_transaction(self, lock: asyncio.Lock) -> AsyncIterator[AsyncConnection]:
-        task = asyncio.current_task()
-        if task is not None and self._writer is task:
-            raise RuntimeError("nested write transaction on the same SQLite database")
-        self._start_checkpoints()
-        # The connection is taken only once the lock is held, so writers queued on the lock
-        # hold no pool slots and cannot starve the readers (or each other) of connections.
-        async with lock:
-            self._writer = task
-            try:
-                async with self.engine.connect() as conn:
-                    # IMMEDIATE takes the write lock up front: a deferred transaction that reads
-                    # before writing can fail to upgrade its lock without waiting busy_timeout.
-                    await conn.execution_options(**{BEGIN_OPTION: "BEGIN IMMEDIATE"})
-                    async with conn.begin():
-                        yield conn
-            finally:
-                self._writer = None
 
     async def read_one(self, statement: Sql, params: Mapping[str, Any] | None = None, *, small: bool = True) -> tuple[Any, ...] | None:
         """The first row a statement returns, or None. It is taken to be a lookup by key, a `small`
@@ -314,37 +265,12 @@ class Database:
         statement is atomic by itself); the number of rows it matched."""
         return await self.write(lambda connection: statement.run(connection, params).rowcount, one_statement=True)
 
-    async def fetch_all(self, stmt: sa.Executable, params: dict[str, Any] | None = None) -> list[sa.RowMapping]:
-        """The rows of a query (with values for its bind parameters), as mappings."""
-        return await self.read_with(lambda conn: list(conn.execute(stmt, params).mappings().all()))
-
-    async def fetch_one(self, stmt: sa.Executable, params: dict[str, Any] | None = None, *, small: bool = True) -> sa.RowMapping | None:
-        """The first row of a query (with values for its bind parameters), or None. It is taken to be
-        a lookup by key, a `small` read (`read_with`); a query that must scan passes `small=False`."""
-        return await self.read_with(lambda conn: conn.execute(stmt, params).mappings().first(), small=small)
-
-    async def execute(self, stmt: sa.Executable, params: dict[str, Any] | None = None) -> int:
-        """Run one statement in a transaction of its own; the number of rows it matched. (On
-        PostgreSQL, in autocommit: one statement is atomic by itself.)"""
-        return await self.write(lambda conn: _rowcount(conn.execute(stmt, params)), one_statement=True)
-
-    async def upsert(self, table: sa.Table | Table, values: dict[str, Any], key: Sequence[str]) -> None:
+    async def upsert(self, table: Table, values: dict[str, Any], key: Sequence[str]) -> None:
         """Insert a row, or update the row whose `key` columns (a unique index) already match."""
         if not key or any(name not in values for name in key):
             raise ValueError(f"upsert key {list(key)} must be non-empty and among the values")
-        if isinstance(table, Table):
-            await self.write_one(upsert_sql(table, tuple(values), tuple(key)), values)
-            return
-        update = [name for name in values if name not in key]
-        # Both dialects' INSERTs take ON CONFLICT alike; each is imported only on its own database.
-        if self.dialect == "postgresql":
-            from sqlalchemy.dialects.postgresql import insert
-        else:
-            from sqlalchemy.dialects.sqlite import insert  # type: ignore[assignment]
-        adding = insert(table).values(values)
-        stmt = (adding.on_conflict_do_update(index_elements=list(key), set_={name: adding.excluded[name] for name in update})
-                if update else adding.on_conflict_do_nothing(index_elements=list(key)))
-        await self.execute(stmt)
+        row = with_defaults(table, [values])[0]  # an insert takes the defaults of the columns left out; an update keeps them
+        await self.write_one(upsert_sql(table, tuple(row), tuple(key), tuple(values)), row)
 
     # --- signals between processes ----------------------------------------------------------
 
@@ -376,8 +302,8 @@ class Database:
                 log.exception("a subscriber of %s failed", channel)
 
     async def close(self) -> None:
-        """Close every pooled connection, once the queued writes are done. The Database can
-        still be used; it reconnects."""
+        """Close every connection, once the queued writes are done. The Database can still be used;
+        it reconnects."""
         if self._listener is not None:
             await self._listener.close()
         if self._machine is not None:
@@ -388,18 +314,7 @@ class Database:
             checkpointer, self._checkpointer = self._checkpointer, None
             await asyncio.get_running_loop().run_in_executor(None, checkpointer.stop)
         if self._pg is not None:
-            await self._pg.close()
-        if self._engine is not None:
-            if self._pg is None:
-                await self._engine.dispose()
-            else:
-                # The pool closes each connection politely, which on a network that stopped carrying
-                # them waits for an answer that never comes: the close would never end (a shutdown
-                # stuck until it is killed). Past DISPOSE_S the rest are left to end with the process.
-                try:
-                    await asyncio.wait_for(self._engine.dispose(), DISPOSE_S)
-                except TimeoutError:
-                    log.warning("closing the database's pooled connections took over %.0f s: left to end with the process", DISPOSE_S)
+            self._pg.close()
         if self._write_lock is not None and self._writing is not None:
             async with self._write_lock:  # a write on the writer thread holds it
                 self._writing.close()
@@ -407,72 +322,37 @@ class Database:
             self._reading.close()
         for reading in list(self._idle_readers):  # (one in use by a read now is closed by the next close)
             reading.close()
-        if self._sync is not None:
-            self._sync.dispose()
 
 
-def schema_lock(conn: sa.Connection) -> None:
-    """Hold, until `conn`'s transaction ends, the lock under which the schema changes (on
+def schema_lock(connection: Any) -> None:
+    """Hold, until the connection's transaction ends, the lock under which the schema changes (on
     PostgreSQL): replicas starting together on a fresh database would otherwise race to create
     the same tables, types, extensions and indexes, and all but one would fail to start."""
-    if conn.dialect.name == "postgresql":
-        conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _SCHEMA_LOCK})
+    if dialect_of(connection) == "postgresql":
+        _LOCK_SCHEMA.run(connection, {"key": _SCHEMA_LOCK})
 
 
-PARTIAL_INDEX_WHERE = "stack_partial_where"
-"""Key of `sa.Index(..., info={PARTIAL_INDEX_WHERE: "<SQL>"})`: a partial index, on SQLite and
-PostgreSQL alike. Given to the dialect when the tables are made, rather than as `sqlite_where=` and
-`postgresql_where=`, which import each dialect named (PostgreSQL's: 22 ms at start-up) to check it."""
+_LOCK_SCHEMA = Sql("SELECT pg_advisory_xact_lock(:key)")
+_SELECT_ONE = Sql("SELECT 1")
 
 
-def _create_or_extend(conn: sa.Connection, metadata: sa.MetaData) -> None:
-    """`create_all`, plus the additive migrations a newer release declares: a column added to
-    a table is added to a database made by an older release (it must be nullable, so the rows
-    already there stay valid), and its indexes are made. Nothing is ever dropped or rewritten."""
-    schema_lock(conn)
-    for table in metadata.sorted_tables:
-        for index in table.indexes:
-            if (where := index.info.get(PARTIAL_INDEX_WHERE)) is not None:
-                index.dialect_options[conn.dialect.name]["where"] = sa.text(where)
-    inspector = sa.inspect(conn)
-    existing = {table.name for table in metadata.sorted_tables if inspector.has_table(table.name, schema=table.schema)}
-    metadata.create_all(conn, checkfirst=True)
-    for table in metadata.sorted_tables:
-        if table.name not in existing:
-            continue
-        present = {column["name"] for column in inspector.get_columns(table.name, schema=table.schema)}
-        added = [column for column in table.columns if column.name not in present]
-        for column in added:
-            if not column.nullable:
-                raise RuntimeError(f"table {table.name}: cannot add the NOT NULL column {column.name} to existing rows")
-            kind = column.type.compile(dialect=conn.dialect)
-            name = conn.dialect.identifier_preparer.format_column(column)
-            conn.exec_driver_sql(f"ALTER TABLE {conn.dialect.identifier_preparer.format_table(table)} ADD COLUMN {name} {kind}")
-        for index in table.indexes:
-            index.create(conn, checkfirst=True)
-
-
-def _make_declared(conn: sa.Connection, tables: Sequence[Table]) -> None:
-    """The declared tables made, or extended by the columns and indexes declared since (see
-    `_create_or_extend`)."""
-    schema_lock(conn)
-    dialect = conn.dialect.name
+def make_tables(connection: Any, tables: Sequence[Table]) -> None:
+    """The tables made where absent, or extended by the columns (nullable ones only) and indexes a
+    newer release declares: nothing is ever dropped or rewritten."""
+    dialect = dialect_of(connection)
+    columns_present = Sql(columns_present_sql(dialect))
     for declared in tables:
-        present = Sql(columns_present_sql(dialect)).run(conn, {"name": declared.name}).rows
+        present = [name for name, in columns_present.run(connection, {"name": declared.name}).rows]
         if not present:
-            conn.exec_driver_sql(create_table_sql(declared, dialect))
-        for column in missing_columns(declared, [name for name, in present]) if present else ():
-            conn.exec_driver_sql(add_column_sql(declared, column, dialect))
+            Sql(create_table_sql(declared, dialect)).run(connection)
+        for column in missing_columns(declared, present) if present else ():
+            Sql(add_column_sql(declared, column, dialect)).run(connection)
         for index in declared.all_indexes():
-            conn.exec_driver_sql(create_index_sql(declared, index))
+            Sql(create_index_sql(declared, index)).run(connection)
 
 
-def _rowcount(result: sa.CursorResult[Any]) -> int:
-    return result.rowcount
-
-
-def _select_one(connection: sa.Connection) -> None:
-    connection.exec_driver_sql("SELECT 1").all()
+def _select_one(connection: Any) -> None:
+    _SELECT_ONE.run(connection)
 
 
 def _retrieved(task: asyncio.Task[Any]) -> None:
@@ -487,52 +367,9 @@ def open_database(backend: SqliteBackend | PostgresBackend) -> Database:
     if isinstance(backend, SqliteBackend):
         path = backend.path.expanduser()
         path.parent.mkdir(parents=True, exist_ok=True)
-        # URL.create rather than string formatting: a path may hold '?', '#' or '%'.
-        url = sa.URL.create("sqlite+aiosqlite", database=str(path))
-        # Pooled connections serve concurrent readers; the writer takes at most one of them.
-        sync = sa.create_engine(
-            sa.URL.create("sqlite+pysqlite", database=str(path)),
-            pool_size=6, max_overflow=10, pool_timeout=30,
-            connect_args={"check_same_thread": False},  # pooled connections move between our threads
-            module=sqlite3,
-            **JSON_CODEC,
-        )
-        hook_sqlite(sync)
-
-        def make_async() -> AsyncEngine:
-            from sqlalchemy.ext.asyncio import create_async_engine
-
-            engine = create_async_engine(url, pool_size=5, max_overflow=15, pool_timeout=30, module=async_sqlite_dbapi(str(path)),
-                                         **JSON_CODEC)
-            hook_sqlite(engine.sync_engine)
-            return engine
-
-        return Database("sqlite", make_async, sync, sqlite_path=path)
-    pg_url = sa.make_url(backend.dsn)
-    if pg_url.drivername not in POSTGRES_SCHEMES:
-        # The DSN may carry a password: name only its scheme.
-        raise ValueError(f"not a PostgreSQL DSN (scheme {pg_url.drivername!r})")
-    from sqlalchemy.ext.asyncio import create_async_engine
-
-    engine = create_async_engine(
-        pg_url.set(drivername="postgresql+asyncpg"),
-        pool_size=backend.pool_size,
-        max_overflow=0,  # pool_size is the bound the operator asked for
-        connect_args={"timeout": backend.connect_timeout_s, "command_timeout": backend.command_timeout_s},
-        **POSTGRES_JSON_CODEC,
-    )
-    sa.event.listen(engine.sync_engine, "checkout", closed_by_server)
-    sa.event.listen(engine.sync_engine, "handle_error", drop_at_once)
-
-    def make_schema_engine() -> AsyncEngine:
-        # The schema's creation is not bound by command_timeout_s: an index built on a large table,
-        # or the wait for another replica's, may take longer than any request's statement. A
-        # connection for the call, closed after it (NullPool): nothing kept open for it.
-        return create_async_engine(pg_url.set(drivername="postgresql+asyncpg"), poolclass=sa.NullPool,
-                                   connect_args={"timeout": backend.connect_timeout_s}, **POSTGRES_JSON_CODEC)
-
-    return Database("postgresql", lambda: engine, keep_pg=backend.pool_size // 2, listen_dsn=pg_url.set(drivername="postgresql").render_as_string(hide_password=False),
-                    connect_timeout_s=backend.connect_timeout_s, make_schema_engine=make_schema_engine if backend.command_timeout_s else None)
+        return Database("sqlite", sqlite_path=path)
+    dsn = asyncpg_dsn(backend.dsn)
+    return Database("postgresql", pg=PgPool(dsn, backend.pool_size, backend.connect_timeout_s, backend.command_timeout_s), listen_dsn=dsn)
 
 
 class Storage:

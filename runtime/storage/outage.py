@@ -5,8 +5,8 @@ by another process past the wait). Such a failure is the client's to retry, not 
 `StorageUnavailableError` answers it 503 with `Retry-After` (the `openai` SDK retries it), and the
 log gets one line, not a traceback per request.
 
-Told by the errors' own attributes (SQLSTATE, SQLite's error code, the OS error), read through
-SQLAlchemy's and asyncpg's wrappers, so that this module imports neither.
+Told by the errors' own attributes (SQLSTATE, SQLite's error code, the OS error), however they are
+wrapped, so that this module imports no driver.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import TypeVar
 
 from runtime.errors import ServiceUnavailableError
 
-__all__ = ["StorageUnavailableError", "outage", "unavailable", "when_back"]
+__all__ = ["PoolBusy", "StorageUnavailableError", "outage", "unavailable", "when_back"]
 
 T = TypeVar("T")
 
@@ -57,6 +57,10 @@ class StorageUnavailableError(ServiceUnavailableError):
         self.reason = reason
 
 
+class PoolBusy(Exception):
+    """Every connection of the pool stayed in use for as long as a statement waits for one."""
+
+
 def outage(error: BaseException, *, from_database: bool = True) -> str | None:
     """Why the database could not serve, if that is what `error` (however wrapped) says; None for
     any other failure (a bug, a constraint, a statement the database refused). An OS error is the
@@ -80,11 +84,10 @@ def outage(error: BaseException, *, from_database: bool = True) -> str | None:
         code = getattr(seen, "sqlite_errorcode", None)
         if isinstance(code, int) and (code & 0xFF) in _SQLITE_CODES:
             return _SQLITE_CODES[code & 0xFF]
-        if getattr(seen, "connection_invalidated", False):  # SQLAlchemy: the driver said the connection is gone
-            return "the connection to the database was lost"
-        if type(seen).__module__ == "sqlalchemy.exc" and type(seen).__name__ == "TimeoutError":  # its pool's wait ran out
+        if isinstance(seen, PoolBusy):
             return "every connection to the database stayed busy"
-        if type(seen).__name__ in ("DisconnectionError", "InterfaceError") and "closed" in str(seen):
+        # asyncpg's: a statement on a connection the server (or the network) closed.
+        if type(seen).__name__ in ("ConnectionDoesNotExistError", "InterfaceError") and "closed" in str(seen):
             return "the connection to the database was lost"
         seen = getattr(seen, "orig", None) or seen.__cause__
     return None

@@ -1,107 +1,155 @@
-"""PostgreSQL's side of the storage layer: the connections `write` and `read_with` keep, the steps
-they run in one hop into SQLAlchemy's greenlet (a transaction, or autocommit), and the one
-connection that LISTENs for notifications.
+"""PostgreSQL's side of the storage layer: its connections (`PgPool`), a work function run on one
+of them in a greenlet (so that the same synchronous `work(connection)` serves both databases), and
+the one connection that LISTENs for notifications.
 
-`write()` and `read_with()` run their function on a connection kept checked out between uses (up
-to half the pool), the whole transaction in one hop into SQLAlchemy's greenlet, and to the end even
-if the caller is cancelled meanwhile. A connection the server has closed is replaced when next
-used, where SQLAlchemy's pre-ping would ask the server on every use.
+`write()` and `read_with()` run their function on a pooled connection, the whole transaction (or,
+in autocommit, each statement) in one greenlet whose statements wait on asyncpg, to the end even if
+the caller is cancelled meanwhile. A connection the server has closed is replaced when next taken;
+one that failed because the database could not serve is ended at once, without a round trip.
+
+Greenlets rather than async work functions: the stores' work is the same synchronous function on
+SQLite, where it runs on a thread of its own; the `greenlet` package is what SQLAlchemy's asyncio
+support stands on, and what this replaces.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import functools
 import logging
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, TypeVar
-
-import sqlalchemy as sa
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 from runtime.errors import InvalidRequestError
-from runtime.storage.outage import outage
-from runtime.storage.statements import Prepared
+from runtime.storage.driver import IntegrityError, Ran
+from runtime.storage.outage import PoolBusy, outage
+from runtime.storage.sql import Sql
 from runtime.storage.tasks import to_the_end
-
-if TYPE_CHECKING:
-    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 T = TypeVar("T")
 
 log = logging.getLogger("stack")
 
 POSTGRES_SCHEMES = frozenset({"postgres", "postgresql", "postgresql+asyncpg"})
+POOL_TIMEOUT_S = 30.0  # how long a statement waits for one of the pool's connections to come free
+
+NOTIFY = Sql("SELECT pg_notify(:channel, :payload)")
+"""`Database.notify` on PostgreSQL."""
 
 
-# `Database.notify` on PostgreSQL: a statement built once, run on asyncpg in autocommit, where a text
-# statement built per call cost SQLAlchemy's compile-cache lookup and execution layer each time.
-NOTIFY = Prepared(sa.select(sa.func.pg_notify(sa.bindparam("channel", type_=sa.String), sa.bindparam("payload", type_=sa.String))))
+def asyncpg_dsn(dsn: str) -> str:
+    """`dsn` as asyncpg takes it; a ValueError naming only its scheme (it may carry a password)
+    if it is not a PostgreSQL DSN."""
+    scheme = urlsplit(dsn).scheme
+    if scheme not in POSTGRES_SCHEMES:
+        raise ValueError(f"not a PostgreSQL DSN (scheme {scheme!r})")
+    return "postgresql" + dsn[len(scheme):]
 
 
-def closed_by_server(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
-    """The pool's check before it hands out a connection: one the server has closed (a restart, an
-    idle timeout, `pg_terminate_backend`) is dropped and another made. asyncpg marks a connection
-    closed as soon as the event loop sees the server close it. SQLAlchemy's `pool_pre_ping` asks
-    the server instead: three round trips (BEGIN, an empty query, ROLLBACK) on every checkout."""
-    if _closed(dbapi_connection.driver_connection):
-        raise sa.exc.DisconnectionError("the server closed this connection")
+# --- a work function in a greenlet ---------------------------------------------------------------
 
 
-def drop_at_once(context: sa.engine.ExceptionContext) -> None:
-    """SQLAlchemy's hook on a statement's error: a connection the database stopped answering (its
-    statement past command_timeout_s, say) is ended here, at once. SQLAlchemy would close it
-    politely, waiting up to 2 s for a database that may never answer, before it gave the error."""
-    if context.connection is not None and outage(context.original_exception) is not None:
-        _terminate(context.connection.connection.driver_connection)
+@functools.cache
+def _greenlets() -> tuple[type[Any], Callable[[], Any]]:
+    """The greenlet class a work function runs in, and `greenlet.getcurrent`: made on first use, so
+    that a stack on SQLite never imports the package."""
+    import greenlet  # type: ignore[import-untyped]
+
+    class Worker(greenlet.greenlet):  # type: ignore[misc]
+        """The greenlet a work function runs in: `await_` hands its awaitables to the event loop."""
+
+    return Worker, greenlet.getcurrent
 
 
-def _closed(driver_connection: Any) -> bool:
-    return driver_connection is None or bool(driver_connection.is_closed())
+def await_(awaitable: Awaitable[T]) -> T:
+    """The result of `awaitable`, from a work function that `in_greenlet` runs."""
+    worker, current = _greenlets()
+    running = current()
+    if not isinstance(running, worker):
+        raise RuntimeError("a PostgreSQL statement was run outside Database.write or Database.read_with")
+    return running.parent.switch(awaitable)  # type: ignore[no-any-return]
 
 
-def _terminate(driver_connection: Any) -> None:
-    """End an asyncpg connection at once, with no round trip (its polite close waits for an answer)."""
-    if not _closed(driver_connection):
-        driver_connection.terminate()
+async def in_greenlet(function: Callable[..., T], *args: Any) -> T:
+    """`function(*args)`, whose `await_` calls are awaited here, on the event loop."""
+    worker_class, current = _greenlets()
+    worker = worker_class(function, current())
+    step = worker.switch(*args)
+    while not worker.dead:
+        try:
+            value = await step
+        except BaseException as error:
+            step = worker.throw(error)
+        else:
+            step = worker.switch(value)
+    return step  # type: ignore[no-any-return]
 
 
-def in_transaction(connection: sa.Connection, work: Callable[[sa.Connection], T]) -> T:
-    with connection.begin():
-        return work(connection)
+# --- connections -----------------------------------------------------------------------------------
 
 
-def autocommitted_read(connection: sa.Connection, work: Callable[[sa.Connection], T]) -> T:
+class PgConnection:
+    """An asyncpg connection as a work function is given it (see runtime.storage.driver)."""
+
+    __slots__ = ("driver",)
+    dialect = "postgresql"
+
+    def __init__(self, driver: Any) -> None:
+        self.driver = driver
+
+    def run(self, statement: Sql, batch: Sequence[Mapping[str, Any]], many: bool) -> Ran:
+        import asyncpg  # type: ignore[import-untyped]  # (imported with the first connection)
+
+        text, _ = statement.numbered()
+        values = [statement.postgres_values(one) for one in batch]
+        try:
+            if many and len(values) > 1:
+                await_(self.driver.executemany(text, values))
+                return Ran([], len(values))
+            if statement.returns_rows():
+                rows = [tuple(row) for row in await_(self.driver.fetch(text, *values[0]))]
+                return Ran(rows, len(rows))
+            status: str = await_(self.driver.execute(text, *values[0]))  # "UPDATE 3", "INSERT 0 1"
+        except asyncpg.IntegrityConstraintViolationError as error:
+            raise IntegrityError(text, error) from error
+        count = status.rsplit(" ", 1)[-1]
+        return Ran([], int(count) if count.isdigit() else -1)
+
+    def closed(self) -> bool:
+        return bool(self.driver.is_closed())
+
+    def terminate(self) -> None:
+        """End the connection at once, with no round trip (a polite close waits for an answer)."""
+        if not self.closed():
+            self.driver.terminate()
+
+
+async def connect(dsn: str, connect_timeout_s: float, command_timeout_s: float | None) -> PgConnection:
+    import asyncpg  # (a stack on SQLite never imports it)
+
+    return PgConnection(await asyncpg.connect(dsn, timeout=connect_timeout_s, command_timeout=command_timeout_s))
+
+
+def in_transaction(connection: PgConnection, work: Callable[[PgConnection], T]) -> T:
+    """`work` in one transaction: committed if it returns, rolled back if it raises (unless the
+    database could not serve: the connection is then ended, which ends the transaction too)."""
+    await_(connection.driver.execute("BEGIN"))
+    try:
+        result = work(connection)
+    except BaseException as error:
+        if outage(error) is None and not connection.closed():
+            await_(connection.driver.execute("ROLLBACK"))
+        raise
+    await_(connection.driver.execute("COMMIT"))
+    return result
+
+
+def autocommitted(connection: PgConnection, work: Callable[[PgConnection], T]) -> T:
     """`work` with each statement a transaction of its own: what it reads under PostgreSQL's
     default isolation (READ COMMITTED) is the same as in one transaction, a snapshot per
-    statement, without BEGIN and ROLLBACK round trips around it."""
-    with _autocommit(connection):
-        try:
-            return work(connection)
-        finally:
-            connection.rollback()  # SQLAlchemy's own bookkeeping: no round trip in autocommit
-
-
-def autocommitted_write(connection: sa.Connection, work: Callable[[sa.Connection], T]) -> T:
-    with _autocommit(connection):
-        try:
-            result = work(connection)
-        except BaseException:
-            connection.rollback()
-            raise
-        connection.commit()
-        return result
-
-
-@contextlib.contextmanager
-def _autocommit(connection: sa.Connection) -> Iterator[None]:
-    # The DBAPI connection's own switch (asyncpg's adapter sends no BEGIN while it is on): no
-    # round trip, where `execution_options(isolation_level=...)` would roll back and reset.
-    dbapi_connection: Any = connection.connection.dbapi_connection
-    dbapi_connection.autocommit = True
-    try:
-        yield
-    finally:
-        dbapi_connection.autocommit = False
+    statement, without BEGIN and COMMIT round trips around it; one statement is atomic by itself."""
+    return work(connection)
 
 
 # PostgreSQL's text and JSONB hold no NUL character (U+0000), which JSON, OpenAI and SQLite take:
@@ -112,8 +160,7 @@ _NUL_MESSAGE = ("This server's database cannot store or look up text holding the
 
 
 def _holds_nul(error: BaseException) -> bool:
-    """Whether `error` is PostgreSQL refusing a NUL character, however wrapped (SQLAlchemy's
-    DBAPIError around its adapter's error around asyncpg's)."""
+    """Whether `error` is PostgreSQL refusing a NUL character, however wrapped."""
     seen: BaseException | None = error
     for _ in range(4):
         if seen is None:
@@ -124,67 +171,71 @@ def _holds_nul(error: BaseException) -> bool:
     return False
 
 
-class PgConnections:
-    """The PostgreSQL connections `write` and `read_with` use, up to `keep` of them kept checked
-    out of the engine's pool while idle. Taking a connection from SQLAlchemy's async pool and
-    giving it back cost 140 µs of CPU here, and beginning, running and committing a transaction in
-    three hops into SQLAlchemy's greenlet (`engine.begin()`, `run_sync`) about 200 more: a one-row
-    insert took 1.3 to 1.5 ms in process (0.8 ms of CPU) where asyncpg alone takes 0.6 to 0.75
-    (0.3). With a kept connection and one hop a transaction it takes 0.9 (0.5).
+class PgPool:
+    """The connections `write` and `read_with` run on: at most `size` in use, opened when needed and
+    kept between uses. A use waits up to POOL_TIMEOUT_S for one to come free (then 503: every
+    connection stayed busy). A connection that a use ended with an outage (the database
+    unreachable, a statement past command_timeout_s) is ended at once, without a round trip; one the
+    server has closed meanwhile (a restart, an idle timeout) is dropped when next taken."""
 
-    `keep` is at most half the pool, so that the connections kept idle here never leave the
-    engine's other users waiting for ever. A connection that a use ended with an error goes back to
-    the pool (which rolls it back, or drops it if it is broken); one the server has closed
-    meanwhile is dropped when next taken."""
+    def __init__(self, dsn: str, size: int, connect_timeout_s: float, command_timeout_s: float | None) -> None:
+        self.dsn = dsn
+        self.size = size
+        self.connect_timeout_s = connect_timeout_s
+        self.command_timeout_s = command_timeout_s
+        self.idle: list[PgConnection] = []
+        self.in_use = 0  # connections taken by a use now
+        self._slots: asyncio.Semaphore | None = None
 
-    def __init__(self, engine: AsyncEngine, keep: int) -> None:
-        self._engine = engine
-        self._keep = keep
-        self.idle: list[AsyncConnection] = []
-
-    async def run(self, step: Callable[[sa.Connection, Callable[[sa.Connection], T]], T], work: Callable[[sa.Connection], T]) -> T:
-        """`step(connection, work)` in one hop into SQLAlchemy's greenlet, made to the end even if
-        the caller is cancelled meanwhile (which is raised once it is made)."""
+    async def run(self, step: Callable[[PgConnection, Callable[[PgConnection], T]], T], work: Callable[[PgConnection], T]) -> T:
+        """`step(connection, work)` in a greenlet on a pooled connection, made to the end even if the
+        caller is cancelled meanwhile (which is raised once it is made)."""
         return await to_the_end(asyncio.ensure_future(self._run(step, work)))
 
-    async def _run(self, step: Callable[[sa.Connection, Callable[[sa.Connection], T]], T], work: Callable[[sa.Connection], T]) -> T:
-        connection = await self._take()
-        try:
-            result = await connection.run_sync(step, work)
-        except BaseException as error:
-            if outage(error) is not None:
-                # Dropped, not given back: the pool's reset (a ROLLBACK) would wait on a connection
-                # the database may never answer (see drop_at_once).
-                await connection.invalidate()
-            else:
-                await connection.close()
-            if _holds_nul(error):
-                raise InvalidRequestError(_NUL_MESSAGE, code="invalid_value") from None
-            raise
-        if len(self.idle) < self._keep:
-            self.idle.append(connection)
+    async def _run(self, step: Callable[[PgConnection, Callable[[PgConnection], T]], T], work: Callable[[PgConnection], T]) -> T:
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self.size)
+        if self._slots.locked():
+            try:
+                async with asyncio.timeout(POOL_TIMEOUT_S):
+                    await self._slots.acquire()
+            except TimeoutError:
+                raise PoolBusy() from None
         else:
-            await connection.close()
-        return result
+            await self._slots.acquire()
+        self.in_use += 1
+        try:
+            connection = await self._take()
+            try:
+                result = await in_greenlet(step, connection, work)
+            except BaseException as error:
+                if outage(error) is not None or connection.closed():
+                    connection.terminate()
+                else:
+                    self.idle.append(connection)
+                if _holds_nul(error):
+                    raise InvalidRequestError(_NUL_MESSAGE, code="invalid_value") from None
+                raise
+            self.idle.append(connection)
+            return result
+        finally:
+            self.in_use -= 1
+            self._slots.release()
 
-    async def _take(self) -> AsyncConnection:
+    async def _take(self) -> PgConnection:
         while self.idle:
             connection = self.idle.pop()
-            sync = connection.sync_connection
-            if sync is not None and not sync.invalidated and not _closed(sync.connection.driver_connection):
+            if not connection.closed():
                 return connection
-            await connection.invalidate()
-        return await self._engine.connect()
+        return await connect(self.dsn, self.connect_timeout_s, self.command_timeout_s)
 
-    async def close(self) -> None:
-        """End the kept connections at once: given back to the pool, each would be reset with a
-        ROLLBACK, a round trip that a connection the network stopped carrying waits out to
-        command_timeout_s (the stack's shutdown with it). An idle connection holds no transaction."""
+    def close(self) -> None:
+        """End the idle connections at once: an idle connection holds no transaction, and a polite
+        close waits for an answer that a connection the network stopped carrying never brings (the
+        stack's shutdown with it). One in use is kept when its use ends, for the next."""
         idle, self.idle = self.idle, []
         for connection in idle:
-            if (sync := connection.sync_connection) is not None and not sync.invalidated:
-                _terminate(sync.connection.driver_connection)
-            await connection.invalidate()
+            connection.terminate()
 
 
 LISTEN_CHECK_S = 15.0  # how often the LISTEN connection must answer a query to be kept
@@ -221,7 +272,7 @@ class PgListener:
                 await self._connection.add_listener(channel, self._on_notification)
 
     async def _connect(self) -> None:
-        import asyncpg  # type: ignore[import-untyped]  # (a stack on SQLite never imports it)
+        import asyncpg  # (a stack on SQLite never imports it)
 
         connection = await asyncpg.connect(self.dsn, timeout=self.connect_timeout_s)
         for channel in self.channels:
@@ -277,5 +328,6 @@ class PgListener:
         if self._watchdog is not None:
             self._watchdog.cancel()
             self._watchdog = None
-        _terminate(self._connection)  # a polite close waits for an answer a silent network never brings
+        if self._connection is not None and not self._connection.is_closed():
+            self._connection.terminate()  # a polite close waits for an answer a silent network never brings
         self._connection = None

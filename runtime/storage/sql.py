@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from runtime import fastjson
@@ -25,6 +25,7 @@ from runtime.storage.schema import Table
 # `:name`, not PostgreSQL's `::type` cast, nor anything in a quoted literal (matched whole, and left as it is).
 _PARAMETER = re.compile(r"'(?:[^']|'')*'|(?<![:\w]):([A-Za-z_]\w*)")
 _NUL_ESCAPE = re.compile(r"(\\+)u0000")
+_RETURNING = re.compile(r"\bRETURNING\b", re.IGNORECASE)
 
 
 def json_text(value: Any) -> str:
@@ -51,13 +52,14 @@ class Sql:
     """One statement: `text` for both databases (or `postgresql` for PostgreSQL's own), with
     `:name` parameters; those named in `json` are JSON documents."""
 
-    __slots__ = ("text", "postgresql", "json", "_numbered")
+    __slots__ = ("text", "postgresql", "json", "_numbered", "_returns_rows")
 
     def __init__(self, text: str, *, postgresql: str | None = None, json: Sequence[str] = ()) -> None:
         self.text = text
         self.postgresql = postgresql if postgresql is not None else text
         self.json = frozenset(json)
         self._numbered: tuple[str, tuple[str, ...]] | None = None
+        self._returns_rows: bool | None = None
 
     def __repr__(self) -> str:
         return f"Sql({self.text!r})"
@@ -77,6 +79,13 @@ class Sql:
             self._numbered = _PARAMETER.sub(number, self.postgresql), tuple(names)
         return self._numbered
 
+    def returns_rows(self) -> bool:
+        """Whether it returns rows (a query, or a change with RETURNING) rather than a count."""
+        if self._returns_rows is None:
+            self._returns_rows = (self.postgresql.lstrip()[:6].upper() not in ("INSERT", "UPDATE", "DELETE")
+                                  or _RETURNING.search(self.postgresql) is not None)
+        return self._returns_rows
+
     def sqlite_params(self, params: Mapping[str, Any]) -> Mapping[str, Any]:
         if not self.json:
             return params
@@ -87,8 +96,8 @@ class Sql:
         return tuple(jsonb_text(params[name]) if name in self.json and params[name] is not None else params[name] for name in names)
 
     def run(self, connection: Any, params: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None) -> Ran:
-        """Execute on `connection` (one `Database.write` or `read_with` gives) with `params`: one set,
-        or a list of sets (one executemany)."""
+        """Execute on `connection` (what `Database.write` or `read_with` gives its work) with `params`:
+        one set, or a list of sets (one executemany)."""
         return driver.execute(connection, self, {} if params is None else params)
 
 
@@ -149,11 +158,11 @@ def insert_sql(declared: Table, names: tuple[str, ...]) -> Sql:
 
 
 @functools.lru_cache(maxsize=64)
-def upsert_sql(declared: Table, names: tuple[str, ...], key: tuple[str, ...]) -> Sql:
+def upsert_sql(declared: Table, names: tuple[str, ...], key: tuple[str, ...], updated: tuple[str, ...] | None = None) -> Sql:
     """Insert a row of the columns `names`, or update the row whose `key` columns (a unique index)
-    already match: the same `ON CONFLICT` on both databases."""
+    already match (its columns `updated`, by default `names`): the same `ON CONFLICT` on both databases."""
     insert = insert_sql(declared, names)
-    update = [name for name in names if name not in key]
+    update = [name for name in (names if updated is None else updated) if name not in key]
     on_conflict = (f" ON CONFLICT ({', '.join(key)}) DO UPDATE SET " + ", ".join(f"{name} = excluded.{name}" for name in update)
                    if update else f" ON CONFLICT ({', '.join(key)}) DO NOTHING")
     return Sql(insert.text + on_conflict, json=sorted(insert.json))
@@ -182,3 +191,57 @@ def inserts_as_one(shapes: tuple[tuple[Table, tuple[str, ...]], ...]) -> Sql:
     text = (("WITH " + ", ".join(f"insert_{index} AS ({part})" for index, part in enumerate(first)) + " ") if first else "") + last
     return Sql(text, json=[f"rows{index}" for index in range(len(shapes))])
 
+
+
+class InsertRows:
+    """A write that only adds rows, table by table in the order given: `db.write(InsertRows((t1,
+    rows1), (t2, rows2)))`. On SQLite, the inserts of a group of such writes queued together are
+    made as one executemany per table (in the order the tables first appear), all of it with the
+    write lock held that other processes wait on. A group that fails is retried write by write, as
+    any group is, so a write's failure stays its own.
+
+    On PostgreSQL the inserts are one statement (`alone_on_postgres`), run in autocommit: one round
+    trip where BEGIN, an insert a table and COMMIT were four for a response."""
+
+    __slots__ = ("inserts",)
+
+    def __init__(self, *inserts: tuple[Table, Sequence[Mapping[str, Any]]]) -> None:
+        self.inserts = [(table, rows) for table, rows in inserts if rows]
+
+    def __call__(self, connection: Any) -> None:
+        for table, rows in self.inserts:
+            insert_rows(connection, table, rows)
+
+    def alone_on_postgres(self) -> Callable[[Any], None] | None:
+        """The inserts as one PostgreSQL statement (`inserts_as_one`); None where a table's rows do
+        not all have the same columns."""
+        shapes: list[tuple[Table, tuple[str, ...]]] = []
+        params: dict[str, Any] = {}
+        for index, (table, rows) in enumerate(self.inserts):
+            full = with_defaults(table, rows)
+            names = tuple(full[0])
+            if any(row.keys() != full[0].keys() for row in full):
+                return None
+            shapes.append((table, names))
+            params[f"rows{index}"] = full
+        if not shapes:
+            return None
+        statement = inserts_as_one(tuple(shapes))
+
+        def insert(connection: Any) -> None:
+            statement.run(connection, params)
+
+        return insert
+
+
+def insert_rows(connection: Any, table: Table, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Insert `rows` into `table`: one executemany a run of rows with the same columns, in order (a
+    serial key numbers them as given)."""
+    run: list[dict[str, Any]] = []
+    for row in with_defaults(table, rows):
+        if run and row.keys() != run[0].keys():
+            insert_sql(table, tuple(run[0])).run(connection, run)
+            run = []
+        run.append(row)
+    if run:
+        insert_sql(table, tuple(run[0])).run(connection, run)

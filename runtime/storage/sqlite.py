@@ -42,18 +42,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-import sqlalchemy as sa
 import sqlean as sqlite3  # type: ignore[import-untyped]
 
 from runtime.storage.schema import Table
-from runtime.storage.statements import InsertRows, insert_rows
+from runtime.storage.sql import InsertRows, insert_rows
 
 T = TypeVar("T")
 
 log = logging.getLogger("stack")
 
-# Execution option read by the SQLite "begin" hook: which BEGIN to emit for this connection.
-BEGIN_OPTION = "stack_sqlite_begin"
 BUSY_TIMEOUT_S = 5  # how long a write waits for another program's lock on the file before it fails
 _SQLITE_BUSY = 5
 
@@ -103,70 +100,81 @@ class FileLock:
 
 
 class Held:
-    """One of the pool's connections, kept checked out for one use (the writes, or the small reads
-    made on the event loop) by one thread at a time, which the caller sees to. Taking a connection
-    from the pool and giving it back (the pool's bookkeeping, its events, the reset on return)
-    cost 40 to 70 µs a transaction here: more than a small write's own statements and commit
-    (about 30 µs). After an error the connection goes back to the pool, which resets it or
-    discards it, and the next use takes another: one in a state not known is never used again."""
+    """One connection, kept for one use at a time (the writes, the small reads made on the event
+    loop, or one reading thread's reads), by one thread at a time, which the caller sees to. It is
+    opened on first use. After an error its transaction is rolled back, and if even that fails the
+    connection is closed and the next use opens another: one in a state not known is never used
+    again."""
 
-    __slots__ = ("_engine", "_options", "_connection")
+    __slots__ = ("_path", "_connection")
 
-    def __init__(self, engine: sa.Engine, **options: Any) -> None:
-        self._engine = engine
-        self._options = options
-        self._connection: sa.Connection | None = None
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._connection: Any = None
 
-    def _get(self) -> sa.Connection:
+    def _get(self) -> Any:
         if self._connection is None:
-            connection = self._engine.connect()
-            self._connection = connection.execution_options(**self._options) if self._options else connection
+            self._connection = connect(self._path)
         return self._connection
 
-    def write(self, work: Callable[[sa.Connection], T], wait: bool = True) -> T:
+    def write(self, work: Callable[[Any], T], wait: bool = True) -> T:
         """`work(connection)` in a transaction: committed if it returns, rolled back if it raises.
         Not to `wait`: `Busy` at once, rather than SQLite's wait of up to BUSY_TIMEOUT_S, if
         another program holds the file's write lock (only the BEGIN takes it, in WAL mode)."""
         connection = self._get()
-        try:
-            with connection.begin() if wait else _begin_now(connection):
-                return work(connection)
-        except BaseException:
-            self.close()
-            raise
-
-    def read(self, work: Callable[[sa.Connection], T]) -> T:
-        """`work(connection)`, whose transaction (the snapshot it read) is ended after it."""
-        connection = self._get()
+        # IMMEDIATE takes the write lock up front: a deferred transaction that reads before writing
+        # can fail to upgrade its lock without waiting busy_timeout.
+        if wait:
+            connection.execute("BEGIN IMMEDIATE")
+        else:
+            _begin_now(connection)
         try:
             result = work(connection)
-            connection.rollback()
+            connection.execute("COMMIT")
         except BaseException:
-            self.close()
+            self._roll_back()
             raise
         return result
 
+    def read(self, work: Callable[[Any], T]) -> T:
+        """`work(connection)` in one transaction (one snapshot of the database), ended after it."""
+        connection = self._get()
+        connection.execute("BEGIN")
+        try:
+            result = work(connection)
+        except BaseException:
+            self._roll_back()
+            raise
+        connection.execute("ROLLBACK")
+        return result
+
+    def _roll_back(self) -> None:
+        try:
+            if self._connection is not None and self._connection.in_transaction:
+                self._connection.execute("ROLLBACK")
+        except sqlite3.Error:
+            self.close()
+
     def close(self) -> None:
-        """Give the connection back to the pool; the next use takes one again."""
+        """Close the connection; the next use opens one again."""
         connection, self._connection = self._connection, None
         if connection is not None:
             connection.close()
 
 
-def _begin_now(connection: sa.Connection) -> sa.RootTransaction:
-    driver: Any = connection.connection.driver_connection
-    driver.set_busy_timeout(0)  # sqlean's own call: a C call, where a PRAGMA each way cost 2.9 µs
+def _begin_now(connection: Any) -> None:
+    connection.set_busy_timeout(0)  # sqlean's own call: a C call, where a PRAGMA each way cost 2.9 µs
     try:
-        return connection.begin()
-    except sa.exc.DBAPIError as error:
-        if getattr(error.orig, "sqlite_errorcode", 0) & 0xFF == _SQLITE_BUSY:
+        connection.execute("BEGIN IMMEDIATE")
+    except sqlite3.OperationalError as error:
+        if getattr(error, "sqlite_errorcode", 0) & 0xFF == _SQLITE_BUSY:
             raise Busy() from error
         raise
     finally:
-        driver.set_busy_timeout(BUSY_TIMEOUT_S)
+        connection.set_busy_timeout(BUSY_TIMEOUT_S)
 
 
-def write_sync(writing: Held, work: Callable[[sa.Connection], T], lock: FileLock | None = None) -> T:
+def write_sync(writing: Held, work: Callable[[Any], T], lock: FileLock | None = None) -> T:
     with lock if lock is not None else contextlib.nullcontext():
         return writing.write(work)
 
@@ -174,7 +182,7 @@ def write_sync(writing: Held, work: Callable[[sa.Connection], T], lock: FileLock
 Outcome = tuple[bool, Any]  # (True, result) or (False, the exception raised)
 
 
-def _run_group(conn: sa.Connection, works: list[Callable[[sa.Connection], Any]]) -> list[Outcome]:
+def _run_group(conn: Any, works: list[Callable[[Any], Any]]) -> list[Outcome]:
     outcomes: list[Outcome] = []
     at = 0
     while at < len(works):
@@ -183,10 +191,10 @@ def _run_group(conn: sa.Connection, works: list[Callable[[sa.Connection], Any]])
             outcomes.append((True, work(conn)))
             at += 1
             continue
-        merged: dict[sa.Table | Table, list[dict[str, Any]]] = {}
+        merged: dict[Table, list[dict[str, Any]]] = {}
         while at < len(works) and isinstance(insert := works[at], InsertRows):  # a run of inserts: one statement a table
             for table, rows in insert.inserts:
-                merged.setdefault(table, []).extend(rows)
+                merged.setdefault(table, []).extend(dict(row) for row in rows)
             outcomes.append((True, None))
             at += 1
         for table, rows in merged.items():
@@ -194,7 +202,7 @@ def _run_group(conn: sa.Connection, works: list[Callable[[sa.Connection], Any]])
     return outcomes
 
 
-def write_group_sync(writing: Held, works: list[Callable[[sa.Connection], Any]], lock: FileLock | None = None,
+def write_group_sync(writing: Held, works: list[Callable[[Any], Any]], lock: FileLock | None = None,
                      wait: bool = True) -> list[Outcome]:
     """Run `works` in one transaction; if any of them fails, run each in a transaction of its
     own instead, so a write's failure is its own. Not to `wait` (on the event loop): `Busy`,
@@ -249,26 +257,6 @@ class Checkpointer:
         self._thread.join(timeout=10)
 
 
-def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:
-    # Take BEGIN away from the driver so the "begin" hook decides which kind to emit.
-    dbapi_connection.isolation_level = None
-    raw = getattr(dbapi_connection, "driver_connection", dbapi_connection)
-    if isinstance(raw, sqlite3.Connection):  # (the async engine's connections get it from their creator)
-        _load_vec(raw)
-    cursor = dbapi_connection.cursor()
-    try:
-        for pragma in (
-            "journal_mode=WAL",  # readers do not block the writer, nor it them
-            "synchronous=NORMAL",  # durable at checkpoints; safe against corruption in WAL
-            f"busy_timeout={BUSY_TIMEOUT_S * 1000}",  # wait for other processes' locks rather than fail at once
-            "foreign_keys=ON",
-            f"wal_autocheckpoint={AUTOCHECKPOINT_PAGES}",  # the checkpoint thread does it (see the module's doc)
-        ):
-            cursor.execute(f"PRAGMA {pragma}")
-    finally:
-        cursor.close()
-
-
 @functools.cache
 def _vec_path() -> str:
     # The extension's file, found without importing its package (which imports NumPy: 16 MiB and 55 ms at start).
@@ -286,42 +274,21 @@ def _load_vec(connection: Any) -> None:
         connection.enable_load_extension(False)
 
 
-def _sqlite_connect(path: str) -> Any:
-    connection = sqlite3.connect(path, check_same_thread=False)
-    _load_vec(connection)
-    return connection
-
-
-def async_sqlite_dbapi(path: str) -> Any:
-    """SQLAlchemy's aiosqlite adapter over sqlean: aiosqlite's connections, run on sqlean's."""
-    import types
-
-    import aiosqlite
-    from sqlalchemy.dialects.sqlite.aiosqlite import AsyncAdapt_aiosqlite_dbapi
-
-    def connect(*_args: Any, **_kwargs: Any) -> aiosqlite.Connection:
-        return aiosqlite.Connection(lambda: _sqlite_connect(path), 64)
-
-    shim = types.SimpleNamespace(
-        Connection=aiosqlite.Connection, connect=connect,
-        **{name: getattr(sqlite3, name) for name in ("DatabaseError", "Error", "IntegrityError", "NotSupportedError",
-                                                      "OperationalError", "ProgrammingError", "sqlite_version", "sqlite_version_info")})
-    return AsyncAdapt_aiosqlite_dbapi(shim, sqlite3)  # type: ignore[arg-type]
-
-
-def hook_sqlite(engine: sa.Engine) -> None:
-    sa.event.listen(engine, "connect", _sqlite_on_connect)
-    sa.event.listen(engine, "begin", _sqlite_on_begin)
-
-
-def _sqlite_on_begin(conn: sa.Connection) -> None:
-    begin = conn.get_execution_options().get(BEGIN_OPTION, "BEGIN")
-    driver = conn.connection.driver_connection
-    if not isinstance(driver, sqlite3.Connection):  # the async engine's (aiosqlite)
-        conn.exec_driver_sql(begin)
-        return
-    # On the driver itself: through SQLAlchemy's execution layer it was 6 of a small write's 30 µs.
+def connect(path: Path) -> Any:
+    """A connection to the database file at `path`, set up as every one of the stack's is: sqlite-vec
+    loaded, WAL, and BEGIN left to the caller (no transaction the driver would open by itself)."""
+    connection = sqlite3.connect(path, check_same_thread=False, isolation_level=None)  # (it moves between our threads)
     try:
-        driver.execute(begin)
-    except sqlite3.DatabaseError as error:  # as SQLAlchemy would raise it ("database is locked")
-        raise sa.exc.DBAPIError.instance(begin, None, error, sqlite3.Error) from error
+        _load_vec(connection)
+        for pragma in (
+            "journal_mode=WAL",  # readers do not block the writer, nor it them
+            "synchronous=NORMAL",  # durable at checkpoints; safe against corruption in WAL
+            f"busy_timeout={BUSY_TIMEOUT_S * 1000}",  # wait for other processes' locks rather than fail at once
+            "foreign_keys=ON",
+            f"wal_autocheckpoint={AUTOCHECKPOINT_PAGES}",  # the checkpoint thread does it (see the module's doc)
+        ):
+            connection.execute(f"PRAGMA {pragma}").fetchall()
+    except BaseException:
+        connection.close()
+        raise
+    return connection

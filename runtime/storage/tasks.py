@@ -20,5 +20,7 @@ async def to_the_end(future: asyncio.Future[T]) -> T:
         except asyncio.CancelledError as error:
             cancelled = error
     if cancelled is not None:
+        if not future.cancelled():
+            future.exception()  # its failure is the cancelled caller's to drop: not logged as never retrieved
         raise cancelled
     return future.result()

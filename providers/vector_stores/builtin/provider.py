@@ -427,7 +427,7 @@ class BuiltinVectorStores:
             ef_search.run(connection)
             return statement.run(connection, params).rows
 
-        return await self.db.read_with(run)
+        return await self.db.read_with(run, transaction=True)  # (SET LOCAL holds only within a transaction)
 
 
 async def _nothing() -> dict[tuple[str, str, str], SearchHit]:

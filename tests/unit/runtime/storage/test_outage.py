@@ -10,14 +10,13 @@ from pathlib import Path
 
 import asyncpg  # type: ignore[import-untyped]
 import pytest
-import sqlalchemy as sa
 import sqlean  # type: ignore[import-untyped]
 
 from builder.config import PostgresBackend
 from runtime.errors import APIError, InvalidRequestError
-from runtime.storage import StorageUnavailableError, database, open_database, postgres
+from runtime.storage import INTEGER, Column, IntegrityError, Sql, StorageUnavailableError, open_database, postgres, table
 from runtime.storage.database import _SCHEMA_LOCK
-from runtime.storage.outage import outage, unavailable
+from runtime.storage.outage import PoolBusy, outage, unavailable
 from support.postgres import fresh_database
 from support.tcp_proxy import postgres_behind_proxy
 
@@ -30,7 +29,7 @@ def _sqlite_error(path: Path, *statements: str, uri: bool = False) -> BaseExcept
         for statement in statements:
             connection.execute(statement)
     except sqlean.Error as error:
-        return error
+        return error  # type: ignore[no-any-return]
     finally:
         if connection is not None:
             connection.close()
@@ -47,16 +46,19 @@ def test_sqlite_errors_of_a_database_that_cannot_take_the_operation(tmp_path: Pa
     assert outage(full) == "the database's disk is full"
     assert outage(read_only) == "the database file is read-only"
     assert outage(cannot_open) == "the database file cannot be opened"
-    # Wrapped as SQLAlchemy wraps the driver's error, it reads the same.
-    wrapped = sa.exc.DBAPIError.instance("INSERT", None, full, sqlean.Error)
-    assert outage(wrapped) == "the database's disk is full"
+    # Wrapped, it reads the same: carried as `orig` (as IntegrityError carries the driver's error), or raised from it.
+    assert outage(IntegrityError("INSERT", full)) == "the database's disk is full"
+    try:
+        raise RuntimeError("wrapped") from full
+    except RuntimeError as wrapped:
+        assert outage(wrapped) == "the database's disk is full"
 
 
 def test_sqlite_errors_of_a_wrong_statement_are_not_an_outage(tmp_path: Path) -> None:
     syntax = _sqlite_error(tmp_path / "a.db", "SELEC 1")
     duplicate = _sqlite_error(tmp_path / "b.db", "CREATE TABLE t (x PRIMARY KEY)", "INSERT INTO t VALUES (1)", "INSERT INTO t VALUES (1)")
     missing = _sqlite_error(tmp_path / "c.db", "SELECT * FROM nowhere")
-    for error in (syntax, duplicate, missing, ValueError("x"), KeyError("y"), InvalidRequestError("bad")):
+    for error in (syntax, duplicate, IntegrityError("INSERT", duplicate), missing, ValueError("x"), KeyError("y"), InvalidRequestError("bad")):
         assert outage(error) is None, error
         assert unavailable(error, "a test") is None
 
@@ -73,12 +75,11 @@ def test_sqlite_errors_of_a_wrong_statement_are_not_an_outage(tmp_path: Path) ->
     (asyncpg.exceptions.InterfaceError("cannot call Connection.execute(): connection is closed"), "the connection to the database was lost"),
     (ConnectionRefusedError(111, "Connection refused"), "the database could not be reached: Connection refused"),
     (socket.gaierror(-2, "Name or service not known"), "the database could not be reached: Name or service not known"),
-    (sa.exc.TimeoutError("QueuePool limit of size 10 overflow 0 reached, connection timed out, timeout 30.00"),
-     "every connection to the database stayed busy"),
+    (PoolBusy(), "every connection to the database stayed busy"),
 ])
 def test_postgresql_failures_of_the_server_not_the_statement(error: BaseException, reason: str) -> None:
     assert outage(error) == reason
-    try:  # as it reaches the storage layer: raised from inside SQLAlchemy's wrapper
+    try:  # as it reaches the storage layer: raised from inside another error (`from`)
         raise RuntimeError("wrapped") from error
     except RuntimeError as wrapped:
         assert outage(wrapped) == reason
@@ -124,7 +125,7 @@ async def test_a_postgresql_server_that_refuses_connections_is_a_503_and_a_faile
                                        connect_timeout_s=2))
     try:
         with pytest.raises(StorageUnavailableError, match="could not be reached") as refused:
-            await db.read_with(lambda connection: connection.exec_driver_sql("SELECT 1").all())
+            await db.read_one(Sql("SELECT 1"))
         assert isinstance(refused.value.__cause__, OSError)
         assert (await db.ping()).startswith("the database could not be reached")  # type: ignore[union-attr]
     finally:
@@ -165,13 +166,14 @@ async def test_the_schema_waits_for_another_replicas_past_the_command_timeout_an
         await replica.execute(f"SELECT pg_advisory_lock({_SCHEMA_LOCK})")
         releasing = asyncio.get_running_loop().call_later(2, lambda: asyncio.ensure_future(
             replica.execute(f"SELECT pg_advisory_unlock({_SCHEMA_LOCK})")))
-        table = sa.Table("t", sa.MetaData(), sa.Column("k", sa.Integer, primary_key=True))
-        await db.create_tables(table.metadata)  # waited the 2 s, unbounded
+        await db.create_tables([table("t", Column("k", INTEGER, primary_key=True))])  # waited the 2 s, unbounded
         releasing.cancel()
-        assert await db.read_with(lambda connection: connection.execute(sa.select(sa.func.count()).select_from(table)).scalar()) == 0
+        assert await db.read_one(Sql("SELECT count(*) FROM t")) == (0,)
+        assert db._pg is not None and len(db._pg.idle) == 1  # (the schema's connection was its own, and is gone)
         # A statement of a request is bound: one that takes 3 s is a 503 after 1.
         with pytest.raises(StorageUnavailableError, match="did not answer in time"):
-            await db.read_with(lambda connection: connection.exec_driver_sql("SELECT pg_sleep(3)").all())
+            await db.read_one(Sql("SELECT pg_sleep(3)"))
+        assert db._pg.idle == [] and db.connections_in_use == 0  # its connection ended, not kept
         assert await db.ping() is None  # and the next one has a connection of its own
     finally:
         await replica.close()
@@ -205,16 +207,17 @@ async def test_a_listen_connection_a_partition_silenced_is_made_again(pg_dsn: st
 
 
 @pytest.mark.postgres
-async def test_closing_a_database_the_network_silenced_ends(pg_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(database, "DISPOSE_S", 0.5)
+async def test_closing_a_database_the_network_silenced_ends(pg_dsn: str) -> None:
     with postgres_behind_proxy(pg_dsn) as (proxied, proxy):
         db = open_database(PostgresBackend(type="postgres", dsn=proxied, pool_size=4))
 
         async def read() -> None:
-            await db.read_with(lambda connection: connection.exec_driver_sql("SELECT pg_sleep(0.2)").all())
+            await db.read_one(Sql("SELECT pg_sleep(0.2)"))
 
-        await asyncio.gather(*(read() for _ in range(4)))  # two connections kept, two back in the pool
-        assert db.kept_connections == 2
+        await db.subscribe("stack_test", lambda _payload: None)  # the LISTEN connection, too
+        await asyncio.gather(*(read() for _ in range(4)))  # four connections kept
+        assert db._pg is not None and len(db._pg.idle) == 4
         proxy.blackhole()
-        # Each pooled connection's polite close would wait for ever on a network that carries nothing.
+        # Each connection's polite close would wait for ever on a network that carries nothing: ended at once.
         await asyncio.wait_for(db.close(), 10)
+        assert db._pg.idle == []

@@ -9,131 +9,150 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
-import sqlalchemy as sa
 import sqlean  # type: ignore[import-untyped]
 
 from builder.config import SqliteBackend
-from runtime.storage import StorageUnavailableError, insert_into, open_database
-from support.storage import Fired, SqliteKeys, insert_noting_thread
+from runtime.storage import INTEGER, Column, IntegrityError, Sql, StorageUnavailableError, open_database, table
+from runtime.storage import sqlite
+from runtime.storage.sqlite import Held
+from support.storage import Counted, HeldOpen, SqliteKeys, insert_noting_thread, keys_of, loop_errors
+
+INSERT_K = Sql("INSERT INTO t (k) VALUES (:k)")
+KEYS = Sql("SELECT k FROM t ORDER BY k")
+
+
+def read_keys(connection: Any) -> list[int]:
+    return [k for k, in KEYS.run(connection).rows]
+
+
+def closed(connection: Any) -> bool:
+    try:
+        connection.execute("SELECT 1")
+    except sqlean.ProgrammingError:
+        return True
+    return False
 
 
 async def test_sqlite_read_then_write_transactions_serialize(tmp_path: Path) -> None:
-    # Deferred transactions that read and then write would fail with "database is locked"
-    # on lock upgrade and lose updates; write transactions here are serialized and IMMEDIATE.
+    # Deferred transactions that read and then write would fail with "database is locked" on lock
+    # upgrade and lose updates; write transactions here are serialized and IMMEDIATE.
     db = open_database(SqliteBackend(type="sqlite", path=tmp_path / "s.db"))
-    counter = sa.Table("counter", sa.MetaData(), sa.Column("n", sa.Integer, nullable=False))
+    counter = table("counter", Column("n", INTEGER, nullable=False))
     try:
-        await db.create_tables(counter.metadata)
-        await db.execute(counter.insert().values(n=0))
+        await db.create_tables([counter])
+        await db.write_one(Sql("INSERT INTO counter (n) VALUES (0)"))
+
+        def increment_once(connection: Any) -> None:
+            n = Sql("SELECT n FROM counter").run(connection).scalar()
+            Sql("UPDATE counter SET n = :n").run(connection, {"n": n + 1})
 
         async def increment() -> None:
-            for _ in range(4):
-                async with db.transaction() as conn:
-                    n = (await conn.execute(sa.select(counter.c.n))).scalar_one()
-                    await conn.execute(counter.update().values(n=n + 1))
+            for k in range(4):
+                await db.write(increment_once, small=k % 2 == 0)
 
         await asyncio.wait_for(asyncio.gather(*(increment() for _ in range(32))), 30)
-        row = await db.fetch_one(sa.select(counter.c.n))
-        assert row is not None and row["n"] == 128
+        assert await db.read_one(Sql("SELECT n FROM counter")) == (128,)
     finally:
         await db.close()
 
 
-async def test_sqlite_connection_settings(tmp_path: Path) -> None:
+async def test_sqlite_every_connection_is_set_up_alike(tmp_path: Path) -> None:
     db = open_database(SqliteBackend(type="sqlite", path=tmp_path / "a" / "b" / "s.db"))
+
+    def settings(connection: Any) -> list[Any]:
+        pragmas = [connection.execute(f"PRAGMA {name}").fetchone()[0]
+                   for name in ("journal_mode", "synchronous", "busy_timeout", "foreign_keys", "wal_autocheckpoint")]
+        return [*pragmas, connection.execute("SELECT vec_version()").fetchone()[0].startswith("v")]  # sqlite-vec loaded
+
+    expected = ["wal", 1, 5000, 1, 16384, True]
     try:
         assert db.dialect == "sqlite"
-        async with db.read() as conn:
-            values = [
-                (await conn.exec_driver_sql(f"PRAGMA {name}")).scalar()
-                for name in ("journal_mode", "synchronous", "busy_timeout", "foreign_keys")
-            ]
-        assert values == ["wal", 1, 5000, 1]
+        assert await db.write(settings) == expected  # the writer thread's
+        assert await db.write(settings, small=True) == expected  # the same connection, on the event loop
+        assert await db.read_with(settings, small=True) == expected  # the event loop's reads
+        assert await db.read_with(settings) == expected  # a reading thread's
         assert (tmp_path / "a" / "b" / "s.db").exists()
     finally:
         await db.close()
 
 
-async def test_sqlite_nested_write_transaction_raises(tmp_path: Path) -> None:
-    db = open_database(SqliteBackend(type="sqlite", path=tmp_path / "s.db"))
-    try:
-        async with db.transaction():
-            # asyncio.timeout, not wait_for: the inner write must run in this same task.
-            with pytest.raises(RuntimeError, match="nested"):
-                async with asyncio.timeout(5):
-                    await db.execute(sa.text("SELECT 1"))
-        assert await db.execute(sa.text("CREATE TABLE t (x INTEGER)")) is not None
-    finally:
-        await db.close()
-
-
-async def test_sqlite_concurrent_writes_share_commits(keys_db: SqliteKeys) -> None:
+async def test_sqlite_concurrent_writes_share_commits(keys_db: SqliteKeys, monkeypatch: pytest.MonkeyPatch) -> None:
     db, table = keys_db
-    assert db._sync is not None
-    commits = Fired(db._sync, "commit")
-    await asyncio.gather(*(db.execute(table.insert().values(k=k)) for k in range(64)))
-    rows = await db.fetch_all(sa.select(table.c.k).order_by(table.c.k))
-    assert [row["k"] for row in rows] == list(range(64))
+    transactions = Counted(monkeypatch, Held, "write")  # a transaction each, committed once
+    await asyncio.gather(*(db.write_one(INSERT_K, {"k": k}) for k in range(64)))
+    assert await keys_of(db, table) == list(range(64))
     # The first write runs alone; the rest queue behind it and go in as few groups.
-    assert commits.count <= 4, commits.count
+    assert transactions.count <= 4, transactions.count
 
 
 async def test_sqlite_a_write_cancelled_while_queued_is_not_made(keys_db: SqliteKeys) -> None:
     db, table = keys_db
-    async with db.transaction():  # holds the write lock: the writes below queue
-        queued = [asyncio.create_task(db.execute(table.insert().values(k=k))) for k in range(3)]
-        await asyncio.sleep(0.05)
-        queued[1].cancel()
+    holding = HeldOpen()  # holds the write lock: the writes below queue
+    held = asyncio.create_task(db.write(holding))
+    await holding.entered()
+    queued = [asyncio.create_task(db.write_one(INSERT_K, {"k": k})) for k in range(3)]
+    await asyncio.sleep(0.05)
+    queued[1].cancel()
+    holding.release()
+    assert await held == 1
     assert [await queued[0], await queued[2]] == [1, 1]
     assert queued[1].cancelled()
-    rows = await db.fetch_all(sa.select(table.c.k).order_by(table.c.k))
-    assert [row["k"] for row in rows] == [0, 2]
+    assert await keys_of(db, table) == [0, 2]
 
 
 async def test_sqlite_writes_held_by_a_stopped_committer_fail_rather_than_hang(keys_db: SqliteKeys) -> None:
     db, table = keys_db
+    first_in, first_go, group_in, group_go = threading.Event(), threading.Event(), threading.Event(), threading.Event()
 
-    def slow_insert(k: int) -> Any:
-        def work(conn: sa.Connection) -> int:
-            time.sleep(0.2)
-            return conn.execute(table.insert().values(k=k)).rowcount
+    def waiting_insert(k: int, inside: threading.Event, go: threading.Event) -> Any:
+        def work(connection: Any) -> int:
+            inside.set()
+            assert go.wait(10)
+            return INSERT_K.run(connection, {"k": k}).rowcount
         return work
 
-    first = asyncio.create_task(db.write(slow_insert(1)))  # runs at once, alone
+    loop = asyncio.get_running_loop()
+    first = asyncio.create_task(db.write(waiting_insert(1, first_in, first_go)))  # runs at once, alone
+    assert await loop.run_in_executor(None, first_in.wait, 5)
+    grouped = [asyncio.create_task(db.write(waiting_insert(k, group_in, group_go))) for k in (2, 3)]  # queue behind it
     await asyncio.sleep(0.05)
-    grouped = [asyncio.create_task(db.write(slow_insert(k))) for k in (2, 3)]  # queue behind it
-    await asyncio.sleep(0.3)  # the committer has taken them and is running the group
+    first_go.set()
+    assert await first == 1
+    assert await loop.run_in_executor(None, group_in.wait, 5)  # the committer has taken them and is running the group
     assert db._committer is not None
     db._committer.cancel()  # as at a shutdown
-    assert await first == 1
+    group_go.set()
     for task in grouped:
         with pytest.raises(RuntimeError, match="stopped"):
-            await asyncio.wait_for(task, 2)
+            await asyncio.wait_for(task, 5)
+    # (Whether the group was committed is not known to its writers.) The next write is made.
+    assert await asyncio.wait_for(db.write_one(INSERT_K, {"k": 4}), 5) == 1
+    assert (await keys_of(db, table))[-1] == 4
 
 
-async def test_sqlite_small_writes_are_made_on_the_event_loop_in_groups_and_large_ones_on_the_writer_thread(keys_db: SqliteKeys) -> None:
+async def test_sqlite_small_writes_are_made_on_the_event_loop_in_groups_and_large_ones_on_the_writer_thread(
+        keys_db: SqliteKeys, monkeypatch: pytest.MonkeyPatch) -> None:
     db, table = keys_db
     threads: list[str] = []
-    assert db._sync is not None
-    commits = Fired(db._sync, "commit")
+    transactions = Counted(monkeypatch, Held, "write")
     assert await db.write(insert_noting_thread(table, 0, threads), small=True) == 1
     assert threads == [threading.current_thread().name]
     # Small writes queued in the same turn of the loop go in together, in one commit.
     assert await asyncio.gather(*(db.write(insert_noting_thread(table, k, threads), small=True) for k in range(1, 33))) == [1] * 32
     assert set(threads) == {threading.current_thread().name}
-    assert commits.count == 2
+    assert transactions.count == 2
+    assert set(transactions.threads) == {threading.current_thread().name}
     threads.clear()
     assert await db.write(insert_noting_thread(table, 33, threads)) == 1
     assert threads[0].startswith("stack-sqlite-write")
     # A small write queued with a large one goes with it to the writer thread.
     threads.clear()
     await asyncio.gather(db.write(insert_noting_thread(table, 34, threads), small=True), db.write(insert_noting_thread(table, 35, threads)))
-    assert all(name.startswith("stack-sqlite-write") for name in threads), threads
-    rows = await db.fetch_all(sa.select(table.c.k).order_by(table.c.k))
-    assert [row["k"] for row in rows] == list(range(36))
+    assert len(threads) == 2 and all(name.startswith("stack-sqlite-write") for name in threads), threads
+    assert await keys_of(db, table) == list(range(36))
 
 
 async def test_sqlite_a_small_write_waits_on_the_writer_thread_while_another_process_writes(keys_db: SqliteKeys, tmp_path: Path) -> None:
@@ -157,49 +176,91 @@ async def test_sqlite_a_small_write_waits_on_the_writer_thread_while_another_pro
     assert threads[1] == threading.current_thread().name
 
 
+async def test_sqlite_a_write_holds_the_lock_between_processes_until_it_commits(keys_db: SqliteKeys, tmp_path: Path) -> None:
+    db, _ = keys_db
+    holding = HeldOpen((INSERT_K, {"k": 1}))
+    held = asyncio.create_task(db.write(holding))
+    other = os.open(tmp_path / "s.db.write-lock", os.O_RDWR)  # another process's view of the lock
+    try:
+        await holding.entered()
+        with pytest.raises(BlockingIOError):
+            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        holding.release()
+        assert await held == 1
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free once committed
+        fcntl.flock(other, fcntl.LOCK_UN)
+    finally:
+        os.close(other)
+
+
 async def test_sqlite_small_reads_are_made_on_the_event_loop_and_others_on_a_reading_thread(keys_db: SqliteKeys) -> None:
     db, table = keys_db
     threads: list[str] = []
 
-    def read(connection: sa.Connection) -> list[int]:
+    def read(connection: Any) -> list[int]:
         threads.append(threading.current_thread().name)
-        return [row.k for row in connection.execute(sa.select(table.c.k).order_by(table.c.k))]
+        return read_keys(connection)
 
-    await db.write(lambda connection: insert_into(table).run(connection, [{"k": 1}, {"k": 2}]), small=True)
-    async with db.transaction():  # a write under way: a reader in WAL mode does not wait for it
+    await db.write(lambda connection: INSERT_K.run(connection, [{"k": 1}, {"k": 2}]), small=True)
+    holding = HeldOpen((INSERT_K, {"k": 3}))
+    held = asyncio.create_task(db.write(holding))
+    try:
+        await holding.entered()  # a write under way: a reader in WAL mode does not wait for it
         assert await db.read_with(read, small=True) == [1, 2]
-    assert await db.read_with(read) == [1, 2]
+    finally:
+        holding.release()
+    await held
+    assert await db.read_with(read) == [1, 2, 3]
     assert threads[0] == threading.current_thread().name and threads[1].startswith("stack-sqlite-read")
 
 
-async def test_sqlite_writes_and_small_reads_keep_one_connection_each_and_a_failure_gives_its_connection_back(keys_db: SqliteKeys) -> None:
+async def test_sqlite_writes_and_small_reads_keep_one_connection_each_and_a_failure_rolls_back_on_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    opened = Counted(monkeypatch, sqlite, "connect")
+    db = open_database(SqliteBackend(type="sqlite", path=tmp_path / "s.db"))
+    keys = table("t", Column("k", INTEGER, primary_key=True))
+    try:
+        await db.create_tables([keys])
+        assert opened.count == 1  # the writing one
+        for k in range(5):
+            await db.write(insert_noting_thread(keys, k, []), small=True)
+            await db.write(insert_noting_thread(keys, 100 + k, []))  # on the writer thread, the same connection
+            # Each small read ends its transaction: the next one sees the write made since.
+            assert (await db.read_with(read_keys, small=True))[-1] == 100 + k
+        assert opened.count == 2  # and the reading one
+        with pytest.raises(IntegrityError):
+            await db.write(insert_noting_thread(keys, 0, []), small=True)
+        # The failed write was rolled back on its connection, which the next write uses, and works.
+        assert await db.write(insert_noting_thread(keys, 5, []), small=True) == 1
+        with pytest.raises(sqlean.OperationalError, match="no such table"):
+            await db.read_with(lambda connection: connection.execute("SELECT x FROM nowhere"), small=True)
+        assert await db.read_with(read_keys, small=True) == [*range(6), *range(100, 105)]
+        assert opened.count == 2
+        # Closed, the database closes its connections, and opens them again when used.
+        await db.close()
+        assert all(closed(connection) for connection in opened.returned)
+        assert await db.write(insert_noting_thread(keys, 6, []), small=True) == 1
+        assert (await db.read_with(read_keys, small=True))[:7] == list(range(7))
+        assert opened.count == 4
+    finally:
+        await db.close()
+
+
+async def test_sqlite_a_connection_left_in_a_state_not_known_is_closed_and_another_opened(
+        keys_db: SqliteKeys, monkeypatch: pytest.MonkeyPatch) -> None:
     db, table = keys_db
+    opened = Counted(monkeypatch, sqlite, "connect")
 
-    def read(connection: sa.Connection) -> list[int]:
-        return [row.k for row in connection.execute(sa.select(table.c.k).order_by(table.c.k))]
+    def breaks(connection: Any) -> None:
+        INSERT_K.run(connection, {"k": 1})
+        connection.close()  # neither its COMMIT nor a ROLLBACK can be made
 
-    assert db._sync is not None
-    checkouts = Fired(db._sync.pool, "checkout")
-    for k in range(5):
-        await db.write(insert_noting_thread(table, k, []), small=True)
-        await db.write(insert_noting_thread(table, 100 + k, []))  # on the writer thread, the same connection
-        # Each small read ends its transaction: the next one sees the write made since.
-        assert (await db.read_with(read, small=True))[-1] == 100 + k
-    assert checkouts.count == 1  # the reading one; the writing one was taken by create_tables
-    with pytest.raises(sa.exc.IntegrityError):
-        await db.write(insert_noting_thread(table, 0, []), small=True)
-    # The failed write's connection went back to the pool; the next write takes another, and works.
-    assert await db.write(insert_noting_thread(table, 5, []), small=True) == 1
-    assert checkouts.count == 2
-    with pytest.raises(sa.exc.OperationalError):
-        await db.read_with(lambda connection: connection.execute(sa.text("SELECT nothing FROM nowhere")), small=True)
-    assert await db.read_with(read, small=True) == [*range(6), *range(100, 105)]
-    assert checkouts.count == 3
-    # Closed, the database gives its connections back, and takes them again when used.
-    await db.close()
-    assert cast(Any, db._sync.pool).checkedout() == 0
-    assert await db.write(insert_noting_thread(table, 6, []), small=True) == 1
-    assert (await db.read_with(read, small=True))[:7] == list(range(7))
+    with pytest.raises(sqlean.ProgrammingError):
+        await db.write(breaks)
+    assert opened.count == 0
+    assert await db.write_one(INSERT_K, {"k": 2}) == 1
+    assert opened.count == 1
+    assert await keys_of(db, table) == [2]
 
 
 async def test_sqlite_a_write_cancelled_on_the_writer_thread_holds_the_write_lock_until_the_thread_is_done(keys_db: SqliteKeys) -> None:
@@ -207,18 +268,18 @@ async def test_sqlite_a_write_cancelled_on_the_writer_thread_holds_the_write_loc
     order: list[str] = []
     started = threading.Event()
 
-    def slow(connection: sa.Connection) -> None:
+    def slow(connection: Any) -> None:
         started.set()
         time.sleep(0.3)
-        insert_into(table).run(connection, {"k": 1})
+        INSERT_K.run(connection, {"k": 1})
         order.append("slow write done")
 
-    def small(connection: sa.Connection) -> None:
+    def small(connection: Any) -> None:
         order.append("small write")
-        insert_into(table).run(connection, {"k": 2})
+        INSERT_K.run(connection, {"k": 2})
 
     write = asyncio.create_task(db.write(slow))
-    await asyncio.get_running_loop().run_in_executor(None, started.wait, 5)
+    assert await asyncio.get_running_loop().run_in_executor(None, started.wait, 5)
     write.cancel()
     # The writing connection is the thread's until it is done: the small write, which would
     # be made on the event loop on the same connection, comes after.
@@ -226,49 +287,70 @@ async def test_sqlite_a_write_cancelled_on_the_writer_thread_holds_the_write_loc
     assert order == ["slow write done", "small write"]
     with pytest.raises(asyncio.CancelledError):
         await write
-    rows = await db.fetch_all(sa.select(table.c.k).order_by(table.c.k))
-    assert [row["k"] for row in rows] == [1, 2]  # a write cancelled once under way may still be made
+    assert await keys_of(db, table) == [1, 2]  # a write cancelled once under way may still be made
 
 
-async def test_sqlite_reading_threads_reuse_their_connections(keys_db: SqliteKeys) -> None:
+async def test_sqlite_a_write_cancelled_on_the_writer_thread_that_then_fails_raises_the_cancellation_and_logs_nothing(
+        keys_db: SqliteKeys) -> None:
     db, table = keys_db
+    started, go = threading.Event(), threading.Event()
 
-    def read(connection: sa.Connection) -> list[int]:
+    def fails(connection: Any) -> None:
+        started.set()
+        assert go.wait(10)
+        INSERT_K.run(connection, {"k": 1})
+        raise RuntimeError("the write failed")
+
+    with loop_errors() as errors:
+        write = asyncio.create_task(db.write(fails))
+        assert await asyncio.get_running_loop().run_in_executor(None, started.wait, 5)
+        write.cancel()
+        go.set()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(asyncio.shield(write), 5)
+        del write  # (its cancellation's traceback holds the write's own outcome)
+    assert errors == []
+    assert await keys_of(db, table) == []  # rolled back
+
+
+async def test_sqlite_reading_threads_reuse_their_connections(keys_db: SqliteKeys, monkeypatch: pytest.MonkeyPatch) -> None:
+    db, _ = keys_db
+    opened = Counted(monkeypatch, sqlite, "connect")
+
+    def read(connection: Any) -> list[int]:
         time.sleep(0.01)  # long enough for the reads gathered below to overlap
-        return [row.k for row in connection.execute(sa.select(table.c.k))]
+        return read_keys(connection)
 
-    assert db._sync is not None
-    checkouts = Fired(db._sync.pool, "checkout")
     for k in range(3):
-        await db.write(insert_noting_thread(table, k, []))
-        # Four reads at once, on the four reading threads: a connection each at most, taken once.
+        await db.write(insert_noting_thread(keys_db.table, k, []))
+        # Four reads at once, on the four reading threads: a connection each at most, opened once.
         assert await asyncio.gather(*(db.read_with(read) for _ in range(4))) == [list(range(k + 1))] * 4
-    assert 1 <= checkouts.count <= 4, checkouts.count  # 12 reads
+    assert 1 <= opened.count <= 4, opened.count  # 12 reads
+    assert all(name.startswith("stack-sqlite-read") for name in opened.threads), opened.threads
     await db.close()
-    assert cast(Any, db._sync.pool).checkedout() == 0
+    assert all(closed(connection) for connection in opened.returned)
 
 
 async def test_sqlite_a_write_that_cannot_begin_is_a_retryable_503_and_the_next_one_is_made(keys_db: SqliteKeys, tmp_path: Path) -> None:
     db, table = keys_db
     # On the writing connection: wait 0.1 s, not 5, for a lock held elsewhere.
-    await db.write(lambda connection: connection.exec_driver_sql("PRAGMA busy_timeout=100"), small=True)
+    await db.write(lambda connection: connection.execute("PRAGMA busy_timeout=100"), small=True)
     other = sqlean.connect(tmp_path / "s.db", isolation_level=None)  # the stack's SQLite: one process's locks are its library's
     try:
         other.execute("BEGIN IMMEDIATE")  # SQLite's write lock, taken outside the stack's own
         threads: list[str] = []
         with pytest.raises(StorageUnavailableError, match="locked by another process") as refused:
             await db.write(insert_noting_thread(table, 1, threads))  # (not small: on the writer thread, which waits)
-        # The lock timeout is the client's to retry: a 503 with Retry-After, SQLAlchemy's error its cause.
+        # The lock timeout is the client's to retry: a 503 with Retry-After, the driver's error its cause.
         assert (refused.value.status, refused.value.code, refused.value.headers) == (503, "storage_unavailable", {"retry-after": "1"})
-        assert isinstance(refused.value.__cause__, sa.exc.OperationalError)
+        assert isinstance(refused.value.__cause__, sqlean.OperationalError)
         assert "database is locked" in str(refused.value.__cause__)
         assert threads == []  # refused at its BEGIN: its work never ran
         other.execute("ROLLBACK")
     finally:
         other.close()
     assert await db.write(insert_noting_thread(table, 2, []), small=True) == 1
-    rows = await db.fetch_all(sa.select(table.c.k))
-    assert [row["k"] for row in rows] == [2]
+    assert await keys_of(db, table) == [2]
 
 
 async def test_sqlite_a_small_write_waits_for_another_programs_lock_on_the_writer_thread_not_the_event_loop(
@@ -288,5 +370,4 @@ async def test_sqlite_a_small_write_waits_for_another_programs_lock_on_the_write
         assert threads[-1] == "MainThread"
     finally:
         other.close()
-    rows = await db.fetch_all(sa.select(table.c.k))
-    assert [row["k"] for row in rows] == [1, 2]
+    assert await keys_of(db, table) == [1, 2]
