@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from runtime.storage import (
-    BIGINT, BOOLEAN, FLOAT, INTEGER, JSON, TEXT, Column, Database, Index, Sql, String, Table, Unique, loads, schema_lock, table,
+    BIGINT, BOOLEAN, FLOAT, INTEGER, JSON, TEXT, Column, Database, Index, Sql, String, Table, Unique, loads, table,
 )
 
 __all__ = ["TABLES", "batches", "chunks", "columns", "create_tables", "files", "row_of", "rows_of", "stores"]
@@ -134,8 +134,7 @@ async def create_tables(db: Database) -> None:
     statements = [Sql(text) for text in (_SQLITE_FTS if db.dialect == "sqlite" else _POSTGRES_FTS)]
 
     def run(connection: Any) -> None:
-        schema_lock(connection)
         for statement in statements:
             statement.run(connection)
 
-    await db.write(run)
+    await db.change_schema(run)

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from providers.vector_stores.builtin.search import ON_FILE, searched_files
-from runtime.storage import Database, Sql, StorageUnavailableError, in_list, schema_lock
+from runtime.storage import Database, Sql, StorageUnavailableError, in_list
 
 __all__ = ["HNSW_MAX_DIMENSION", "PgvectorMissing", "ensure_vector_table", "insert_vectors", "require_pgvector", "vector_statement"]
 
@@ -36,17 +36,12 @@ def table_name(dimension: int) -> str:
     return f"vector_store_vectors_{int(dimension)}"
 
 
-def _create_extension(connection: Any) -> None:
-    schema_lock(connection)
-    _CREATE_EXTENSION.run(connection)
-
-
 async def require_pgvector(db: Database) -> None:
     """Make sure the pgvector extension is there (creating it if the role may); PgvectorMissing if not."""
     if db.dialect != "postgresql":
         return
     try:
-        await db.write(_create_extension)
+        await db.change_schema(_CREATE_EXTENSION.run)
     except StorageUnavailableError:
         raise  # the database cannot serve: nothing is known of pgvector
     except Exception as error:
@@ -91,11 +86,10 @@ async def ensure_vector_table(db: Database, dimension: int) -> None:
     made = [Sql(statement) for statement in statements]
 
     def run(connection: Any) -> None:
-        schema_lock(connection)
         for statement in made:
             statement.run(connection)
 
-    await db.write(run)
+    await db.change_schema(run)  # (an HNSW index over many rows takes longer than any request's statement)
 
 
 def _literal(dialect: str, vector: Sequence[float]) -> Any:
