@@ -20,7 +20,7 @@ The package's modules, from the contract down:
 A provider imports from `runtime.storage` only: the names below are the contract.
 """
 
-from runtime.storage.database import SMALL_WRITE_ROWS, Database, Storage, make_tables, open_database, schema_lock
+from runtime.storage.database import SMALL_WRITE_ROWS, Database, Storage, open_database, schema_lock
 from runtime.storage.driver import IntegrityError, Ran, dialect_of
 from runtime.storage.outage import StorageUnavailableError, when_back
 from runtime.storage.schema import BIGINT, BOOLEAN, FLOAT, INTEGER, JSON, TEXT, Column, Index, Kind, String, Table, Unique, table
@@ -29,5 +29,5 @@ from runtime.storage.sql import InsertRows, Scoped, Sql, in_list, insert_rows, l
 __all__ = [
     "BIGINT", "BOOLEAN", "FLOAT", "INTEGER", "JSON", "SMALL_WRITE_ROWS", "TEXT", "Column", "Database", "Index", "InsertRows",
     "IntegrityError", "Kind", "Ran", "Scoped", "Sql", "Storage", "StorageUnavailableError", "String", "Table", "Unique", "dialect_of",
-    "in_list", "insert_rows", "loads", "make_tables", "open_database", "owner_condition", "schema_lock", "table", "when_back",
+    "in_list", "insert_rows", "loads", "open_database", "owner_condition", "schema_lock", "table", "when_back",
 ]

@@ -74,7 +74,9 @@ def await_(awaitable: Awaitable[T]) -> T:
 async def in_greenlet(function: Callable[..., T], *args: Any) -> T:
     """`function(*args)`, whose `await_` calls are awaited here, on the event loop."""
     worker_class, current = _greenlets()
-    worker = worker_class(function, current())
+    parent = current()
+    worker = worker_class(function, parent)
+    worker.gr_context = parent.gr_context  # the caller's context variables, as the function's own (a new greenlet has none)
     step = worker.switch(*args)
     while not worker.dead:
         try:

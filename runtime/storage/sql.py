@@ -126,18 +126,20 @@ class Scoped:
             return self.plain, dict(params)
         if len(owners) == 1:
             return self.owned, {**params, "caller": next(iter(owners))}
-        granted = {f"caller_{index}": owner for index, owner in enumerate(sorted(owners))}
-        return self._with(f" AND {self.column} IN ({', '.join(':' + name for name in granted)})"), {**params, **granted}
+        condition, granted = _among(self.column, owners)
+        return self._with(condition), {**params, **granted}
 
 
 def owner_condition(column: str, action: str = "read") -> tuple[str, dict[str, Any]]:
     """The condition (` AND ...`, or nothing) and its parameters for the caller to `action` a row
     whose owner is in `column`: for a statement made per call (Scoped, for those made once)."""
     owners = granted_owners(action)
-    if owners is None:
-        return "", {}
-    granted = {f"caller_{index}": owner for index, owner in enumerate(sorted(owners))}
-    return f" AND {column} IN ({', '.join(':' + name for name in granted)})", granted
+    return ("", {}) if owners is None else _among(column, owners)
+
+
+def _among(column: str, owners: frozenset[str]) -> tuple[str, dict[str, Any]]:
+    listed, granted = in_list("caller", sorted(owners))
+    return f" AND {column} IN {listed}", granted
 
 
 def in_list(name: str, values: Sequence[Any]) -> tuple[str, dict[str, Any]]:

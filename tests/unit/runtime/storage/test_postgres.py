@@ -5,6 +5,7 @@ names, and work functions run in a greenlet."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -190,3 +191,13 @@ async def test_postgres_a_read_in_one_transaction_keeps_a_local_setting_for_the_
     assert await db.read_with(read, transaction=True) == "1234ms"
     assert await db.read_with(read) != "1234ms"
     assert await db.read_with(lambda connection: str(Sql("SHOW statement_timeout").run(connection).scalar())) != "1234ms"
+
+
+@pytest.mark.postgres
+async def test_postgres_a_work_function_sees_its_callers_context_variables(pg: tuple[Database, asyncpg.Connection]) -> None:
+    # As on the event loop: a greenlet starts with no context of its own unless it is given its caller's.
+    db, _ = pg
+    seen: contextvars.ContextVar[str] = contextvars.ContextVar("seen", default="none")
+    seen.set("the caller's")
+    assert await db.read_with(lambda connection: seen.get()) == "the caller's"
+    assert await db.write(lambda connection: seen.get()) == "the caller's"
