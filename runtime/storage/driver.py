@@ -8,12 +8,9 @@ tell apart (`IntegrityError`); other driver errors are raised as they are, for
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast
+from typing import Any, NamedTuple, Protocol, cast
 
 import sqlean as sqlite3  # type: ignore[import-untyped]
-
-if TYPE_CHECKING:
-    from runtime.storage.sql import Sql
 
 
 class IntegrityError(Exception):
@@ -39,15 +36,23 @@ class Ran(NamedTuple):
         return self.rows[0] if self.rows else None
 
 
+class Statement(Protocol):
+    """What a connection runs (runtime.storage.sql.Sql)."""
+
+    text: str
+
+    def sqlite_params(self, params: Mapping[str, Any]) -> Mapping[str, Any]: ...
+
+
 class Connection(Protocol):
     """A connection of a database other than SQLite, as a work function is given it."""
 
     dialect: str
 
-    def run(self, statement: Sql, batch: Sequence[Mapping[str, Any]], many: bool) -> Ran: ...
+    def run(self, statement: Any, batch: Sequence[Mapping[str, Any]], many: bool) -> Ran: ...
 
 
-def execute(connection: Any, statement: Sql, params: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> Ran:
+def execute(connection: Any, statement: Statement, params: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> Ran:
     """Run `statement` with `params` (one set, or a list of sets: one executemany) on `connection`."""
     many = not isinstance(params, Mapping)
     batch: Sequence[Mapping[str, Any]] = cast(Sequence[Mapping[str, Any]], params) if many else [cast(Mapping[str, Any], params)]
