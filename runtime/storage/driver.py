@@ -41,7 +41,9 @@ class Statement(Protocol):
 
     text: str
 
-    def sqlite_params(self, params: Mapping[str, Any]) -> Mapping[str, Any]: ...
+    def sqlite_numbered(self) -> tuple[str, tuple[str, ...]]: ...
+
+    def sqlite_values(self, params: Mapping[str, Any]) -> tuple[Any, ...]: ...
 
 
 class Connection(Protocol):
@@ -60,14 +62,15 @@ def execute(connection: Any, statement: Statement, params: Mapping[str, Any] | S
         return Ran([], 0)
     if not isinstance(connection, sqlite3.Connection):
         return cast(Connection, connection).run(statement, batch, many)
+    text, _ = statement.sqlite_numbered()
     try:
         if many and len(batch) > 1:
-            cursor = connection.executemany(statement.text, [statement.sqlite_params(one) for one in batch])
+            cursor = connection.executemany(text, [statement.sqlite_values(one) for one in batch])
             return Ran([], cursor.rowcount)
-        cursor = connection.execute(statement.text, statement.sqlite_params(batch[0]))
+        cursor = connection.execute(text, statement.sqlite_values(batch[0]))
         rows = cursor.fetchall()
     except sqlite3.IntegrityError as error:
-        raise IntegrityError(statement.text, error) from error
+        raise IntegrityError(text, error) from error
     return Ran(rows, len(rows) if rows else cursor.rowcount)
 
 

@@ -78,26 +78,26 @@ class Unique:
     columns: tuple[str, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Table:
-    """A table: its columns in order, its indexes and its multi-column UNIQUE constraints."""
+    """A table: its columns in order, its indexes and its multi-column UNIQUE constraints. One object
+    per table (equal to itself only: its hash is the object's own, which caches look up fastest)."""
 
     name: str
     columns: tuple[Column, ...]
     indexes: tuple[Index, ...] = ()
     uniques: tuple[Unique, ...] = ()
-    by_name: dict[str, Column] = field(init=False, repr=False, compare=False)
+    by_name: dict[str, Column] = field(init=False, repr=False)
+    defaults: dict[str, Any] = field(init=False, repr=False)  # the columns' `default`s, by name
+    json: frozenset[str] = field(init=False, repr=False)  # the JSON columns' names
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "by_name", {column.name: column for column in self.columns})  # (frozen: set once, here)
+        # (frozen: each set once, here)
+        object.__setattr__(self, "by_name", {column.name: column for column in self.columns})
+        object.__setattr__(self, "defaults", {column.name: column.default for column in self.columns if column.default is not None})
+        object.__setattr__(self, "json", frozenset(column.name for column in self.columns if column.kind.json))
         if len(self.by_name) != len(self.columns):
             raise ValueError(f"table {self.name}: a column is declared twice")
-
-    def __hash__(self) -> int:
-        return hash(self.name)
-
-    def json_columns(self) -> frozenset[str]:
-        return frozenset(column.name for column in self.columns if column.kind.json)
 
     def all_indexes(self) -> tuple[Index, ...]:
         """The declared indexes and those of columns declared `index=True` (named as SQLAlchemy names them)."""

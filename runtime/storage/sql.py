@@ -2,8 +2,8 @@
 the inserts of declared tables.
 
 A statement is written once, with `:name` parameters, for both databases (or with a text of its own
-for PostgreSQL where the two differ). SQLite's driver takes `:name` parameters itself; for asyncpg
-the text is numbered (`$1`, `$2`) once per statement. Parameters named in `json=` are JSON
+for PostgreSQL where the two differ). Its text is numbered once per statement (`?1` for SQLite,
+`$1` for asyncpg) and its values passed by position. Parameters named in `json=` are JSON
 documents, written as JSON text (on PostgreSQL with each NUL character as U+FFFD: JSONB holds
 none). JSON columns are read back as text (`CAST(col AS TEXT)`, the same on both) and decoded by
 the caller, or sent on as they are.
@@ -26,6 +26,19 @@ from runtime.storage.schema import Table
 _PARAMETER = re.compile(r"'(?:[^']|'')*'|(?<![:\w]):([A-Za-z_]\w*)")
 _NUL_ESCAPE = re.compile(r"(\\+)u0000")
 _RETURNING = re.compile(r"\bRETURNING\b", re.IGNORECASE)
+
+
+def _numbered(text: str, mark: str) -> tuple[str, tuple[str, ...]]:
+    names: list[str] = []
+
+    def number(found: re.Match[str]) -> str:
+        if found[1] is None:
+            return found[0]
+        if found[1] not in names:
+            names.append(found[1])
+        return f"{mark}{names.index(found[1]) + 1}"
+
+    return _PARAMETER.sub(number, text), tuple(names)
 
 
 def json_text(value: Any) -> str:
@@ -52,13 +65,14 @@ class Sql:
     """One statement: `text` for both databases (or `postgresql` for PostgreSQL's own), with
     `:name` parameters; those named in `json` are JSON documents."""
 
-    __slots__ = ("text", "postgresql", "json", "_numbered", "_returns_rows")
+    __slots__ = ("text", "postgresql", "json", "_numbered", "_sqlite", "_returns_rows")
 
     def __init__(self, text: str, *, postgresql: str | None = None, json: Sequence[str] = ()) -> None:
         self.text = text
         self.postgresql = postgresql if postgresql is not None else text
         self.json = frozenset(json)
         self._numbered: tuple[str, tuple[str, ...]] | None = None
+        self._sqlite: tuple[str, tuple[str, ...]] | None = None
         self._returns_rows: bool | None = None
 
     def __repr__(self) -> str:
@@ -67,17 +81,15 @@ class Sql:
     def numbered(self) -> tuple[str, tuple[str, ...]]:
         """PostgreSQL's text with `$n` parameters, and the names they stand for, in order."""
         if self._numbered is None:
-            names: list[str] = []
-
-            def number(found: re.Match[str]) -> str:
-                if found[1] is None:
-                    return found[0]
-                if found[1] not in names:
-                    names.append(found[1])
-                return f"${names.index(found[1]) + 1}"
-
-            self._numbered = _PARAMETER.sub(number, self.postgresql), tuple(names)
+            self._numbered = _numbered(self.postgresql, "$")
         return self._numbered
+
+    def sqlite_numbered(self) -> tuple[str, tuple[str, ...]]:
+        """SQLite's text with `?n` parameters, and the names they stand for, in order: values passed
+        by position, where SQLite's driver would look each `:name` up in a mapping."""
+        if self._sqlite is None:
+            self._sqlite = _numbered(self.text, "?")
+        return self._sqlite
 
     def returns_rows(self) -> bool:
         """Whether it returns rows (a query, or a change with RETURNING) rather than a count."""
@@ -86,14 +98,15 @@ class Sql:
                                   or _RETURNING.search(self.postgresql) is not None)
         return self._returns_rows
 
-    def sqlite_params(self, params: Mapping[str, Any]) -> Mapping[str, Any]:
+    def sqlite_values(self, params: Mapping[str, Any]) -> tuple[Any, ...]:
+        _, names = self.sqlite_numbered()
         if not self.json:
-            return params
-        return {name: json_text(value) if name in self.json and value is not None else value for name, value in params.items()}
+            return tuple([params[name] for name in names])
+        return tuple([json_text(params[name]) if name in self.json and params[name] is not None else params[name] for name in names])
 
     def postgres_values(self, params: Mapping[str, Any]) -> tuple[Any, ...]:
         _, names = self.numbered()
-        return tuple(jsonb_text(params[name]) if name in self.json and params[name] is not None else params[name] for name in names)
+        return tuple([jsonb_text(params[name]) if name in self.json and params[name] is not None else params[name] for name in names])
 
     def run(self, connection: Any, params: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None) -> Ran:
         """Execute on `connection` (what `Database.write` or `read_with` gives its work) with `params`:
@@ -156,7 +169,7 @@ def insert_sql(declared: Table, names: tuple[str, ...]) -> Sql:
     if unknown:
         raise ValueError(f"table {declared.name} has no column {unknown[0]!r}")
     return Sql(f"INSERT INTO {declared.name} ({', '.join(names)}) VALUES ({', '.join(':' + name for name in names)})",
-               json=[name for name in names if name in declared.json_columns()])
+               json=[name for name in names if name in declared.json])
 
 
 @functools.lru_cache(maxsize=64)
@@ -170,12 +183,13 @@ def upsert_sql(declared: Table, names: tuple[str, ...], key: tuple[str, ...], up
     return Sql(insert.text + on_conflict, json=sorted(insert.json))
 
 
-def with_defaults(declared: Table, rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """`rows` with each column they leave out that has a `default` given it."""
-    defaults = {column.name: column.default for column in declared.columns if column.default is not None}
+def with_defaults(declared: Table, rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """`rows` with each column they leave out that has a `default` given it (a row that leaves none
+    out is the caller's own, not a copy)."""
+    defaults = declared.defaults
     if not defaults:
-        return [dict(row) for row in rows]
-    return [{**{name: value for name, value in defaults.items() if name not in row}, **row} for row in rows]
+        return list(rows)
+    return [row if defaults.keys() <= row.keys() else {**defaults, **row} for row in rows]
 
 
 @functools.lru_cache(maxsize=64)
@@ -239,11 +253,16 @@ class InsertRows:
 def insert_rows(connection: Any, table: Table, rows: Sequence[Mapping[str, Any]]) -> None:
     """Insert `rows` into `table`: one executemany a run of rows with the same columns, in order (a
     serial key numbers them as given)."""
-    run: list[dict[str, Any]] = []
-    for row in with_defaults(table, rows):
+    full = with_defaults(table, rows)
+    if not full:
+        return
+    if all(row.keys() == full[0].keys() for row in full):  # (the usual case: one run)
+        insert_sql(table, tuple(full[0])).run(connection, full)
+        return
+    run: list[Mapping[str, Any]] = []
+    for row in full:
         if run and row.keys() != run[0].keys():
             insert_sql(table, tuple(run[0])).run(connection, run)
             run = []
         run.append(row)
-    if run:
-        insert_sql(table, tuple(run[0])).run(connection, run)
+    insert_sql(table, tuple(run[0])).run(connection, run)

@@ -38,7 +38,7 @@ import importlib.util
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -191,10 +191,10 @@ def _run_group(conn: Any, works: list[Callable[[Any], Any]]) -> list[Outcome]:
             outcomes.append((True, work(conn)))
             at += 1
             continue
-        merged: dict[Table, list[dict[str, Any]]] = {}
+        merged: dict[Table, list[Mapping[str, Any]]] = {}
         while at < len(works) and isinstance(insert := works[at], InsertRows):  # a run of inserts: one statement a table
             for table, rows in insert.inserts:
-                merged.setdefault(table, []).extend(dict(row) for row in rows)
+                merged.setdefault(table, []).extend(rows)
             outcomes.append((True, None))
             at += 1
         for table, rows in merged.items():
