@@ -225,7 +225,7 @@ class ResponseStore:
         if not item_ids:
             return {}
         listed, params = in_list("item", list(item_ids))
-        query = f"SELECT response_items.item_id, CAST(response_items.item AS TEXT) FROM response_items"
+        query = "SELECT response_items.item_id, CAST(response_items.item AS TEXT) FROM response_items"
         if principal_id() is not None:  # another owner's items are not there to reference
             owner, granted = owner_condition("responses.principal")
             query += f" JOIN responses ON responses.id = response_items.response_id WHERE response_items.item_id IN {listed}{owner}"

@@ -22,12 +22,12 @@ A provider imports from `runtime.storage` only: the names below are the contract
 
 from runtime.storage.database import SMALL_WRITE_ROWS, Database, Storage, open_database, schema_lock
 from runtime.storage.driver import IntegrityError, Ran, dialect_of
-from runtime.storage.outage import StorageUnavailableError, when_back
+from runtime.storage.outage import StorageUnavailableError, sqlstate, when_back
 from runtime.storage.schema import BIGINT, BOOLEAN, FLOAT, INTEGER, JSON, TEXT, Column, Index, Kind, String, Table, Unique, table
 from runtime.storage.sql import InsertRows, Scoped, Sql, in_list, insert_rows, loads, owner_condition
 
 __all__ = [
     "BIGINT", "BOOLEAN", "FLOAT", "INTEGER", "JSON", "SMALL_WRITE_ROWS", "TEXT", "Column", "Database", "Index", "InsertRows",
     "IntegrityError", "Kind", "Ran", "Scoped", "Sql", "Storage", "StorageUnavailableError", "String", "Table", "Unique", "dialect_of",
-    "in_list", "insert_rows", "loads", "open_database", "owner_condition", "schema_lock", "table", "when_back",
+    "in_list", "insert_rows", "loads", "open_database", "owner_condition", "schema_lock", "sqlstate", "table", "when_back",
 ]

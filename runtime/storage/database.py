@@ -15,7 +15,7 @@ from builder.config import STORE_NAMES, PostgresBackend, SqliteBackend, StorageC
 from runtime.signals import MachineSignals
 from runtime.storage.driver import dialect_of
 from runtime.storage.outage import outage, unavailable
-from runtime.storage.postgres import NOTIFY, PgConnection, PgListener, PgPool, asyncpg_dsn, autocommitted, connect, in_greenlet, in_transaction
+from runtime.storage.postgres import NOTIFY, PgListener, PgPool, asyncpg_dsn, autocommitted, connect, in_greenlet, in_transaction
 from runtime.storage.schema import Table, add_column_sql, columns_present_sql, create_index_sql, create_table_sql, missing_columns
 from runtime.storage.sql import InsertRows, Sql, upsert_sql, with_defaults
 from runtime.storage.sqlite import Busy, Checkpointer, FileLock, Held, write_group_sync, write_sync

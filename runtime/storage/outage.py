@@ -19,7 +19,7 @@ from typing import TypeVar
 
 from runtime.errors import ServiceUnavailableError
 
-__all__ = ["PoolBusy", "StorageUnavailableError", "outage", "unavailable", "when_back"]
+__all__ = ["PoolBusy", "StorageUnavailableError", "outage", "sqlstate", "unavailable", "when_back"]
 
 T = TypeVar("T")
 
@@ -55,6 +55,19 @@ class StorageUnavailableError(ServiceUnavailableError):
         super().__init__(f"The server's database is unavailable right now ({reason}). Try the request again shortly.",
                          code="storage_unavailable", headers={"retry-after": str(RETRY_AFTER_S)})
         self.reason = reason
+
+
+def sqlstate(error: BaseException) -> str | None:
+    """The SQLSTATE of PostgreSQL's refusal in `error` (as the driver raised it, or wrapped as the
+    `orig` or the cause of another error), or None."""
+    seen: BaseException | None = error
+    for _ in range(4):
+        if seen is None:
+            return None
+        if (state := getattr(seen, "sqlstate", None)) is not None:
+            return str(state)
+        seen = getattr(seen, "orig", None) or seen.__cause__
+    return None
 
 
 class PoolBusy(Exception):

@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 from runtime.errors import InvalidRequestError
 from runtime.storage.driver import IntegrityError, Ran
-from runtime.storage.outage import PoolBusy, outage
+from runtime.storage.outage import PoolBusy, outage, sqlstate
 from runtime.storage.sql import Sql
 from runtime.storage.tasks import to_the_end
 
@@ -161,18 +161,6 @@ _NUL_MESSAGE = ("This server's database cannot store or look up text holding the
                "text (or the model's answer to it) holds one. Remove it and send the request again.")
 
 
-def _holds_nul(error: BaseException) -> bool:
-    """Whether `error` is PostgreSQL refusing a NUL character, however wrapped."""
-    seen: BaseException | None = error
-    for _ in range(4):
-        if seen is None:
-            return False
-        if str(getattr(seen, "sqlstate", "")) in _NUL_STATES:
-            return True
-        seen = getattr(seen, "orig", None) or seen.__cause__
-    return False
-
-
 class PgPool:
     """The connections `write` and `read_with` run on: at most `size` in use, opened when needed and
     kept between uses. A use waits up to POOL_TIMEOUT_S for one to come free (then 503: every
@@ -215,7 +203,7 @@ class PgPool:
                     connection.terminate()
                 else:
                     self.idle.append(connection)
-                if _holds_nul(error):
+                if sqlstate(error) in _NUL_STATES:
                     raise InvalidRequestError(_NUL_MESSAGE, code="invalid_value") from None
                 raise
             self.idle.append(connection)

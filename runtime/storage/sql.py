@@ -99,14 +99,16 @@ class Sql:
         return self._returns_rows
 
     def sqlite_values(self, params: Mapping[str, Any]) -> tuple[Any, ...]:
-        _, names = self.sqlite_numbered()
-        if not self.json:
-            return tuple([params[name] for name in names])
-        return tuple([json_text(params[name]) if name in self.json and params[name] is not None else params[name] for name in names])
+        return self._values(self.sqlite_numbered()[1], params, json_text)
 
     def postgres_values(self, params: Mapping[str, Any]) -> tuple[Any, ...]:
-        _, names = self.numbered()
-        return tuple([jsonb_text(params[name]) if name in self.json and params[name] is not None else params[name] for name in names])
+        return self._values(self.numbered()[1], params, jsonb_text)
+
+    def _values(self, names: tuple[str, ...], params: Mapping[str, Any], encode: Callable[[Any], str]) -> tuple[Any, ...]:
+        """The values of `names`, in order, the JSON ones (but None: SQL NULL) encoded."""
+        if not self.json:
+            return tuple([params[name] for name in names])
+        return tuple([encode(params[name]) if name in self.json and params[name] is not None else params[name] for name in names])
 
     def run(self, connection: Any, params: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None) -> Ran:
         """Execute on `connection` (what `Database.write` or `read_with` gives its work) with `params`:
@@ -253,16 +255,11 @@ class InsertRows:
 def insert_rows(connection: Any, table: Table, rows: Sequence[Mapping[str, Any]]) -> None:
     """Insert `rows` into `table`: one executemany a run of rows with the same columns, in order (a
     serial key numbers them as given)."""
-    full = with_defaults(table, rows)
-    if not full:
-        return
-    if all(row.keys() == full[0].keys() for row in full):  # (the usual case: one run)
-        insert_sql(table, tuple(full[0])).run(connection, full)
-        return
     run: list[Mapping[str, Any]] = []
-    for row in full:
+    for row in with_defaults(table, rows):
         if run and row.keys() != run[0].keys():
             insert_sql(table, tuple(run[0])).run(connection, run)
             run = []
         run.append(row)
-    insert_sql(table, tuple(run[0])).run(connection, run)
+    if run:
+        insert_sql(table, tuple(run[0])).run(connection, run)

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from providers.vector_stores.builtin.search import ON_FILE, searched_files
-from runtime.storage import Database, Sql, StorageUnavailableError, in_list
+from runtime.storage import Database, Sql, StorageUnavailableError, in_list, sqlstate
 
 __all__ = ["HNSW_MAX_DIMENSION", "PgvectorMissing", "ensure_vector_table", "insert_vectors", "require_pgvector", "vector_statement"]
 
@@ -45,22 +45,9 @@ async def require_pgvector(db: Database) -> None:
     except StorageUnavailableError:
         raise  # the database cannot serve: nothing is known of pgvector
     except Exception as error:
-        if _sqlstate(error) is None:
+        if sqlstate(error) is None:
             raise  # not the database's refusal
         raise PgvectorMissing(str(getattr(error, "orig", None) or error).splitlines()[0]) from None
-
-
-def _sqlstate(error: BaseException) -> str | None:
-    """The SQLSTATE of PostgreSQL's refusal in `error`, however the storage layer hands the
-    driver's error on (as it is, or wrapped with it as `orig` or the cause), or None."""
-    seen: BaseException | None = error
-    for _ in range(4):
-        if seen is None:
-            return None
-        if (state := getattr(seen, "sqlstate", None)) is not None:
-            return str(state)
-        seen = getattr(seen, "orig", None) or seen.__cause__
-    return None
 
 
 async def ensure_vector_table(db: Database, dimension: int) -> None:
