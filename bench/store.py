@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from builder.config import PostgresBackend, SqliteBackend  # noqa: E402
 from providers.responses.store import ResponseStore  # noqa: E402
-from runtime.apis.items import new_id  # noqa: E402
+from contract.items import new_id  # noqa: E402
 from runtime.storage import open_database  # noqa: E402
 
 ANSWER = " ".join(f"tok{index}" for index in range(64))  # the 64-token answer of bench/responses.py

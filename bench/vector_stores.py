@@ -98,7 +98,7 @@ def timed_searches(client: Any, store_id: str, count: int, **extra: Any) -> tupl
 def seed(stack: LibraryClient, store_id: str, chunk_count: int) -> None:
     """Rows as ingestion writes them: 1,000 completed files of chunk_count/1,000 chunks each (with
     their vectors, for a store with an embedding model)."""
-    from providers.spec import Api
+    from contract.spec import Api
     from providers.vector_stores.builtin.embedding import model_of
     from providers.vector_stores.builtin.ingest import insert_chunks
     from providers.vector_stores.builtin.tables import columns, files, row_of, stores

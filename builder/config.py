@@ -310,7 +310,7 @@ class ServerConfig(_Strict):
     balancer never sends a request on a connection the server is closing."""
     workers: int = Field(default=1, ge=1, le=64)
     """Server processes sharing the port (`stack run --workers N` overrides): each runs the whole
-    stack; they share state through the storage (runtime/workers.py)."""
+    stack; they share state through the storage (runtime/server/workers.py)."""
     shutdown_grace_s: int = Field(default=30, ge=0, le=3600)
     """On SIGTERM/SIGINT: how long requests and streams under way may take to finish (new ones
     are refused meanwhile) before the rest are ended."""

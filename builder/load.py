@@ -113,8 +113,7 @@ def document_from_pairs(pairs: str, name: str = "adhoc") -> dict[str, Any]:
 
     The provider id is the provider type. Used by `--stack-config` in tests and for quick trials.
     """
-    from builder.plugins import load_spec
-    from builder.resolve import parse_api
+    from builder.plugins import load_spec, parse_api  # stevedore, imported only for pairs
 
     providers: dict[str, list[dict[str, Any]]] = {}
     for index, pair in enumerate(part.strip() for part in pairs.split(",") if part.strip()):

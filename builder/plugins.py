@@ -10,8 +10,8 @@ from typing import Protocol
 from stevedore import DriverManager, ExtensionManager
 from stevedore.exception import NoMatches
 
-from builder.errors import ConfigError
-from providers.spec import Api, ProviderSpec, entry_point_group
+from builder.errors import ConfigError, PathPart
+from contract.spec import Api, ProviderSpec, entry_point_group
 
 __all__ = [
     "InstalledProvider",
@@ -19,9 +19,19 @@ __all__ = [
     "forget_cached_entry_points",
     "installed_providers",
     "load_spec",
+    "parse_api",
     "provider_distribution",
     "provider_names",
 ]
+
+
+def parse_api(name: str, path: tuple[PathPart, ...]) -> Api:
+    """The API run.yaml names at `path`, or a ConfigError listing the known ones."""
+    try:
+        return Api(name)
+    except ValueError:
+        known = ", ".join(api.value for api in Api)
+        raise ConfigError.at(path, f"unknown API {name!r} (expected one of: {known})") from None
 
 
 class PluginLoadError(ConfigError):
@@ -133,7 +143,7 @@ def _installed() -> _EntryPoints:
 def _checked_spec(api: Api, name: str, target: str, loaded: object) -> ProviderSpec:
     where = f"entry point {name!r} ({target}) in group {entry_point_group(api)!r}"
     if not isinstance(loaded, ProviderSpec):
-        raise PluginLoadError(f"{where} is a {type(loaded).__name__}, expected a providers.spec.ProviderSpec")
+        raise PluginLoadError(f"{where} is a {type(loaded).__name__}, expected a contract.spec.ProviderSpec")
     if loaded.api is not api:
         raise PluginLoadError(f"{where} declares api {loaded.api.value!r}, expected {api.value!r}")
     if loaded.name != name:

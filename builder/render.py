@@ -45,7 +45,7 @@ from builder.errors import ConfigError
 from builder.load import find_config
 from builder.plugins import PluginLoadError, load_spec, provider_distribution
 from builder.resolve import InactiveProvider, PlannedProvider, StackPlan, load_plan
-from providers.spec import Api, ProviderSpec
+from contract.spec import Api, ProviderSpec
 
 __all__ = [
     "SERVER_REQUIREMENT_ENV",

@@ -17,11 +17,11 @@ from pydantic import BaseModel
 from builder.config import RECORDING_MODES, ModelConfig, StackConfig
 from builder.errors import ConfigError, PathPart, format_path
 from builder.load import find_config, load_config, missing_env
-from builder.plugins import PluginLoadError, load_spec
+from builder.plugins import PluginLoadError, load_spec, parse_api
 from builder.validation import validate_model
-from providers.spec import MULTI_PROVIDER_APIS, Api, ProviderSpec
+from contract.spec import MULTI_PROVIDER_APIS, Api, ProviderSpec
 
-__all__ = ["InactiveProvider", "PlannedProvider", "StackPlan", "load_plan", "parse_api", "resolve"]
+__all__ = ["InactiveProvider", "PlannedProvider", "StackPlan", "load_plan", "resolve"]
 
 
 @dataclass(frozen=True)
@@ -90,14 +90,6 @@ class StackPlan:
     def apis(self) -> tuple[Api, ...]:
         """Every API with a provider, in start order."""
         return tuple(dict.fromkeys(p.api for p in self.providers))
-
-
-def parse_api(name: str, path: tuple[PathPart, ...]) -> Api:
-    try:
-        return Api(name)
-    except ValueError:
-        known = ", ".join(api.value for api in Api)
-        raise ConfigError.at(path, f"unknown API {name!r} (expected one of: {known})") from None
 
 
 def load_plan(source: str | Path, env: Mapping[str, str] | None = None) -> StackPlan:

@@ -20,7 +20,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     # While the modules load, the collector walks the growing heap again and again: 86 ms of a
-    # 600 ms `stack run`. It is off until the server has started (runtime.server freezes what
+    # 600 ms `stack run`. It is off until the server has started (runtime.server.serve freezes what
     # start-up made, then turns it on), or for the whole of a shorter command.
     gc.disable()
     try:
@@ -84,11 +84,11 @@ def _parser() -> argparse.ArgumentParser:
 
 def _run(args: argparse.Namespace) -> int:
     from builder.resolve import load_plan
-    from runtime.server import run_server
+    from runtime.server.serve import run_server
 
     logging.basicConfig(level=os.environ.get("STACK_LOG_LEVEL", "INFO").upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     plan = load_plan(args.config, os.environ)
-    from runtime.workers import WORKER_ENV, supervise
+    from runtime.server.workers import WORKER_ENV, supervise
 
     workers = args.workers if args.workers is not None else plan.config.server.workers
     if workers < 1:
@@ -111,7 +111,7 @@ def _with_keys(config: str, work: Any) -> Any:
     import asyncio
 
     from builder.resolve import load_plan
-    from runtime.keys import DatabaseKeys
+    from runtime.security.keys import DatabaseKeys
     from runtime.storage import Storage
 
     plan = load_plan(config, os.environ)
@@ -173,7 +173,7 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def _list_apis(_args: argparse.Namespace) -> int:
-    from providers.spec import Api
+    from contract.spec import Api
 
     notes = {Api.inference: "  (several providers, routed by model)", Api.tool_runtime: "  (several providers, one per tool type)"}
     for api in Api:
@@ -182,9 +182,8 @@ def _list_apis(_args: argparse.Namespace) -> int:
 
 
 def _list_providers(args: argparse.Namespace) -> int:
-    from builder.plugins import installed_providers
-    from builder.resolve import parse_api
-    from providers.spec import Api
+    from builder.plugins import installed_providers, parse_api
+    from contract.spec import Api
 
     apis = [parse_api(args.api, ("api",))] if args.api else list(Api)
     rows = [(p.api.value, p.name, p.distribution or "?", p.spec.description if p.spec else f"BROKEN: {p.error}") for api in apis for p in installed_providers(api)]

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any, Self
 import httpx2
 
 from builder.resolve import StackPlan, load_plan
-from runtime.app import StackApp, create_app
-from runtime.asgi_transport import AsyncThreadedASGITransport, BackgroundLoop, ThreadedASGITransport
+from runtime.app.stack_app import StackApp, create_app
+from runtime.transports.asgi import AsyncThreadedASGITransport, BackgroundLoop, ThreadedASGITransport
 from runtime.stack import Stack, open_stack
 
 if TYPE_CHECKING:

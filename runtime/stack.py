@@ -9,9 +9,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from builder.resolve import PlannedProvider, StackPlan
-from providers.spec import Api, ProviderContext
-from runtime.apis import SURFACES, ApiContext
-from runtime.http import http_client_factory, http_transport_factory
+from contract.spec import Api, ProviderContext
+from runtime.apis import SURFACES
+from runtime.apis.surface import ApiContext
+from runtime.transports.clients import http_client_factory, http_transport_factory
 from runtime.storage import Storage
 
 __all__ = ["ProviderStartError", "RunningProvider", "Stack", "open_stack"]

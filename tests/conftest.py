@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from builder.plugins import forget_cached_entry_points
-from providers.spec import entry_point_group
+from contract.spec import entry_point_group
 from support import specimens
 from support.entry_points import write_distribution
 

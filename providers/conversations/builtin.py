@@ -7,10 +7,10 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from providers.conversations.store import ConversationStore
-from providers.spec import Api, EmptyConfig, ProviderContext, ProviderSpec
-from runtime.apis.common import cursor_page, validate_metadata
-from runtime.apis.items import new_id, normalize_item
-from runtime.errors import InvalidRequestError
+from contract.spec import Api, EmptyConfig, ProviderContext, ProviderSpec
+from contract.checks import cursor_page, validate_metadata
+from contract.items import new_id, normalize_item
+from contract.errors import InvalidRequestError
 
 __all__ = ["BUILTIN", "BuiltinConversations"]
 
@@ -18,7 +18,7 @@ MAX_ITEMS_PER_CALL = 20
 
 
 class BuiltinConversations:
-    """Implements runtime.apis.conversations.protocol.ConversationsProvider."""
+    """Implements contract.conversations.protocol.ConversationsProvider."""
 
     def __init__(self, store: ConversationStore) -> None:
         self.store = store

@@ -21,9 +21,9 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
-from runtime.apis.items import ItemText
-from runtime.auth import principal_id
-from runtime.errors import NotFoundError
+from contract.items import ItemText
+from contract.caller import principal_id
+from contract.errors import NotFoundError
 from runtime.storage import (
     BIGINT, JSON, SMALL_WRITE_ROWS, Column, Database, Index, InsertRows, Scoped, Sql, String, insert_rows, loads, table,
 )
@@ -36,7 +36,7 @@ conversations = table(
     Column("created_at", BIGINT, nullable=False),
     Column("metadata", JSON),
     Column("next_seq", BIGINT, nullable=False, default=0),
-    # Who made it (runtime.auth): with auth on, only they reach it and its items. Null when auth was off.
+    # Who made it (runtime.security.auth): with auth on, only they reach it and its items. Null when auth was off.
     Column("principal", String(160), index=True),
 )
 conversation_items = table(

@@ -19,11 +19,11 @@ from typing import Any, BinaryIO
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from providers.spec import Api, ProviderContext, ProviderSpec
-from runtime.apis.files.protocol import NO_ROOM, FileContent, no_room
-from runtime.auth import principal_id
-from runtime.errors import InvalidRequestError, NotFoundError, PayloadTooLargeError
-from runtime.ids import random_hex
+from contract.spec import Api, ProviderContext, ProviderSpec
+from contract.files.protocol import NO_ROOM, FileContent, no_room
+from contract.caller import principal_id
+from contract.errors import InvalidRequestError, NotFoundError, PayloadTooLargeError
+from contract.ids import random_hex
 from runtime.storage import (
     BIGINT, INTEGER, TEXT, Column, Database, Index, InsertRows, Scoped, Sql, StorageUnavailableError, String, in_list, owner_condition,
     table,
@@ -44,7 +44,7 @@ files = table(
     Column("purpose", String(32), nullable=False, index=True),
     Column("filename", TEXT, nullable=False),
     Column("bytes", BIGINT, nullable=False),
-    # Who uploaded it (runtime.auth): with auth on, only they reach it. Null when auth was off.
+    # Who uploaded it (runtime.security.auth): with auth on, only they reach it. Null when auth was off.
     Column("principal", String(160)),
     Index("ix_files_principal", ("principal", "seq")),
 )
@@ -67,7 +67,7 @@ class LocalFilesConfig(BaseModel):
 
 
 class LocalFiles:
-    """Implements runtime.apis.files.protocol.FilesProvider."""
+    """Implements contract.files.protocol.FilesProvider."""
 
     def __init__(self, db: Database, directory: Path, config: LocalFilesConfig) -> None:
         self.db = db

@@ -14,10 +14,10 @@ from typing import Any, Literal, Protocol
 import httpx2
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
-from providers.spec import ProviderContext
-from runtime.apis.inference.protocol import UpstreamModel, UpstreamRequest
-from runtime.errors import UpstreamError
-from runtime.sse import iter_sse_data
+from contract.spec import ProviderContext
+from contract.inference.protocol import UpstreamModel, UpstreamRequest
+from contract.errors import UpstreamError
+from runtime.http.sse import iter_sse_data
 
 __all__ = ["OpenAICompatAdapter", "OpenAICompatConfig", "open_adapter"]
 
@@ -58,7 +58,7 @@ class OpenAICompatAdapter:
                          *((k.lower().encode(), v.encode()) for k, v in {**headers, **_JSON_HEADERS}.items())]
         self._timeout = {"connect": connect_timeout_s, "read": timeout_s, "write": timeout_s, "pool": timeout_s}
         self._stream_timeout = {**self._timeout, "gap": stream_gap_timeout_s}
-        # A transport that takes requests already encoded (the stack's own, runtime.fast_transport)
+        # A transport that takes requests already encoded (the stack's own, runtime.transports.fast)
         # is given each POST as its head, built once a path, plus the body: building httpx2's Request
         # and Response objects (each normalizing its headers) cost 8 to 14 µs a call, about a tenth
         # of a proxied request's CPU. Any other transport (a recording one, httpx2's own) gets them.

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pydantic import Field, SecretStr
 
 from providers.inference.openai_compat import OpenAICompatConfig, open_adapter
-from providers.spec import Api, ProviderSpec
+from contract.spec import Api, ProviderSpec
 
 __all__ = ["OLLAMA", "OPENAI", "VLLM"]
 

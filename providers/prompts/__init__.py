@@ -8,10 +8,10 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from providers.spec import Api, EmptyConfig, ProviderContext, ProviderSpec
-from runtime.auth import principal_id
-from runtime.errors import InvalidRequestError, NotFoundError
-from runtime.ids import random_hex
+from contract.spec import Api, EmptyConfig, ProviderContext, ProviderSpec
+from contract.caller import principal_id
+from contract.errors import InvalidRequestError, NotFoundError
+from contract.ids import random_hex
 from runtime.storage import BIGINT, INTEGER, JSON, TEXT, Column, Database, Index, Scoped, Sql, String, Unique, insert_rows, loads, table
 
 __all__ = ["BUILTIN", "BuiltinPrompts"]
@@ -23,7 +23,7 @@ prompts = table(
     Column("created_at", BIGINT, nullable=False),
     Column("latest_version", INTEGER, nullable=False),
     Column("default_version", INTEGER, nullable=False),
-    # Who made it (runtime.auth): with auth on, only they reach it and its versions. Null when auth was off.
+    # Who made it (runtime.security.auth): with auth on, only they reach it and its versions. Null when auth was off.
     Column("principal", String(160)),
     Index("ix_prompts_principal", ("principal", "seq")),
 )
@@ -55,7 +55,7 @@ _DELETE = [Sql("DELETE FROM prompt_versions WHERE prompt_id = :pid"), Sql("DELET
 
 
 class BuiltinPrompts:
-    """Implements runtime.apis.prompts.protocol.PromptsProvider."""
+    """Implements contract.prompts.protocol.PromptsProvider."""
 
     def __init__(self, db: Database) -> None:
         self.db = db

@@ -15,24 +15,23 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from providers.responses.store import StoredResponse
+from contract.errors import APIError, InvalidRequestError
+from contract.responses.models import CreateResponse
+from providers.responses.engine import ResponsesEngine
+from providers.responses.persistence import STORE_RETRY_S
+from providers.responses.preparation import Preparation
+from providers.responses.store import ResponseStore, StoredResponse
 from providers.responses.tools import public_tools
 from providers.responses.translate import Event
-from runtime.apis.responses.models import CreateResponse
-from runtime.metrics import current_metrics
-from runtime.errors import APIError, InvalidRequestError
+from providers.responses.turn import Turn
+from runtime.observability.metrics import current_metrics
 from runtime.storage import StorageUnavailableError, when_back
-
-if TYPE_CHECKING:
-    from providers.responses.engine import ResponsesEngine, Turn
 
 __all__ = ["Background"]
 
 log = logging.getLogger("stack")
-
-STORE_RETRY_S = 600.0  # how long a response's end waits for the database to come back before the sweep is left to fail it
 
 TERMINAL = frozenset({"completed", "incomplete", "failed", "cancelled"})
 SECRETS_REMOVED = "x_stack_secrets_removed"
@@ -42,11 +41,14 @@ _LOGGED = ("response.output_item.", "response.completed", "response.failed", "re
 
 
 class Background:
-    """The background responses of one engine."""
+    """The background responses of one engine: run by it, prepared again by `preparation` when
+    another process's are taken over."""
 
-    def __init__(self, engine: ResponsesEngine) -> None:
+    def __init__(self, engine: ResponsesEngine, preparation: Preparation, store: ResponseStore, lease_s: float = 30.0) -> None:
         self.engine = engine
-        self.store = engine.store
+        self.preparation = preparation
+        self.store = store
+        self.lease_s = lease_s
         self._tasks: dict[str, asyncio.Task[Any]] = {}
         self._watchers: dict[str, list[asyncio.Queue[Event | None]]] = {}
 
@@ -83,7 +85,7 @@ class Background:
     async def start(self, turn: Turn) -> dict[str, Any]:
         """Store the response as queued and produce it after the request returns."""
         request = turn.request.model_dump(mode="json")
-        request["tools"], secrets_removed = public_tools(turn.request, self.engine.tools)
+        request["tools"], secrets_removed = public_tools(turn.request, self.preparation.tools)
         if secrets_removed:
             request[SECRETS_REMOVED] = True
         await self.store.insert(dict(turn.response), ancestors=turn.ancestors, input_items=turn.input_items, request=request)
@@ -164,7 +166,7 @@ class Background:
 
         async def beat() -> None:
             while True:
-                await asyncio.sleep(self.engine.lease_s / 3)
+                await asyncio.sleep(self.lease_s / 3)
                 try:
                     status = await self.store.heartbeat(response_id)
                 except StorageUnavailableError:
@@ -199,39 +201,32 @@ class Background:
         """Resume queued background responses nobody is running; fail those (background or
         streamed) that were being produced when their process died (their lease lapsed, or, at
         start-up, their process on this host is gone)."""
-        from providers.responses.engine import Turn
-
-        engine = self.engine
-        for stored in await self.store.orphaned(time.time() - engine.lease_s, owners_checked=at_start):
-            if engine.is_producing(stored.id):
+        for stored in await self.store.orphaned(time.time() - self.lease_s, owners_checked=at_start):
+            if self.engine.is_producing(stored.id) or self.is_running(stored.id):
                 continue
             if stored.status == "queued" and stored.request is not None:
-                if stored.request.get(SECRETS_REMOVED):
-                    await self._fail_orphan(stored, "This background response could not be resumed: the credentials of its tools "
-                                                    "(authorization, headers) are never stored, and the process that had them stopped.")
-                    continue
-                try:
-                    request = CreateResponse.model_validate(stored.request)
-                    history = await engine.history(request)
-                except (APIError, ValueError) as error:
-                    # Its request no longer passes (a newer rule) or its context is gone (the
-                    # previous response was deleted): failed, rather than stopping the sweep.
-                    reason = error.message if isinstance(error, APIError) else "its stored request is no longer valid"
-                    await self._fail_orphan(stored, f"This background response could not be resumed: {reason}")
-                    continue
-                input_items = await self.store.items_of(stored.id, "input")
-                turn = Turn(request, stored.response, input_items, history, stored.ancestors, renderers=engine.renderers)
-                try:
-                    await engine.check_input(turn)  # the refusal found when it was accepted is not stored
-                    await engine.read_files(turn)
-                except APIError as error:  # a file it names was deleted meanwhile, or its guardrail is gone or down
-                    await self._fail_orphan(stored, f"This background response could not be resumed: {error.message}")
-                    continue
-                log.info("resuming queued background response %s", stored.id)
-                self.spawn(turn)
+                await self._resume(stored, stored.request)
             else:
                 what = "background response was running" if stored.background else "response was being streamed"
                 await self._fail_orphan(stored, f"The server stopped while this {what}.")
+
+    async def _resume(self, stored: StoredResponse, request: dict[str, Any]) -> None:
+        if request.get(SECRETS_REMOVED):
+            await self._fail_orphan(stored, "This background response could not be resumed: the credentials of its tools "
+                                            "(authorization, headers) are never stored, and the process that had them stopped.")
+            return
+        input_items = await self.store.items_of(stored.id, "input")
+        try:
+            # Its request may no longer pass (a newer rule), its context may be gone (the previous
+            # response was deleted), a file it names deleted, its guardrail gone or down: failed,
+            # rather than stopping the sweep.
+            turn = await self.preparation.resume(CreateResponse.model_validate(request), stored.response, input_items, stored.ancestors)
+        except (APIError, ValueError) as error:
+            reason = error.message if isinstance(error, APIError) else "its stored request is no longer valid"
+            await self._fail_orphan(stored, f"This background response could not be resumed: {reason}")
+            return
+        log.info("resuming queued background response %s", stored.id)
+        self.spawn(turn)
 
     async def _fail_orphan(self, stored: StoredResponse, message: str) -> None:
         failed = {**stored.response, "status": "failed", "error": {"code": "server_error", "message": message}}

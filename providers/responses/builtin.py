@@ -4,25 +4,32 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 import json
 import logging
+import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from providers.responses.background import TERMINAL
+from contract.checks import cursor_page
+from contract.errors import InvalidRequestError
+from contract.responses.models import CompactRequest, CreateResponse
+from contract.spec import Api, ProviderContext, ProviderSpec
+from providers.responses.background import TERMINAL, Background
+from providers.responses.compaction import Compaction
+from providers.responses.context import ContextSource
 from providers.responses.engine import ResponsesEngine
-from providers.responses.sealing import ReasoningSeal, decode_key, load_key
+from providers.responses.guardrails import Guardrails
 from providers.responses.loop import LoopLimits
+from providers.responses.model_calls import Inference, ModelCalls
+from providers.responses.persistence import Persistence
+from providers.responses.preparation import Preparation
 from providers.responses.request import chat_request
-from runtime.apis.responses.models import CompactRequest, CreateResponse
+from providers.responses.sealing import ReasoningSeal, decode_key, load_key
 from providers.responses.store import ResponseStore
 from providers.responses.translate import Event
-from providers.spec import Api, ProviderContext, ProviderSpec
-from runtime.apis.common import cursor_page
-from runtime.errors import InvalidRequestError
 from runtime.storage import StorageUnavailableError
 
 __all__ = ["BUILTIN", "BuiltinResponses"]
@@ -69,29 +76,35 @@ _LAST_EVENTS_S = 1.0
 
 
 class BuiltinResponses:
-    """Implements runtime.apis.responses.protocol.ResponsesProvider."""
+    """Implements contract.responses.protocol.ResponsesProvider: a request is prepared into a turn
+    (`preparation`), produced by the engine (at once, or in the `background`), and stored."""
 
-    def __init__(self, engine: ResponsesEngine, config: BuiltinResponsesConfig) -> None:
-        self.engine = engine
-        self.store = engine.store
+    def __init__(self, parts: Parts, config: BuiltinResponsesConfig) -> None:
+        self.preparation = parts.preparation
+        self.engine = parts.engine
+        self.background = parts.background
+        self.compaction = parts.compaction
+        self.contexts = parts.contexts
+        self.store = parts.store
+        self.inference = parts.inference
         self.config = config
         self._following: dict[str, set[asyncio.Event]] = {}
         """The wake-up of each stream following a background response, by response id."""
 
     async def create_response(self, request: CreateResponse) -> dict[str, Any]:
-        turn = await self.engine.prepare(request)
+        turn = await self.preparation.prepare(request)
         if request.background:
-            return await self.engine.background.start(turn)
+            return await self.background.start(turn)
         return await self.engine.run(turn)
 
     async def stream_response(self, request: CreateResponse) -> AsyncIterator[Event]:
-        turn = await self.engine.prepare(request)
+        turn = await self.preparation.prepare(request)
         if request.background:
-            return await self.engine.background.start_streamed(turn)
+            return await self.background.start_streamed(turn)
         return self.engine.stream(turn)
 
     async def compact_response(self, request: CompactRequest) -> dict[str, Any]:
-        return await self.engine.compact(request)
+        return await self.compaction.compact(request)
 
     async def get_response(self, response_id: str) -> dict[str, Any]:
         return (await self.store.get(response_id)).response
@@ -147,7 +160,7 @@ class BuiltinResponses:
 
     async def delete_response(self, response_id: str) -> dict[str, Any]:
         await self.store.delete(response_id)
-        self.engine.forget(response_id)
+        self.contexts.forget(response_id)
         return {"id": response_id, "object": "response.deleted", "deleted": True}
 
     async def list_responses(self, after: str | None, limit: int, order: str) -> dict[str, Any]:
@@ -159,7 +172,7 @@ class BuiltinResponses:
         return cursor_page(data, has_more)
 
     async def cancel_response(self, response_id: str) -> dict[str, Any]:
-        return await self.engine.background.cancel(response_id)
+        return await self.background.cancel(response_id)
 
     def begin_shutdown(self) -> None:
         """A stream cut from now on was cut by the shutdown: it ends `failed`, saying so."""
@@ -171,50 +184,89 @@ class BuiltinResponses:
 
     async def count_input_tokens(self, request: CreateResponse) -> dict[str, Any]:
         """Exact for the model: the upstream counts the prompt of a one-token completion."""
-        turn = await self.engine.prepare(request.model_copy(update={"background": False, "stream": False}))
+        turn = await self.preparation.prepare(request.model_copy(update={"background": False, "stream": False}))
         try:
             offered = turn.tools.chat_tools(first_turn=True, server_calls_left=True) if turn.tools is not None else None
         finally:
             if turn.tools is not None:
                 await turn.tools.aclose()
         body = {**chat_request(request, turn.messages(), stream=False, offered=offered), "max_completion_tokens": 1}
-        completion = json.loads(await self.engine.inference.chat_completion(body))
+        completion = json.loads(await self.inference.chat_completion(body))
         return {"object": "response.input_tokens", "input_tokens": int((completion.get("usage") or {}).get("prompt_tokens") or 0)}
+
+
+@dataclass(frozen=True)
+class Parts:
+    """The built-in provider's parts, each with one job, wired once by `assemble`."""
+
+    store: ResponseStore
+    inference: Inference
+    contexts: ContextSource
+    preparation: Preparation
+    compaction: Compaction
+    persistence: Persistence
+    engine: ResponsesEngine
+    background: Background
+
+
+def assemble(inference: Inference, store: ResponseStore, *, conversations: Any = None, tools: Any = None, files: Any = None,
+             prompts: Any = None, safety: Any = None, seal: ReasoningSeal | None = None, lease_s: float = 30.0,
+             limits: LoopLimits | None = None, summary_model: str | None = None, compaction_model: str | None = None,
+             omit_unserved: bool = False) -> Parts:
+    """The parts over the APIs they use (None: not served by this stack)."""
+    limits = limits or LoopLimits()
+    contexts = ContextSource(store, conversations)
+    guardrails = Guardrails(safety)
+    preparation = Preparation(inference, contexts, guardrails, tools=tools, files=files, prompts=prompts, seal=seal,
+                              omit_unserved=omit_unserved, parallel=limits.parallel)
+    compaction = Compaction(inference, contexts, seal, preparation.renderers, compaction_model)
+    persistence = Persistence(store, contexts, lease_s)
+    engine = ResponsesEngine(ModelCalls(inference, guardrails, summary_model), persistence, compaction, tools=tools, limits=limits, seal=seal)
+    background = Background(engine, preparation, store, lease_s)
+    return Parts(store, inference, contexts, preparation, compaction, persistence, engine, background)
 
 
 @contextlib.asynccontextmanager
 async def create(context: ProviderContext[BuiltinResponsesConfig]) -> AsyncIterator[BuiltinResponses]:
+    config = context.config
     store = ResponseStore(context.databases("responses"))
     await store.create_tables()
-    limits = LoopLimits(max_iterations=context.config.max_tool_iterations, parallel=context.config.max_parallel_tool_calls)
-    engine = ResponsesEngine(context.deps[Api.inference], store, context.deps.get(Api.conversations), lease_s=context.config.lease_s,
-                             tools=context.deps.get(Api.tool_runtime), limits=limits, files=context.deps.get(Api.files),
-                             seal=ReasoningSeal(lambda: load_key(context.config.reasoning_key, context.state_dir)),
-                             summary_model=context.config.summary_model, prompts=context.deps.get(Api.prompts),
-                             safety=context.deps.get(Api.safety), omit_unserved=context.config.unserved_tools == "omit",
-                             compaction_model=context.config.compaction_model)
-    service = BuiltinResponses(engine, context.config)
-    await engine.background.recover(at_start=True)
-    await engine.background.listen()
+    parts = assemble(
+        context.deps[Api.inference], store, conversations=context.deps.get(Api.conversations), tools=context.deps.get(Api.tool_runtime),
+        files=context.deps.get(Api.files), prompts=context.deps.get(Api.prompts), safety=context.deps.get(Api.safety),
+        seal=ReasoningSeal(lambda: load_key(config.reasoning_key, context.state_dir)), lease_s=config.lease_s,
+        limits=LoopLimits(max_iterations=config.max_tool_iterations, parallel=config.max_parallel_tool_calls),
+        summary_model=config.summary_model, compaction_model=config.compaction_model, omit_unserved=config.unserved_tools == "omit")
+    service = BuiltinResponses(parts, config)
+    await parts.background.recover(at_start=True)
+    await parts.background.listen()
     await service.listen()
-    sweeper = asyncio.get_running_loop().create_task(_sweep(engine))
+    sweeper = asyncio.get_running_loop().create_task(_sweep(parts.background, config.lease_s))
     try:
         yield service
     finally:
         sweeper.cancel()
-        await engine.close()
+        await close(parts)
 
 
-async def _sweep(engine: ResponsesEngine) -> None:
+async def close(parts: Parts) -> None:
+    """Stop: streams cut from now on end failed, background work is stopped (each marks itself
+    failed), and the pending writes are waited for."""
+    parts.engine.close()
+    await parts.background.stop()
+    await parts.persistence.close()
+
+
+async def _sweep(background: Background, lease_s: float) -> None:
     """Take over the responses of processes that died, once their lease lapses."""
     while True:
-        await asyncio.sleep(engine.lease_s / 3)
+        await asyncio.sleep(lease_s / 3)
         try:
-            await engine.background.recover()
+            await background.recover()
         except StorageUnavailableError:
             pass  # the storage layer has said so; the next sweep tries again
         except Exception:
-            log.exception("the sweep for orphaned responses failed; it runs again in %.0f s", engine.lease_s / 3)
+            log.exception("the sweep for orphaned responses failed; it runs again in %.0f s", lease_s / 3)
 
 
 BUILTIN = ProviderSpec(

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from providers.responses.grammars import Grammar, GrammarError, compile_grammar
-from runtime.errors import InvalidRequestError
+from contract.errors import InvalidRequestError
 
 __all__ = ["CLIENT_TOOL_TYPES", "ClientTool", "call_input", "client_tools", "loaded_tools", "output_text", "tool_choice_name"]
 

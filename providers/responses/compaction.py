@@ -13,16 +13,25 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from runtime.errors import APIError, UpstreamError
+from contract.errors import APIError, InvalidRequestError, UpstreamError
+from contract.items import new_id, normalize_input
+from contract.responses.models import CompactRequest
+from providers.responses.context import ContextSource
+from providers.responses.items import ChatContext, Renderer
+from providers.responses.loop import ToolLoop
+from providers.responses.model_calls import Inference
+from providers.responses.sealing import ReasoningSeal, check_sealed
+from providers.responses.translate import Event, usage_from_chat
+from providers.responses.turn import Context, Turn
 
-__all__ = ["SUMMARY_HEADER", "compaction_summary", "estimated_tokens", "kept_messages"]
+__all__ = ["Compaction", "compaction_summary", "estimated_tokens", "kept_messages"]
 
 log = logging.getLogger("stack")
 
-SUMMARY_HEADER = "A summary of the conversation so far, which replaces its earlier turns:"
 MAX_SUMMARY_TOKENS = 2000
 _INSTRUCTION = (
     "You compact a conversation so that it can go on in a smaller context. Write a summary of everything in it that the assistant "
@@ -82,3 +91,57 @@ async def try_compaction_summary(inference: _Chat, model: str, messages: Sequenc
 def kept_messages(items: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The user's messages of a context, in order: what a compacted window keeps as they were."""
     return [dict(item) for item in items if item.get("type", "message") == "message" and item.get("role") == "user"]
+
+
+class Compaction:
+    """Compacting contexts with the stack's models: on request (`compact`), and within a response
+    whose context passed its threshold (`automatic`)."""
+
+    def __init__(self, inference: Inference, contexts: ContextSource, seal: ReasoningSeal | None, renderers: Mapping[str, Renderer],
+                 model: str | None = None) -> None:
+        self.inference = inference
+        self.contexts = contexts
+        self.seal = seal
+        self.renderers = renderers
+        self.model = model
+
+    async def compact(self, request: CompactRequest) -> dict[str, Any]:
+        """POST /v1/responses/compact: the context of `request` (a chain, its input, or both) as
+        the user's messages and one compaction item."""
+        request.check()
+        if self.seal is None:
+            raise InvalidRequestError("This server cannot compact: it has no key to seal compaction items with.", param="model",
+                                      code="invalid_value")
+        await self.inference.resolve(request.model)
+        context = await self.contexts.chain(request.previous_response_id) if request.previous_response_id else Context([], [])
+        input_items = await self.contexts.resolve_references(normalize_input(request.input if request.input is not None else []))
+        check_sealed(self.seal, input_items)
+        items = [*context.items, *input_items]
+        messages = ChatContext(renderers=self.renderers, reveal=self.seal.reveal).extend(items).messages_with(request.instructions)
+        summary, usage = await compaction_summary(self.inference, self.model or str(request.model), messages)
+        item = {"id": new_id("cmp"), "type": "compaction", "encrypted_content": self.seal.seal_compaction(summary)}
+        return {"id": new_id("resp"), "object": "response.compaction", "created_at": int(time.time()),
+                "output": [*kept_messages(items), item], "usage": usage_from_chat(usage or {"prompt_tokens": 0})}
+
+    async def automatic(self, turn: Turn, loop: ToolLoop) -> list[Event]:
+        """`context_management` compaction: a `compaction` item first in the output when the
+        context passes `compact_threshold` tokens; the model then reads the compacted window."""
+        threshold = turn.request.compact_threshold()
+        if threshold is None or turn.refusal is not None or self.seal is None:
+            return []
+        messages = turn.messages()
+        if estimated_tokens(messages) <= threshold:
+            return []
+        written = await try_compaction_summary(self.inference, self.model or str(turn.request.model), messages)
+        if written is None:
+            return []
+        summary, usage = written
+        if usage is not None:
+            loop.usages.append(usage)
+        item = {"id": new_id("cmp"), "type": "compaction", "encrypted_content": self.seal.seal_compaction(summary)}
+        output = turn.response["output"]
+        output.append(item)
+        index = len(output) - 1
+        return [{"type": "response.output_item.added", "output_index": index, "item": {**item, "encrypted_content": ""}},
+                {"type": "response.compaction.compacting", "output_index": index, "item_id": item["id"]},
+                {"type": "response.output_item.done", "output_index": index, "item": item}]

@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from runtime.apis.files.inline import inline_file
-from runtime.apis.files.protocol import FilesProvider
-from runtime.errors import InvalidRequestError
+from contract.files.protocol import FilesProvider
+from contract.errors import InvalidRequestError
 
 __all__ = ["with_files_read"]
 

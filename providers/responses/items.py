@@ -7,11 +7,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from providers.responses.compaction import SUMMARY_HEADER
 from providers.responses.client_tools import CALL_TYPES, OUTPUT_TYPES, call_input, model_name, output_call_id, output_text
-from runtime.apis.tool_runtime.protocol import ToolExchange
+from contract.tool_runtime.protocol import ToolExchange
 
-__all__ = ["ChatContext", "Renderer", "chat_messages"]
+__all__ = ["SUMMARY_HEADER", "ChatContext", "Renderer", "chat_messages"]
+
+SUMMARY_HEADER = "A summary of the conversation so far, which replaces its earlier turns:"
+"""What a compaction item's summary reads under, to the model (providers/responses/compaction.py)."""
 
 Renderer = Callable[[Mapping[str, Any]], ToolExchange | None]
 Reveal = Callable[[Mapping[str, Any]], list[str]]

@@ -29,14 +29,14 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from providers.responses.client_tools import CALL_TYPES
-from runtime.metrics import current_metrics
-from runtime.tracing import current_tracing
+from runtime.observability.metrics import current_metrics
+from runtime.observability.tracing import current_tracing
 from providers.responses.tools import RequestTools
 from providers.responses.translate import Event, StreamTranslator
-from runtime.apis.tool_runtime.protocol import Citations, ItemSink, ModelCall, ToolSession
-from runtime.errors import UpstreamError
+from contract.tool_runtime.protocol import Citations, ItemSink, ModelCall, ToolSession
+from contract.errors import UpstreamError
 
-__all__ = ["GRAMMAR_REPAIRS", "Hidden", "LoopLimits", "ModelTurn", "ToolLoop", "run_steps"]
+__all__ = ["GRAMMAR_REPAIRS", "Hidden", "LoopLimits", "ModelTurn", "ToolLoop", "prepare_tools", "run_steps"]
 
 GRAMMAR_REPAIRS = 2
 """Model turns that may follow one whose custom tool input did not match its grammar."""
@@ -87,15 +87,9 @@ class ToolLoop:
     _repairs: int = 0
     _running: list[_Item] = field(default_factory=list)
 
-    async def preparation(self) -> AsyncGenerator[Event, None]:
-        """Prepare the server-side tools (list an MCP server's tools...) and name the functions
-        for the model; the events of the items this produces, as they come."""
-        if self.tools is None:
-            return
-        steps = [step for session, _ in self.tools.sessions for step in session.preparations()]
-        async for event in run_steps(steps, self.output, self.limits.parallel):
-            yield event
-        self.tools.offer()
+    def preparation(self) -> AsyncGenerator[Event, None]:
+        """`prepare_tools` over this loop's tools and output."""
+        return prepare_tools(self.tools, self.output, self.limits.parallel)
 
     async def prepare(self) -> list[Event]:
         """`preparation`, run before the response starts: its events, for `events` to send first."""
@@ -253,11 +247,22 @@ async def _ready(_item: Any) -> None:
     """An approval request: opened and done at once."""
 
 
+async def prepare_tools(tools: RequestTools | None, output: list[dict[str, Any]], parallel: int) -> AsyncGenerator[Event, None]:
+    """Prepare the server-side tools (list an MCP server's tools...) and name the functions for
+    the model; the events of the items this produces into `output`, as they come."""
+    if tools is None:
+        return
+    steps = [step for session, _ in tools.sessions for step in session.preparations()]
+    async for event in run_steps(steps, output, parallel):
+        yield event
+    tools.offer()
+
+
 # --- steps ---------------------------------------------------------------------------------
 
 
 class _Item:
-    """An item a step opened (implements runtime.apis.tool_runtime.protocol.OutputItem)."""
+    """An item a step opened (implements contract.tool_runtime.protocol.OutputItem)."""
 
     __slots__ = ("item", "output_index", "_step")
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from runtime.apis.prompts.protocol import PLACEHOLDER, PromptsProvider
-from runtime.apis.responses.models import CreateResponse
-from runtime.errors import InvalidRequestError, NotFoundError
+from contract.prompts.protocol import PLACEHOLDER, PromptsProvider
+from contract.responses.models import CreateResponse
+from contract.errors import InvalidRequestError, NotFoundError
 
 __all__ = ["expand_prompt"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from runtime.apis.responses.models import CreateResponse
+from contract.responses.models import CreateResponse
 
 __all__ = ["chat_request"]
 

@@ -15,13 +15,13 @@ import base64
 import binascii
 import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from runtime.errors import InvalidRequestError
+from contract.errors import InvalidRequestError
 
-__all__ = ["ReasoningSeal", "decode_key", "load_key"]
+__all__ = ["ReasoningSeal", "check_sealed", "decode_key", "load_key"]
 
 _PREFIX = "v1."
 _AAD = b"stack reasoning item v1"
@@ -93,6 +93,19 @@ class ReasoningSeal:
                                       "altered, or sealed by another server (or with another key).", param=param,
                                       code="invalid_encrypted_content") from None
         return opened if isinstance(opened, dict) else {}
+
+
+def check_sealed(seal: ReasoningSeal | None, input_items: Sequence[Mapping[str, Any]]) -> None:
+    """Encrypted reasoning (or a compaction) sent back must be this server's, unaltered: a 400
+    naming the item if not."""
+    for index, item in enumerate(input_items):
+        compaction = item.get("type") == "compaction"
+        if (item.get("type") == "reasoning" and item.get("encrypted_content") is not None) or compaction:
+            if seal is None:
+                raise InvalidRequestError(f"Encrypted content in 'input[{index}]' cannot be read: this server seals none.",
+                                          param=f"input[{index}].encrypted_content", code="invalid_encrypted_content")
+            opened = seal.open_compaction if compaction else seal.open
+            opened(item.get("encrypted_content"), f"input[{index}].encrypted_content")
 
 
 def decode_key(text: str) -> bytes:

@@ -13,9 +13,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from runtime.auth import principal_id
-from runtime.errors import NotFoundError
-from runtime.owners import owner_is_gone, process_owner
+from contract.caller import principal_id
+from contract.errors import NotFoundError
+from runtime.storage.owners import owner_is_gone, process_owner
 from runtime.storage import (
     BOOLEAN, FLOAT, INTEGER, JSON, SMALL_WRITE_ROWS, Column, Database, Index, InsertRows, Scoped, Sql, StorageUnavailableError, String,
     in_list, insert_rows, loads, owner_condition, table,
@@ -37,9 +37,9 @@ responses = table(
     Column("response", JSON, nullable=False),
     Column("request", JSON),
     Column("heartbeat_at", FLOAT),
-    # The process producing it (runtime.owners): a restart on its host takes it over at once.
+    # The process producing it (runtime.storage.owners): a restart on its host takes it over at once.
     Column("owner", String(160)),
-    # Who made it (runtime.auth): with auth on, only they reach it. Null when auth was off.
+    # Who made it (runtime.security.auth): with auth on, only they reach it. Null when auth was off.
     Column("principal", String(160)),
     Index("ix_responses_principal", ("principal", "seq")),
     # Only the responses still being produced: the sweep for orphans reads this, never the table.
@@ -309,7 +309,7 @@ class ResponseStore:
     async def orphaned(self, older_than: float, *, owners_checked: bool = False) -> list[StoredResponse]:
         """Responses still queued or being produced whose lease nobody renewed; with
         `owners_checked`, also those whose lease runs yet but whose process is gone (a crash on
-        this host: see runtime.owners)."""
+        this host: see runtime.storage.owners)."""
         if not owners_checked:
             rows = await self.db.read_all(_LAPSED, {"older_than": older_than})
             return [StoredResponse(row) for row in rows]

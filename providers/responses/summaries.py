@@ -13,7 +13,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from runtime.errors import APIError
+from contract.errors import APIError
 
 __all__ = ["SUMMARY_STYLES", "summarize", "summary_events"]
 

@@ -19,13 +19,13 @@ from typing import Any
 from providers.responses.client_tools import (
     CLIENT_TOOL_TYPES, ClientTool, check_client_tool, client_tools, loaded_tools, tool_choice_name,
 )
-from runtime.apis.responses.models import CreateResponse
-from runtime.apis.tool_runtime.protocol import Citations, FunctionSpec, ModelCall, ToolContext, ToolSession
+from contract.responses.models import CreateResponse
+from contract.tool_runtime.protocol import Citations, FunctionSpec, ModelCall, ToolContext, ToolSession
 from runtime.apis.tool_runtime.router import ToolRouter
-from runtime.apis.tool_runtime.web_search import WEB_SEARCH_TYPES
-from runtime.errors import InvalidRequestError
+from contract.tool_runtime.web_search import WEB_SEARCH_TYPES
+from contract.errors import InvalidRequestError
 
-__all__ = ["Offered", "RequestTools", "check_server_tools", "public_tools", "served_only"]
+__all__ = ["Offered", "RequestTools", "check_server_tools", "open_request_tools", "public_tools", "served_only"]
 
 log = logging.getLogger("stack")
 
@@ -85,6 +85,18 @@ def public_tools(request: CreateResponse, router: ToolRouter | None) -> tuple[li
         tools.append(public.tool)
         removed = removed or public.secrets_removed
     return tools, removed
+
+
+async def open_request_tools(request: CreateResponse, router: ToolRouter | None, response_id: str, history: list[dict[str, Any]],
+                             input_items: list[dict[str, Any]]) -> RequestTools | None:
+    """The request's tools, opened (a session per tool runtime), when the model is offered more
+    than plain client functions: server-side tools, deferred functions, or tools a client tool
+    search loaded earlier in the context. None when the request's function tools go as they are."""
+    tools = request.tools or ()
+    if any(tool.get("type") != "function" or tool.get("defer_loading") for tool in tools) or (tools and any(
+            item.get("type") == "tool_search_output" for item in (*history, *input_items))):
+        return await RequestTools.open(request, router, ToolContext(response_id, history, input_items))
+    return None
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,10 @@ A custom tool call whose input its tool's grammar does not accept is not output 
 aside in `rejected`, for the tool loop to send back to the model. So that setting it aside leaves
 no gap, such a call takes its output index only once it is whole and accepted, after the items
 of its model turn that came before that.
+
+This module owns the state machine (`StreamTranslator`: which event follows which, the output
+guardrail's hold); the items, their parts and the events themselves are built in output_events,
+the usage converted in usage.
 """
 
 from __future__ import annotations
@@ -29,13 +33,16 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from providers.responses.client_tools import ClientTool
-from runtime.apis.items import new_id
-from runtime.apis.tool_runtime.protocol import Citations
+from providers.responses.output_events import (
+    ContentPart, Event, OutputItem, annotation_events, close_call, close_part, delta_event, logprobs_of, new_text_item, part_body,
+    part_event)
+# usage_from_chat is named here too (in __all__): the engine and compaction import it from this module.
+from providers.responses.usage import upstream_usage, usage_from_chat
+from contract.items import new_id
+from contract.tool_runtime.protocol import Citations
 from runtime.apis.inference.chunks import upstream_shape
 
 __all__ = ["PART_EVENTS", "Event", "RejectedCall", "ServerCall", "StreamTranslator", "output_from_completion", "usage_from_chat"]
-
-Event = dict[str, Any]
 
 _HELD_DELTAS = frozenset({"response.output_text.delta", "response.reasoning_text.delta"})
 
@@ -43,27 +50,6 @@ _HELD_DELTAS = frozenset({"response.output_text.delta", "response.reasoning_text
 # clients and conformance suite read `response_id` there. OpenAI's events do not carry it; other
 # clients ignore the extra field.
 PART_EVENTS = frozenset({"response.content_part.added", "response.content_part.done"})
-
-
-@dataclass
-class _Part:
-    kind: str  # output_text | refusal | reasoning_text
-    text: list[str] = field(default_factory=list)
-    logprobs: list[dict[str, Any]] = field(default_factory=list)
-    annotations: list[dict[str, Any]] = field(default_factory=list)
-    citations: Citations | None = None
-    released: int = 0
-    """How much of the text clients have been sent (the output guardrail holds the rest)."""
-
-
-@dataclass
-class _Item:
-    output_index: int
-    item: dict[str, Any]
-    parts: list[_Part] = field(default_factory=list)
-    arguments: list[str] = field(default_factory=list)
-    client: ClientTool | None = None
-    """The client tool of a call whose item is of that tool's own type (not a function_call)."""
 
 
 @dataclass(frozen=True)
@@ -101,19 +87,6 @@ def _upstream_data(method: _Method) -> _Method:
     return reading  # type: ignore[return-value]
 
 
-def _usage(value: Any) -> dict[str, Any] | None:
-    """An upstream's usage, its token counts kept only where they are integers."""
-    if not isinstance(value, Mapping) or not value:
-        return None
-    usage: dict[str, Any] = {key: count for key, count in value.items()
-                             if isinstance(count, int) and not isinstance(count, bool) and not key.endswith("_details")}
-    for key in ("prompt_tokens_details", "completion_tokens_details"):
-        details = value.get(key)
-        if isinstance(details, Mapping):
-            usage[key] = {name: count for name, count in details.items() if isinstance(count, int) and not isinstance(count, bool)}
-    return usage or None
-
-
 @dataclass
 class StreamTranslator:
     """Feed ChatCompletionChunk dicts with `feed`; call `finish` after the last one.
@@ -138,9 +111,9 @@ class StreamTranslator:
     blocked: bool = False
     _held: list[Event] = field(default_factory=list)
     _unchecked: list[str] = field(default_factory=list)
-    items: list[_Item] = field(default_factory=list)
-    _open: _Item | None = None
-    _calls: dict[int, _Item] = field(default_factory=dict)
+    items: list[OutputItem] = field(default_factory=list)
+    _open: OutputItem | None = None
+    _calls: dict[int, OutputItem] = field(default_factory=dict)
     _server: dict[int, ServerCall] = field(default_factory=dict)
     rejected: list[RejectedCall] = field(default_factory=list)
     """Custom tool calls of this turn whose input the tool's grammar does not accept (not output)."""
@@ -209,14 +182,14 @@ class StreamTranslator:
                 part.text = [text] if text else []
                 part.citations = None
             if item is not self._open and "content" in item.item:
-                item.item["content"] = [_part_body(part, done=True) for part in item.parts]
+                item.item["content"] = [part_body(part, done=True) for part in item.parts]
         self.blocked = True
         self.finish_reason = "content_filter"
         return kept
 
     def _feed(self, chunk: Mapping[str, Any]) -> list[Event]:
         if chunk.get("usage"):
-            self.usage = _usage(chunk["usage"]) or self.usage
+            self.usage = upstream_usage(chunk["usage"]) or self.usage
         if isinstance(chunk.get("service_tier"), str):
             self.service_tier = chunk["service_tier"]
         choices = chunk.get("choices") or ()
@@ -229,7 +202,7 @@ class StreamTranslator:
         if reasoning:
             events += self._text("reasoning", "reasoning_text", reasoning, [])
         if delta.get("content"):
-            logprobs = _logprobs(choice) if self.with_logprobs else []
+            logprobs = logprobs_of(choice) if self.with_logprobs else []
             events += self._text("message", "output_text", delta["content"], logprobs)
         if delta.get("refusal"):
             events += self._text("message", "refusal", delta["refusal"], [])
@@ -250,7 +223,7 @@ class StreamTranslator:
             tool_calls = [{**call, "index": index} for index, call in enumerate(message.pop("tool_calls", None) or [])]
             events = self.feed({"choices": [{"index": 0, "delta": {**message, "tool_calls": tool_calls},
                                              "logprobs": choice.get("logprobs"), "finish_reason": choice.get("finish_reason")}]})
-        self.usage = _usage(completion.get("usage"))
+        self.usage = upstream_usage(completion.get("usage"))
         if isinstance(completion.get("service_tier"), str):
             self.service_tier = completion["service_tier"]
         return events
@@ -261,7 +234,7 @@ class StreamTranslator:
         events = self._close_open(status)
         for index in sorted(self._calls):
             call = self._calls[index]
-            events += _close_call(call, status) if call.client is None else self._close_client_call(call, status)
+            events += close_call(call, status) if call.client is None else self._close_client_call(call, status)
         self._calls.clear()
         return events
 
@@ -271,14 +244,14 @@ class StreamTranslator:
         events: list[Event] = []
         if self._open is None or self._open.item["type"] != item_type:
             events += self._close_open("completed")
-            events += self._open_item(_new_text_item(item_type, self.make_id))
+            events += self._open_item(new_text_item(item_type, self.make_id))
         assert self._open is not None
         current = self._open
         if not current.parts or current.parts[-1].kind != part_kind:
-            events += _close_part(current)
+            events += close_part(current)
             citations = self.citations() if self.citations is not None and part_kind == "output_text" else None
-            current.parts.append(_Part(part_kind, citations=citations))
-            events.append(_part_event("response.content_part.added", current, _part_body(current.parts[-1], done=False)))
+            current.parts.append(ContentPart(part_kind, citations=citations))
+            events.append(part_event("response.content_part.added", current, part_body(current.parts[-1], done=False)))
         part = current.parts[-1]
         part.logprobs.extend(logprobs)
         annotations: list[dict[str, Any]] = []
@@ -286,13 +259,13 @@ class StreamTranslator:
             text, annotations = part.citations.feed(text)
         if text:
             part.text.append(text)
-            events.append(_delta_event(current, part, text, logprobs))
+            events.append(delta_event(current, part, text, logprobs))
         if annotations:
-            events += _annotation_events(current, part, annotations)
+            events += annotation_events(current, part, annotations)
         return events
 
     def _open_item(self, item: dict[str, Any]) -> list[Event]:
-        self._open = _Item(self.first_output_index + len(self.items), item)
+        self._open = OutputItem(self.first_output_index + len(self.items), item)
         self.items.append(self._open)
         return [{"type": "response.output_item.added", "output_index": self._open.output_index, "item": dict(item)}]
 
@@ -300,9 +273,9 @@ class StreamTranslator:
         current, self._open = self._open, None
         if current is None:
             return []
-        events = _close_part(current)
+        events = close_part(current)
         current.item["status"] = status
-        current.item["content"] = [_part_body(part, done=True) for part in current.parts]
+        current.item["content"] = [part_body(part, done=True) for part in current.parts]
         if self.seal is not None and current.item["type"] == "reasoning":
             current.item["encrypted_content"] = self.seal(current.item)
         events.append({"type": "response.output_item.done", "output_index": current.output_index, "item": current.item})
@@ -329,7 +302,7 @@ class StreamTranslator:
             events += self._close_open("completed")
             tool = self.client_tool(name) if self.client_tool is not None and name else None
             if tool is not None and tool.kind != "function":  # its item is made once its arguments are whole
-                call = _Item(-1, {"type": tool.kind, "call_id": call_id}, client=tool)
+                call = OutputItem(-1, {"type": tool.kind, "call_id": call_id}, client=tool)
                 if tool.grammar is None:
                     call.output_index = self.first_output_index + len(self.items)
                     self.items.append(call)
@@ -343,7 +316,7 @@ class StreamTranslator:
             }
             if tool is not None and tool.namespace:
                 item["namespace"] = tool.namespace
-            call = _Item(self.first_output_index + len(self.items), item)
+            call = OutputItem(self.first_output_index + len(self.items), item)
             self.items.append(call)
             self._calls[index] = call
             events.append({"type": "response.output_item.added", "output_index": call.output_index, "item": dict(item)})
@@ -356,7 +329,7 @@ class StreamTranslator:
                            "output_index": call.output_index, "delta": function["arguments"]})
         return events
 
-    def _close_client_call(self, call: _Item, status: str) -> list[Event]:
+    def _close_client_call(self, call: OutputItem, status: str) -> list[Event]:
         """The whole item of a client tool call, added and done at once (with its input's events)."""
         assert call.client is not None
         arguments = "".join(call.arguments)
@@ -385,88 +358,6 @@ class StreamTranslator:
         return events
 
 
-def _new_text_item(item_type: str, make_id: Callable[[str], str]) -> dict[str, Any]:
-    if item_type == "reasoning":
-        return {"id": make_id("rs"), "type": "reasoning", "summary": [], "content": [], "status": "in_progress"}
-    return {"id": make_id("msg"), "type": "message", "role": "assistant", "content": [], "status": "in_progress"}
-
-
-def _part_body(part: _Part, *, done: bool) -> dict[str, Any]:
-    text = "".join(part.text) if done else ""
-    if part.kind == "refusal":
-        return {"type": "refusal", "refusal": text}
-    if part.kind == "reasoning_text":
-        return {"type": "reasoning_text", "text": text}
-    return {"type": "output_text", "text": text, "annotations": list(part.annotations) if done else [],
-            "logprobs": list(part.logprobs) if done else []}
-
-
-def _part_event(kind: str, item: _Item, part: dict[str, Any]) -> Event:
-    return {"type": kind, "item_id": item.item["id"], "output_index": item.output_index,
-            "content_index": len(item.parts) - 1, "part": part}
-
-
-def _delta_event(item: _Item, part: _Part, text: str, logprobs: list[dict[str, Any]]) -> Event:
-    base = {"item_id": item.item["id"], "output_index": item.output_index, "content_index": len(item.parts) - 1, "delta": text}
-    if part.kind == "output_text":
-        return {"type": "response.output_text.delta", **base, "logprobs": logprobs}
-    if part.kind == "refusal":
-        return {"type": "response.refusal.delta", **base}
-    return {"type": "response.reasoning_text.delta", **base}
-
-
-def _annotation_events(item: _Item, part: _Part, annotations: list[dict[str, Any]]) -> list[Event]:
-    events: list[Event] = []
-    for annotation in annotations:
-        events.append({"type": "response.output_text.annotation.added", "item_id": item.item["id"], "output_index": item.output_index,
-                       "content_index": len(item.parts) - 1, "annotation_index": len(part.annotations), "annotation": annotation})
-        part.annotations.append(annotation)
-    return events
-
-
-def _close_part(item: _Item) -> list[Event]:
-    if not item.parts:
-        return []
-    part = item.parts[-1]
-    events: list[Event] = []
-    if part.citations is not None:
-        held, annotations = part.citations.finish()
-        part.citations = None
-        if held:
-            part.text.append(held)
-            events.append(_delta_event(item, part, held, []))
-        events += _annotation_events(item, part, annotations)
-    text = "".join(part.text)
-    base = {"item_id": item.item["id"], "output_index": item.output_index, "content_index": len(item.parts) - 1}
-    if part.kind == "output_text":
-        done: Event = {"type": "response.output_text.done", **base, "text": text, "logprobs": list(part.logprobs)}
-    elif part.kind == "refusal":
-        done = {"type": "response.refusal.done", **base, "refusal": text}
-    else:
-        done = {"type": "response.reasoning_text.done", **base, "text": text}
-    return [*events, done, {"type": "response.content_part.done", **base, "part": _part_body(part, done=True)}]
-
-
-def _close_call(call: _Item, status: str) -> list[Event]:
-    arguments = "".join(call.arguments)
-    call.item.update(arguments=arguments, status=status)
-    return [
-        {"type": "response.function_call_arguments.done", "item_id": call.item["id"], "output_index": call.output_index,
-         "name": call.item["name"], "arguments": arguments},
-        {"type": "response.output_item.done", "output_index": call.output_index, "item": call.item},
-    ]
-
-
-def _logprobs(choice: Mapping[str, Any]) -> list[dict[str, Any]]:
-    content = (choice.get("logprobs") or {}).get("content") or []
-    return [
-        {"token": entry.get("token", ""), "logprob": entry.get("logprob", 0.0), "bytes": entry.get("bytes") or [],
-         "top_logprobs": [{"token": top.get("token", ""), "logprob": top.get("logprob", 0.0), "bytes": top.get("bytes") or []}
-                          for top in entry.get("top_logprobs") or ()]}
-        for entry in content
-    ]
-
-
 def output_from_completion(
     completion: Mapping[str, Any], *, first_output_index: int = 0, with_logprobs: bool = False, make_id: Callable[[str], str] = new_id,
     is_server: Callable[[str], bool] = _client_side,
@@ -477,21 +368,3 @@ def output_from_completion(
                                   is_server=is_server)
     translator.feed_completion(completion)
     return translator
-
-
-def usage_from_chat(usage: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """Chat usage (prompt/completion tokens) in the Responses shape (input/output tokens)."""
-    if not usage:
-        return None
-    prompt_details = usage.get("prompt_tokens_details") or {}
-    completion_details = usage.get("completion_tokens_details") or {}
-    input_tokens = int(usage.get("prompt_tokens") or 0)
-    output_tokens = int(usage.get("completion_tokens") or 0)
-    return {
-        "input_tokens": input_tokens,
-        "input_tokens_details": {"cached_tokens": int(prompt_details.get("cached_tokens") or 0),
-                                 "cache_write_tokens": int(prompt_details.get("cache_write_tokens") or 0)},
-        "output_tokens": output_tokens,
-        "output_tokens_details": {"reasoning_tokens": int(completion_details.get("reasoning_tokens") or 0)},
-        "total_tokens": int(usage.get("total_tokens") or input_tokens + output_tokens),
-    }

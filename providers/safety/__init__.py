@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from runtime.apis.safety.protocol import Guardrails
+from contract.safety.protocol import Guardrails
 
 __all__ = ["GuardrailsConfig"]
 

@@ -17,9 +17,9 @@ from typing import Any, Protocol
 from pydantic import Field
 
 from providers.safety import GuardrailsConfig
-from providers.spec import Api, ProviderContext, ProviderSpec
-from runtime.apis.safety.protocol import Guardrails, moderation_result
-from runtime.errors import UpstreamError
+from contract.spec import Api, ProviderContext, ProviderSpec
+from contract.safety.protocol import Guardrails, moderation_result
+from contract.errors import UpstreamError
 
 __all__ = ["HAZARDS", "LLAMA_GUARD", "GuardModel", "verdict"]
 
@@ -55,7 +55,7 @@ def verdict(answer: str) -> list[str] | None:
 
 
 class GuardModel:
-    """Implements runtime.apis.safety.protocol.SafetyProvider."""
+    """Implements contract.safety.protocol.SafetyProvider."""
 
     def __init__(self, inference: _Chat, config: GuardModelConfig, provider_id: str) -> None:
         self.inference = inference

@@ -11,9 +11,9 @@ import httpx2
 from pydantic import Field
 
 from providers.safety import GuardrailsConfig
-from providers.spec import Api, ProviderContext, ProviderSpec
-from runtime.apis.safety.protocol import Guardrails
-from runtime.errors import APIError, UpstreamError
+from contract.spec import Api, ProviderContext, ProviderSpec
+from contract.safety.protocol import Guardrails
+from contract.errors import APIError, UpstreamError
 
 __all__ = ["OPENAI_MODERATION", "OpenAIModeration"]
 
@@ -26,7 +26,7 @@ class OpenAIModerationConfig(GuardrailsConfig):
 
 
 class OpenAIModeration:
-    """Implements runtime.apis.safety.protocol.SafetyProvider."""
+    """Implements contract.safety.protocol.SafetyProvider."""
 
     def __init__(self, client: httpx2.AsyncClient, config: OpenAIModerationConfig, provider_id: str) -> None:
         self.client = client

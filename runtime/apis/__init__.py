@@ -1,63 +1,26 @@
 """The HTTP surface of each API, listed in one place.
 
-Each API package is split the same way: `protocol.py` (the typing.Protocol its providers
-implement), `models.py` (wire models) and `routes.py` (thin routes: one call into the
-implementation per route). `SURFACES` below is the only registry of routers; an API's modules are
-imported when a stack first asks for its surface.
+An API's contract (its `typing.Protocol` and wire models) is in `contract/<api>/`; here are its
+routes (`runtime/apis/<api>/routes.py`: thin routes, one call into the implementation per route)
+and, for an API served by several providers at once, the layer over them (the inference router, the
+tool router). `SURFACES` below is the only registry of routers; an API's modules are imported when a
+stack first asks for its surface.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
 
-from providers.spec import Api
-from runtime.forms import FormFields
-from runtime.routing import Routes
-
-if TYPE_CHECKING:
-    from builder.resolve import StackPlan
-    from runtime.storage import Database
+from contract.spec import Api
+from runtime.apis.surface import ApiContext, ApiSurface
+from runtime.http.forms import FormFields
 
 __all__ = ["SURFACES", "ApiContext", "ApiSurface"]
 
 
-@dataclass(frozen=True)
-class ApiContext:
-    """What an API surface gets to build the implementation its routes and dependents use."""
-
-    plan: StackPlan
-    providers: Mapping[str, Any]
-    """The API's started providers, by provider_id, in run.yaml order."""
-    databases: Callable[[str], Database]
-
-
-@dataclass(frozen=True)
-class ApiSurface:
-    api: Api
-    router: Callable[..., Routes] | None
-    """Builds the API's routes (mounted under /v1) over its implementation; None for an API
-    that other APIs use but clients do not call (tool_runtime)."""
-    combine: Callable[[ApiContext], AbstractAsyncContextManager[Any]] | None = None
-    """Builds the implementation over the API's providers (entered at start, left at shutdown);
-    without it the API's single provider is its implementation."""
-    protocol: type | None = None
-    """The runtime-checkable Protocol every provider of the API must implement."""
-    body_limits: Callable[[Any], Mapping[tuple[str, str], int]] | None = None
-    """Request size limits of its own for some (method, path) of the API (file uploads)."""
-    uses: tuple[Api, ...] = ()
-    """Other APIs its routes read when the stack serves them, given to `router` as keyword
-    arguments named after them (None when not served): chat reads files named by id."""
-    form_bodies: Mapping[str, FormFields] = field(default_factory=dict)
-    """POST paths whose JSON body may also come as a form (application/x-www-form-urlencoded),
-    and how their fields read (runtime.forms)."""
-
-
 def _inference() -> ApiSurface:
     from runtime.apis.inference import routes
-    from runtime.apis.inference.protocol import InferenceProvider
+    from contract.inference.protocol import InferenceProvider
     from runtime.apis.inference.router import open_inference_router
 
     return ApiSurface(Api.inference, routes.router, open_inference_router, InferenceProvider, uses=(Api.files, Api.safety))
@@ -65,7 +28,7 @@ def _inference() -> ApiSurface:
 
 def _responses() -> ApiSurface:
     from runtime.apis.responses import routes
-    from runtime.apis.responses.protocol import ResponsesProvider
+    from contract.responses.protocol import ResponsesProvider
 
     # The Open Responses specification lets these take a form too.
     fields = FormFields(texts=frozenset({"model", "input", "instructions", "previous_response_id", "conversation", "prompt_cache_key",
@@ -77,13 +40,13 @@ def _responses() -> ApiSurface:
 
 def _conversations() -> ApiSurface:
     from runtime.apis.conversations import routes
-    from runtime.apis.conversations.protocol import ConversationsProvider
+    from contract.conversations.protocol import ConversationsProvider
 
     return ApiSurface(Api.conversations, routes.router, protocol=ConversationsProvider)
 
 
 def _tool_runtime() -> ApiSurface:
-    from runtime.apis.tool_runtime.protocol import ToolRuntime
+    from contract.tool_runtime.protocol import ToolRuntime
     from runtime.apis.tool_runtime.router import open_tool_router
 
     return ApiSurface(Api.tool_runtime, None, open_tool_router, ToolRuntime)
@@ -91,28 +54,28 @@ def _tool_runtime() -> ApiSurface:
 
 def _files() -> ApiSurface:
     from runtime.apis.files import routes
-    from runtime.apis.files.protocol import FilesProvider
+    from contract.files.protocol import FilesProvider
 
     return ApiSurface(Api.files, routes.router, protocol=FilesProvider, body_limits=routes.upload_limits, uses=(Api.vector_stores,))
 
 
 def _vector_stores() -> ApiSurface:
     from runtime.apis.vector_stores import routes
-    from runtime.apis.vector_stores.protocol import VectorStoresProvider
+    from contract.vector_stores.protocol import VectorStoresProvider
 
     return ApiSurface(Api.vector_stores, routes.router, protocol=VectorStoresProvider)
 
 
 def _prompts() -> ApiSurface:
     from runtime.apis.prompts import routes
-    from runtime.apis.prompts.protocol import PromptsProvider
+    from contract.prompts.protocol import PromptsProvider
 
     return ApiSurface(Api.prompts, routes.router, protocol=PromptsProvider)
 
 
 def _safety() -> ApiSurface:
     from runtime.apis.safety import routes
-    from runtime.apis.safety.protocol import SafetyProvider
+    from contract.safety.protocol import SafetyProvider
 
     return ApiSurface(Api.safety, routes.router, protocol=SafetyProvider)
 

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from builder.resolve import InactiveProvider
-from providers.spec import Api
-from runtime.errors import ServiceUnavailableError
+from contract.spec import Api
+from contract.errors import ServiceUnavailableError
 
 __all__ = ["Unavailable", "unavailable_message"]
 

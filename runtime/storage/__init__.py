@@ -7,7 +7,9 @@ in one transaction) or through the one-statement helpers (`read_one`, `read_all`
 
 The package's modules, from the contract down:
 
-- `database`: `Database`, `open_database`, `Storage`, the schema's creation and additive migrations;
+- `backends`: `Storage` (each store's backend) and `open_database` (a backend's `Database`);
+- `database`: `Database`, one backend's writes, reads and signals;
+- `migrations`: the schema's creation and additive migrations, under the schema's lock;
 - `schema`: tables as declared, and their DDL on each database;
 - `sql`: `Sql` statements, `Scoped` ones (the caller's rows), inserts (`InsertRows`) and upserts;
 - `driver`: where a statement meets the driver, and what it comes back as (`Ran`, `IntegrityError`);
@@ -20,8 +22,10 @@ The package's modules, from the contract down:
 A provider imports from `runtime.storage` only: the names below are the contract.
 """
 
-from runtime.storage.database import SMALL_WRITE_ROWS, Database, Storage, open_database, schema_lock
+from runtime.storage.backends import Storage, open_database
+from runtime.storage.database import SMALL_WRITE_ROWS, Database
 from runtime.storage.driver import IntegrityError, Ran, dialect_of
+from runtime.storage.migrations import schema_lock
 from runtime.storage.outage import StorageUnavailableError, sqlstate, when_back
 from runtime.storage.schema import BIGINT, BOOLEAN, FLOAT, INTEGER, JSON, TEXT, Column, Index, Kind, String, Table, Unique, table
 from runtime.storage.sql import InsertRows, Scoped, Sql, in_list, insert_rows, loads, owner_condition

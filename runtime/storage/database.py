@@ -1,6 +1,7 @@
-"""`Database`, one storage backend (SQLite or PostgreSQL) behind one interface, made by
-`open_database`; `Storage`, the named backends of a stack; the schema's creation and additive
-migrations."""
+"""`Database`, one storage backend (SQLite or PostgreSQL) behind one interface: its writes (grouped
+into shared transactions on SQLite), its reads, its signals between processes, its health. Made
+by `open_database` (runtime.storage.backends); the schema it is given is made and extended by
+runtime.storage.migrations."""
 
 from __future__ import annotations
 
@@ -11,22 +12,20 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-from builder.config import STORE_NAMES, PostgresBackend, SqliteBackend, StorageConfig
-from runtime.signals import MachineSignals
-from runtime.storage.driver import dialect_of
+from runtime.storage.signals import MachineSignals
 from runtime.storage.outage import outage, unavailable
-from runtime.storage.postgres import NOTIFY, PgListener, PgPool, asyncpg_dsn, autocommitted, connect, in_greenlet, in_transaction
-from runtime.storage.schema import Table, add_column_sql, columns_present_sql, create_index_sql, create_table_sql, missing_columns
+from runtime.storage.migrations import make_tables, schema_lock
+from runtime.storage.postgres import NOTIFY, PgListener, PgPool, autocommitted, connect, in_greenlet, in_transaction
+from runtime.storage.schema import Table
 from runtime.storage.sql import InsertRows, Sql, upsert_sql, with_defaults
 from runtime.storage.sqlite import Busy, Checkpointer, FileLock, Held, write_group_sync, write_sync
 from runtime.storage.tasks import to_the_end
-from runtime.tracing import store_tracing
+from runtime.observability.tracing import store_tracing
 
 T = TypeVar("T")
 
 log = logging.getLogger("stack")
 
-_SCHEMA_LOCK = 0x57AC4  # the advisory lock key under which tables are made or extended
 SMALL_WRITE_ROWS = 32  # rows up to which a write of a hot path is `small` (Database.write)
 PING_TIMEOUT_S = 2.0  # how long the health route waits for a database's answer
 READING_THREADS = 4
@@ -276,7 +275,7 @@ class Database:
 
     async def subscribe(self, channel: str, callback: Callable[[str], None]) -> None:
         """Call `callback(payload)` for each `notify(channel, payload)` from every process: by
-        LISTEN/NOTIFY on PostgreSQL, by Unix datagram sockets on an SQLite file (runtime.signals:
+        LISTEN/NOTIFY on PostgreSQL, by Unix datagram sockets on an SQLite file (runtime.storage.signals:
         the processes of one machine). A signal may be lost (a process busy past its buffer): it
         is a hint to act now on what the store will say anyway."""
         self._subscribers.setdefault(channel, []).append(callback)
@@ -324,31 +323,7 @@ class Database:
             reading.close()
 
 
-def schema_lock(connection: Any) -> None:
-    """Hold, until the connection's transaction ends, the lock under which the schema changes (on
-    PostgreSQL): replicas starting together on a fresh database would otherwise race to create
-    the same tables, types, extensions and indexes, and all but one would fail to start."""
-    if dialect_of(connection) == "postgresql":
-        _LOCK_SCHEMA.run(connection, {"key": _SCHEMA_LOCK})
-
-
-_LOCK_SCHEMA = Sql("SELECT pg_advisory_xact_lock(:key)")
 _SELECT_ONE = Sql("SELECT 1")
-
-
-def make_tables(connection: Any, tables: Sequence[Table]) -> None:
-    """The tables made where absent, or extended by the columns (nullable ones only) and indexes a
-    newer release declares: nothing is ever dropped or rewritten."""
-    dialect = dialect_of(connection)
-    columns_present = Sql(columns_present_sql(dialect))
-    for declared in tables:
-        present = [name for name, in columns_present.run(connection, {"name": declared.name}).rows]
-        if not present:
-            Sql(create_table_sql(declared, dialect)).run(connection)
-        for column in missing_columns(declared, present) if present else ():
-            Sql(add_column_sql(declared, column, dialect)).run(connection)
-        for index in declared.all_indexes():
-            Sql(create_index_sql(declared, index)).run(connection)
 
 
 def _select_one(connection: Any) -> None:
@@ -360,53 +335,3 @@ def _retrieved(task: asyncio.Task[Any]) -> None:
     # logs it as an exception nobody retrieved).
     if not task.cancelled():
         task.exception()
-
-
-def open_database(backend: SqliteBackend | PostgresBackend) -> Database:
-    """A Database for one configured backend. Nothing is connected until first use."""
-    if isinstance(backend, SqliteBackend):
-        path = backend.path.expanduser()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return Database("sqlite", sqlite_path=path)
-    dsn = asyncpg_dsn(backend.dsn)
-    return Database("postgresql", pg=PgPool(dsn, backend.pool_size, backend.connect_timeout_s, backend.command_timeout_s), listen_dsn=dsn)
-
-
-class Storage:
-    """The named backends of one stack: opened on first use, shared by stores, closed together."""
-
-    def __init__(self, config: StorageConfig, default_sqlite_path: Path) -> None:
-        self._config = config
-        self._default_sqlite_path = default_sqlite_path
-        self._databases: dict[str, Database] = {}
-
-    def database(self, store: str) -> Database:
-        """The Database the store named `store` (one of STORE_NAMES) keeps its records in."""
-        if store not in STORE_NAMES:
-            raise ValueError(f"unknown store {store!r}; expected one of {', '.join(STORE_NAMES)}")
-        name: str = getattr(self._config.stores, store)
-        database = self._databases.get(name)
-        if database is None:
-            backend = self._config.backends.get(name)
-            if backend is None:
-                if name != "default":
-                    raise ValueError(
-                        f"store {store!r} uses backend {name!r}, which storage.backends "
-                        "does not declare"
-                    )
-                backend = SqliteBackend(type="sqlite", path=self._default_sqlite_path)
-            database = self._databases[name] = open_database(backend)
-        return database
-
-    async def health(self) -> dict[str, dict[str, Any]]:
-        """Each opened backend's state, by name: `ok`, or `unavailable` with the reason."""
-        names = list(self._databases)
-        reasons = await asyncio.gather(*(self._databases[name].ping() for name in names))
-        return {name: {"status": "ok" if reason is None else "unavailable", "dialect": self._databases[name].dialect, "detail": reason}
-                for name, reason in zip(names, reasons)}
-
-    async def close(self) -> None:
-        """Close every opened backend."""
-        databases, self._databases = list(self._databases.values()), {}
-        for database in databases:
-            await database.close()

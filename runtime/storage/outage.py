@@ -17,7 +17,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from runtime.errors import ServiceUnavailableError
+from contract.errors import ServiceUnavailableError
 
 __all__ = ["PoolBusy", "StorageUnavailableError", "outage", "sqlstate", "unavailable", "when_back"]
 

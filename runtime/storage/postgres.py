@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from runtime.errors import InvalidRequestError
+from contract.errors import InvalidRequestError
 from runtime.storage.driver import IntegrityError, Ran
 from runtime.storage.outage import PoolBusy, outage, sqlstate
 from runtime.storage.sql import Sql

@@ -16,8 +16,8 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from runtime import fastjson
-from runtime.auth import granted_owners
+from contract import fastjson
+from contract.caller import granted_owners
 from runtime.storage import driver
 from runtime.storage.driver import Ran
 from runtime.storage.schema import Table
@@ -117,7 +117,7 @@ class Sql:
 
 
 class Scoped:
-    """A statement over rows that have an owner (runtime.auth), in the three forms the caller's
+    """A statement over rows that have an owner (runtime.security.auth), in the three forms the caller's
     access asks for: `template` holds `{owner}` where the condition on `column` goes (as ` AND
     ...`, so it follows a WHERE of its own). With auth off, no condition; for the caller's own
     rows, `column = :caller`; for the owners an access policy grants, `column IN (...)`, made per

@@ -128,8 +128,8 @@ def test_a_queued_response_whose_tools_had_secrets_is_failed_not_resumed_elsewhe
     from builder.config import SqliteBackend
     from providers.responses.background import SECRETS_REMOVED
     from providers.responses.store import ResponseStore
-    from runtime.apis.items import normalize_input
-    from runtime.apis.responses.models import CreateResponse, response_object
+    from contract.items import normalize_input
+    from contract.responses.models import CreateResponse, response_object
     from runtime.storage import Sql, open_database
 
     request = CreateResponse(model="fake-model", input="hi", background=True, tools=[mcp(mcp_servers.private, authorization="t")])

@@ -243,8 +243,8 @@ def test_a_queued_background_response_left_by_a_dead_process_is_run_at_start(ups
     import asyncio
 
     from builder.config import SqliteBackend
-    from runtime.apis.items import normalize_input
-    from runtime.apis.responses.models import CreateResponse, response_object
+    from contract.items import normalize_input
+    from contract.responses.models import CreateResponse, response_object
     from providers.responses.store import ResponseStore
     from runtime.library_client import LibraryClient
     from runtime.storage import Sql, open_database

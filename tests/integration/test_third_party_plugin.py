@@ -14,7 +14,7 @@ from builder.errors import ConfigError
 from builder.load import parse_config
 from builder.plugins import PluginLoadError, installed_providers
 from builder.resolve import resolve
-from providers.spec import Api
+from contract.spec import Api
 from runtime.library_client import LibraryClient
 from runtime.testing.targets import running_server
 

@@ -12,9 +12,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from providers.spec import Api, EmptyConfig, ProviderContext, ProviderSpec
-from runtime.apis.safety.protocol import Guardrails, moderation_result
-from runtime.apis.tool_runtime.protocol import PublicTool
+from contract.spec import Api, EmptyConfig, ProviderContext, ProviderSpec
+from contract.safety.protocol import Guardrails, moderation_result
+from contract.tool_runtime.protocol import PublicTool
 
 EVENTS: list[str] = []
 

@@ -10,10 +10,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from providers.inference.local.packaged import packaged_file, require_module
 from providers.inference.local.worker import ModelWorker
-from providers.spec import Api, ProviderContext, ProviderSpec
-from runtime import fastjson
-from runtime.apis.inference.protocol import UpstreamModel, UpstreamRequest
-from runtime.errors import InvalidRequestError
+from contract.spec import Api, ProviderContext, ProviderSpec
+from contract import fastjson
+from contract.inference.protocol import UpstreamModel, UpstreamRequest
+from contract.errors import InvalidRequestError
 
 __all__ = ["WORDLLAMA", "WordLlamaEmbeddings"]
 

@@ -16,7 +16,7 @@ from collections.abc import AsyncGenerator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from runtime.errors import ServiceUnavailableError
+from contract.errors import ServiceUnavailableError
 
 __all__ = ["ModelWorker"]
 

@@ -3,7 +3,7 @@
 The model is offered one function per `file_search` tool, taking a list of queries. Its call
 becomes a `file_search_call` item (`in_progress`, `searching`, `completed`), whose `results` are
 the chunks found; the model reads them numbered, and the answer's citations of those numbers
-become `file_citation` annotations (runtime.apis.tool_runtime.citations).
+become `file_citation` annotations (contract.tool_runtime.citations).
 """
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ import json
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
-from providers.spec import Api, EmptyConfig, ProviderContext, ProviderSpec
-from runtime.apis.items import new_id
-from runtime.apis.tool_runtime.citations import MarkerCitations, Source, numbered_sources
-from runtime.apis.tool_runtime.protocol import FunctionSpec, ItemSink, ModelCall, PublicTool, Step, ToolContext, ToolExchange
-from runtime.apis.vector_stores.models import Search, check_filter, parse_max_results, parse_ranking
-from runtime.apis.vector_stores.protocol import VectorStoresProvider
-from runtime.errors import InvalidRequestError, NotFoundError
+from contract.spec import Api, EmptyConfig, ProviderContext, ProviderSpec
+from contract.items import new_id
+from contract.tool_runtime.citations import MarkerCitations, Source, numbered_sources
+from contract.tool_runtime.protocol import FunctionSpec, ItemSink, ModelCall, PublicTool, Step, ToolContext, ToolExchange
+from contract.vector_stores.models import Search, check_filter, parse_max_results, parse_ranking
+from contract.vector_stores.protocol import VectorStoresProvider
+from contract.errors import InvalidRequestError, NotFoundError
 
 __all__ = ["FILE_SEARCH", "FileSearchRuntime", "FileSearchSession"]
 
@@ -36,7 +36,7 @@ _DESCRIPTION = ("Search the user's uploaded files for passages relevant to the q
 
 
 class FileSearchRuntime:
-    """Implements runtime.apis.tool_runtime.protocol.ToolRuntime for `file_search` tools."""
+    """Implements contract.tool_runtime.protocol.ToolRuntime for `file_search` tools."""
 
     tool_types = frozenset({"file_search"})
     item_types = frozenset({"file_search_call"})
@@ -85,7 +85,7 @@ class FileSearchRuntime:
 
 
 class FileSearchSession:
-    """Implements runtime.apis.tool_runtime.protocol.ToolSession for a request's file_search tools."""
+    """Implements contract.tool_runtime.protocol.ToolSession for a request's file_search tools."""
 
     def __init__(self, stores: VectorStoresProvider, tools: list[Mapping[str, Any]]) -> None:
         self.stores = stores

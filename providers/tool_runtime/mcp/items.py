@@ -18,7 +18,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from runtime.apis.tool_runtime.protocol import ToolExchange
+from contract.tool_runtime.protocol import ToolExchange
 
 __all__ = [
     "DECLINED",

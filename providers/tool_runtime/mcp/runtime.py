@@ -8,14 +8,14 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from providers.spec import Api, ProviderContext, ProviderSpec
+from contract.spec import Api, ProviderContext, ProviderSpec
 from providers.tool_runtime.mcp.config import McpConfig, McpServerConfig
 from providers.tool_runtime.mcp.endpoint import Endpoint
 from providers.tool_runtime.mcp.items import ITEM_TYPES, render, tool_entry
 from providers.tool_runtime.mcp.session import McpSession, Server, pending_approvals
-from runtime.apis.tool_runtime.protocol import PublicTool, ToolContext, ToolExchange
-from runtime.errors import InvalidRequestError
-from runtime.netguard import AddressPolicy
+from contract.tool_runtime.protocol import PublicTool, ToolContext, ToolExchange
+from contract.errors import InvalidRequestError
+from runtime.security.netguard import AddressPolicy
 
 if TYPE_CHECKING:
     import httpx2
@@ -28,7 +28,7 @@ _SECRET_FIELDS = ("authorization", "headers")
 
 
 class McpRuntime:
-    """Implements runtime.apis.tool_runtime.protocol.ToolRuntime for `mcp` tools."""
+    """Implements contract.tool_runtime.protocol.ToolRuntime for `mcp` tools."""
 
     tool_types = frozenset({"mcp"})
     item_types = ITEM_TYPES

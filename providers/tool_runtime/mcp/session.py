@@ -5,19 +5,27 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from providers.tool_runtime.mcp.endpoint import Endpoint, McpFailure
 from providers.tool_runtime.mcp.items import call_outcome, is_allowed, listed_tools, needs_approval
-from runtime.apis.items import new_id
-from runtime.apis.tool_runtime.protocol import FunctionSpec, ItemSink, ModelCall, ToolContext
-from runtime.errors import FailedDependencyError, InvalidRequestError
+from contract.items import new_id
+from contract.tool_runtime.protocol import FunctionSpec, ItemSink, ModelCall, ToolContext
+from contract.errors import FailedDependencyError, InvalidRequestError
 
 if TYPE_CHECKING:
     from providers.tool_runtime.mcp.client import Connection
-    from providers.tool_runtime.mcp.runtime import McpRuntime
 
-__all__ = ["McpSession", "Server"]
+__all__ = ["McpSession", "Server", "ServerAccess"]
+
+
+class ServerAccess(Protocol):
+    """What a session asks of the tool runtime that opened it (`runtime.McpRuntime`): a
+    connection to a server, and the server's tools from the process's cache while it is fresh."""
+
+    def connect(self, endpoint: Endpoint) -> Connection: ...
+
+    async def list_tools(self, server: Server, connection: Connection) -> list[dict[str, Any]]: ...
 
 
 @dataclass
@@ -48,9 +56,9 @@ class Server:
 
 
 class McpSession:
-    """Implements runtime.apis.tool_runtime.protocol.ToolSession for a request's `mcp` tools."""
+    """Implements contract.tool_runtime.protocol.ToolSession for a request's `mcp` tools."""
 
-    def __init__(self, runtime: McpRuntime, servers: list[Server], context: ToolContext, pending: list[ModelCall]) -> None:
+    def __init__(self, runtime: ServerAccess, servers: list[Server], context: ToolContext, pending: list[ModelCall]) -> None:
         self.runtime = runtime
         self.servers = servers
         self.context = context

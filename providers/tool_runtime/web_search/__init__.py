@@ -8,10 +8,10 @@ and `find_in_page(url, pattern)`. Each call becomes a `web_search_call` item (`i
 `sources`: `url`, and the `title` and `text` the model read, shown to the client only when
 `include` asks for `web_search_call.action.sources`), `open_page` or `find_in_page` (what the
 model read of the page is kept on the item for the model alone, never shown). Pages are fetched
-through the address policy of runtime.netguard: public addresses only, unless run.yaml allows
+through the address policy of runtime.security.netguard: public addresses only, unless run.yaml allows
 others. The model reads the pages
 numbered, and the answer's citations of those numbers become `url_citation` annotations over the
-sentence that cites them (runtime.apis.tool_runtime.citations). A backend that fails or times out
+sentence that cites them (contract.tool_runtime.citations). A backend that fails or times out
 fails the call, not the response: the model is told the search failed.
 """
 
@@ -27,13 +27,13 @@ from typing import Any
 
 import httpx2
 
-from runtime.apis.items import new_id
-from runtime.apis.tool_runtime.citations import MarkerCitations, Source, numbered_sources
-from runtime.apis.tool_runtime.protocol import FunctionSpec, ItemSink, ModelCall, PublicTool, Step, ToolContext, ToolExchange
-from runtime.apis.tool_runtime.web_search import WEB_SEARCH_TYPES, SearchBackend, WebPage, WebQuery, domain_allowed
-from runtime.errors import InvalidRequestError
-from runtime.netguard import AddressPolicy
-from runtime.text import html_text
+from contract.items import new_id
+from contract.tool_runtime.citations import MarkerCitations, Source, numbered_sources
+from contract.tool_runtime.protocol import FunctionSpec, ItemSink, ModelCall, PublicTool, Step, ToolContext, ToolExchange
+from contract.tool_runtime.web_search import WEB_SEARCH_TYPES, SearchBackend, WebPage, WebQuery, domain_allowed
+from contract.errors import InvalidRequestError
+from runtime.security.netguard import AddressPolicy
+from providers.text import html_text
 
 __all__ = ["PageReader", "WebSearchRuntime", "WebSearchSession", "web_search_runtime"]
 
@@ -97,7 +97,7 @@ def web_search_runtime(backend: SearchBackend, timeout_s: float, reader: PageRea
 
 
 class WebSearchRuntime:
-    """Implements runtime.apis.tool_runtime.protocol.ToolRuntime for web search tools."""
+    """Implements contract.tool_runtime.protocol.ToolRuntime for web search tools."""
 
     tool_types = WEB_SEARCH_TYPES
     item_types = frozenset({"web_search_call"})
@@ -168,7 +168,7 @@ class WebSearchRuntime:
 
 
 class WebSearchSession:
-    """Implements runtime.apis.tool_runtime.protocol.ToolSession for a request's web search tool."""
+    """Implements contract.tool_runtime.protocol.ToolSession for a request's web search tool."""
 
     def __init__(self, backend: SearchBackend, timeout_s: float, tool: Mapping[str, Any], reader: PageReader | None = None) -> None:
         self.backend = backend
@@ -252,7 +252,7 @@ class WebSearchSession:
             item.item["status"] = "failed"
             return
         read = text[:self.length * 4] if call.name == "open_page" else _passages(text, pattern)
-        action["text"] = read  # for the model alone (runtime.apis.items.INCLUDED_ONLY never shows it)
+        action["text"] = read  # for the model alone (contract.items.INCLUDED_ONLY never shows it)
         action["title"] = title
         item.item["status"] = "completed"
         self._latest = [Source({"type": "url_citation", "url": url, "title": title}, read)]

@@ -10,10 +10,10 @@ from typing import Any
 import httpx2
 from pydantic import BaseModel, ConfigDict, Field
 
-from providers.spec import Api, ProviderContext, ProviderSpec
+from contract.spec import Api, ProviderContext, ProviderSpec
 from providers.tool_runtime.web_search import PageReader, WebSearchRuntime, page, web_search_runtime
-from runtime.apis.tool_runtime.web_search import WebPage, WebQuery
-from runtime.netguard import AddressPolicy
+from contract.tool_runtime.web_search import WebPage, WebQuery
+from runtime.security.netguard import AddressPolicy
 
 __all__ = ["BRAVE", "SEARXNG", "TAVILY", "BraveBackend", "SearxngBackend", "TavilyBackend"]
 

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from providers.spec import Api, ProviderContext, ProviderSpec
+from contract.spec import Api, ProviderContext, ProviderSpec
 from providers.vector_stores.builtin.ingest import Ingestor
 from providers.vector_stores.builtin.provider import BuiltinVectorStores
 from providers.vector_stores.builtin.tables import create_tables

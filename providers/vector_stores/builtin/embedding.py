@@ -8,8 +8,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from runtime import fastjson
-from runtime.errors import APIError, InvalidRequestError
+from contract import fastjson
+from contract.errors import APIError, InvalidRequestError
 
 __all__ = ["EmbeddingError", "EmbeddingModel", "Embeddings", "model_columns", "model_of", "probe"]
 

@@ -13,7 +13,7 @@ import mimetypes
 import tempfile
 from collections.abc import AsyncIterator, Iterator
 
-from runtime.text import HTMLText
+from providers.text import HTMLText
 
 __all__ = ["ExtractionError", "text_pieces"]
 

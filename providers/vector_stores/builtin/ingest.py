@@ -24,11 +24,11 @@ from providers.vector_stores.builtin.embedding import EmbeddingError, EmbeddingM
 from providers.vector_stores.builtin.extract import ExtractionError, text_pieces
 from providers.vector_stores.builtin.tables import chunks
 from providers.vector_stores.builtin.vectors import insert_vectors
-from runtime.apis.files.protocol import FilesProvider
-from runtime.errors import NotFoundError
-from runtime.ids import random_hex
-from runtime.owners import owner_is_gone, process_owner
-from runtime.quotas import meter_tokens, reset_meter
+from contract.files.protocol import FilesProvider
+from contract.errors import NotFoundError
+from contract.ids import random_hex
+from runtime.storage.owners import owner_is_gone, process_owner
+from runtime.security.quotas import meter_tokens, reset_meter
 from runtime.storage import Database, Sql, StorageUnavailableError, insert_rows
 
 __all__ = ["Ingestor", "Job", "insert_chunks"]
@@ -105,7 +105,7 @@ class Ingestor:
 
     async def start(self) -> None:
         """Free the files whose worker's process is gone (a crash on this host: see
-        runtime.owners), then start the workers, which take them up at once."""
+        runtime.storage.owners), then start the workers, which take them up at once."""
         rows = await self.db.read_all(_LEASED, {"now": time.time()})
         for seq, attempt, lease_owner in rows:
             if owner_is_gone(lease_owner):
@@ -126,7 +126,7 @@ class Ingestor:
 
     def wake(self, attached: Iterable[tuple[str, str]] = (), meter: TokenMeter | None = None) -> None:
         """Files were `attached` (store id, file id): take them up; their embeddings count against
-        `meter` (the attaching request's token quota, `runtime.quotas.token_meter()`), if any. The
+        `meter` (the attaching request's token quota, `runtime.security.quotas.token_meter()`), if any. The
         caller then `settle`s them, which also forgets their end events."""
         for key in attached:
             self._ended.setdefault(key, asyncio.Event())

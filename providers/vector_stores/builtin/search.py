@@ -150,7 +150,7 @@ _COMPARED = {"gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
 
 
 def filter_clause(dialect: str, spec: Mapping[str, Any], params: dict[str, Any]) -> str:
-    """A checked filter (runtime.apis.vector_stores.models.check_filter) as a condition on the
+    """A checked filter (contract.vector_stores.models.check_filter) as a condition on the
     file's attributes (`vector_store_files.attributes`), its parameters added to `params`. A
     comparison with an attribute the file lacks (or holds with another type) is false, except `ne`
     and `nin`, which it satisfies."""

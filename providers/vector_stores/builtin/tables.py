@@ -34,7 +34,7 @@ stores = table(
     Column("embedding_model", TEXT),
     Column("embedding_dimension", INTEGER),
     Column("embedding_sends_dimension", BOOLEAN),  # the size is asked of the model (`dimensions`)
-    # Who made it (runtime.auth): with auth on, only they reach it, its files and its search. Null when auth was off.
+    # Who made it (runtime.security.auth): with auth on, only they reach it, its files and its search. Null when auth was off.
     Column("principal", String(160)),
     Index("ix_vector_stores_principal", ("principal", "seq")),
 )

@@ -7,12 +7,13 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from runtime.apis.common import METADATA_SCHEMA, JSONBytes, json_body, include_query, parse_json_object, validate_id, validate_limit, validate_order
-from runtime.apis.conversations.protocol import ConversationsProvider
-from runtime.apis.items import shown_item, shown_items
-from runtime.direct_routes import read_body
-from runtime.errors import InvalidRequestError
-from runtime.routing import Routes
+from runtime.apis.common import METADATA_SCHEMA, JSONBytes, json_body, include_query
+from contract.checks import parse_json_object, validate_id, validate_limit, validate_order
+from contract.conversations.protocol import ConversationsProvider
+from contract.items import shown_item, shown_items
+from runtime.http.direct_routes import read_body
+from contract.errors import InvalidRequestError
+from runtime.http.routing import Routes
 
 __all__ = ["router"]
 

@@ -15,8 +15,8 @@ import mimetypes
 from dataclasses import dataclass
 from typing import Any
 
-from runtime.apis.files.protocol import FilesProvider
-from runtime.errors import InvalidRequestError
+from contract.files.protocol import FilesProvider
+from contract.errors import InvalidRequestError
 
 __all__ = ["MAX_INLINE_BYTES", "Inlined", "chat_messages_with_files", "inline_file"]
 

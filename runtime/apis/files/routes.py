@@ -10,11 +10,12 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.datastructures import UploadFile
 
-from runtime.apis.common import JSONBytes, cursor_page, validate_limit, validate_order
-from runtime.apis.files.protocol import NO_ROOM, PURPOSES, FilesProvider, no_room
-from runtime.apis.vector_stores.protocol import VectorStoresProvider
-from runtime.errors import InvalidRequestError
-from runtime.routing import Routes
+from runtime.apis.common import JSONBytes
+from contract.checks import cursor_page, validate_limit, validate_order
+from contract.files.protocol import NO_ROOM, PURPOSES, FilesProvider, no_room
+from contract.vector_stores.protocol import VectorStoresProvider
+from contract.errors import InvalidRequestError
+from runtime.http.routing import Routes
 
 __all__ = ["router", "upload_limits"]
 

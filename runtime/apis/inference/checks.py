@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from runtime.errors import InvalidRequestError
+from contract.errors import InvalidRequestError
 
 __all__ = ["COMMON_SHAPES", "SHAPES", "check_message", "json_type_name"]
 

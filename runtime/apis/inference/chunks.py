@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from runtime.errors import UpstreamError
+from contract.errors import UpstreamError
 
 __all__ = ["ChunkAccumulator", "upstream_shape"]
 

@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from runtime.apis.safety.guard import flagged_outputs
-from runtime.apis.safety.protocol import SafetyProvider
+from contract.safety.protocol import SafetyProvider
 
 __all__ = ["OUTPUT_BATCH_CHARS", "guard_completion", "guard_stream", "guard_text_completion"]
 

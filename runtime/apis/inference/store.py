@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from runtime.auth import principal_id
-from runtime.errors import NotFoundError
-from runtime.ids import random_hex
+from contract.caller import principal_id
+from contract.errors import NotFoundError
+from contract.ids import random_hex
 from runtime.storage import (
     BIGINT, INTEGER, JSON, TEXT, Column, Database, Index, InsertRows, Scoped, Sql, String, loads, owner_condition, table,
 )
@@ -29,7 +29,7 @@ completions = table(
     Column("completion", JSON, nullable=False),
     Column("input_messages", JSON, nullable=False),
     Column("upstream_id", TEXT),
-    # Who made it (runtime.auth): with auth on, only they reach it. Null when auth was off.
+    # Who made it (runtime.security.auth): with auth on, only they reach it. Null when auth was off.
     Column("principal", String(160)),
     Index("ix_chat_completions_principal", ("principal", "seq")),
 )

@@ -7,11 +7,12 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from runtime.apis.common import JSONBytes, json_body, parse_json_object
-from runtime.apis.prompts.protocol import PromptsProvider, check_template
-from runtime.errors import InvalidRequestError, NotFoundError
-from runtime.direct_routes import read_body
-from runtime.routing import Routes
+from runtime.apis.common import JSONBytes, json_body
+from contract.checks import parse_json_object
+from contract.prompts.protocol import PromptsProvider, check_template
+from contract.errors import InvalidRequestError, NotFoundError
+from runtime.http.direct_routes import read_body
+from runtime.http.routing import Routes
 
 __all__ = ["router"]
 

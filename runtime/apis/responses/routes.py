@@ -9,15 +9,16 @@ from starlette.requests import Request
 from starlette.websockets import WebSocket
 from starlette.responses import Response
 
-from runtime.apis.responses.models import CompactRequest, CreateResponse, shown_event, shown_response
-from runtime.apis.common import JSONBytes, include_query, unless_disconnected, validate_id, validate_limit, validate_order
-from runtime.apis.responses.protocol import ResponsesProvider
+from contract.responses.models import CompactRequest, CreateResponse, shown_event, shown_response
+from runtime.apis.common import JSONBytes, include_query, unless_disconnected
+from contract.checks import validate_id, validate_limit, validate_order
+from contract.responses.protocol import ResponsesProvider
 from runtime.apis.responses.websocket import serve_connection
-from runtime import fastjson
-from runtime.direct_routes import direct_with_body
-from runtime.errors import APIError
-from runtime.routing import Routes
-from runtime.sse import EventStreamResponse, close_frames, sse_frame
+from contract import fastjson
+from runtime.http.direct_routes import direct_with_body
+from contract.errors import APIError
+from runtime.http.routing import Routes
+from runtime.http.sse import EventStreamResponse, close_frames, sse_frame
 
 __all__ = ["router"]
 
@@ -110,7 +111,7 @@ async def _frames(events: AsyncIterator[dict[str, Any]], include: frozenset[str]
             yield b"".join(head)
     except APIError as error:
         if head is not None:
-            raise  # nothing sent yet: the error is the response (runtime.sse sends none of the head)
+            raise  # nothing sent yet: the error is the response (runtime.http.sse sends none of the head)
         # Only reached for a failure the provider could not turn into `response.failed`.
         body = {"type": "error", "code": error.code, "message": error.message, "param": error.param, "sequence_number": sequence + 1}
         yield sse_frame(fastjson.dumps(body), "error")

@@ -18,12 +18,12 @@ from typing import Any
 from starlette.websockets import WebSocket, WebSocketDisconnect
 from pydantic import ValidationError
 
-from runtime import fastjson
-from runtime.apis.items import new_id, normalize_input
-from runtime.apis.responses.models import CreateResponse, response_object, shown_event
-from runtime.apis.responses.protocol import ResponsesProvider
-from runtime.errors import APIError, InvalidRequestError, error_body, validation_error_body
-from runtime.middleware import Draining
+from contract import fastjson
+from contract.items import new_id, normalize_input
+from contract.responses.models import CreateResponse, response_object, shown_event
+from contract.responses.protocol import ResponsesProvider
+from contract.errors import APIError, InvalidRequestError, error_body, validation_error_body
+from runtime.http.middleware import Draining
 
 __all__ = ["serve_connection"]
 

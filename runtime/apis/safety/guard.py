@@ -9,8 +9,8 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from runtime.apis.safety.protocol import SafetyProvider
-from runtime.errors import APIError, UpstreamError
+from contract.safety.protocol import SafetyProvider
+from contract.errors import APIError, UpstreamError
 
 __all__ = ["flagged_outputs", "guard_input", "input_text"]
 

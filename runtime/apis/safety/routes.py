@@ -7,11 +7,12 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from runtime.apis.common import JSONBytes, parse_json_object
-from runtime.apis.safety.protocol import SafetyProvider
-from runtime.errors import InvalidRequestError
-from runtime.direct_routes import read_body
-from runtime.routing import Routes
+from runtime.apis.common import JSONBytes
+from contract.checks import parse_json_object
+from contract.safety.protocol import SafetyProvider
+from contract.errors import InvalidRequestError
+from runtime.http.direct_routes import read_body
+from runtime.http.routing import Routes
 
 __all__ = ["moderation_inputs", "router"]
 

@@ -6,10 +6,10 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
-from runtime.apis.tool_runtime.protocol import ToolRuntime
+from contract.tool_runtime.protocol import ToolRuntime
 
 if TYPE_CHECKING:
-    from runtime.apis import ApiContext
+    from runtime.apis.surface import ApiContext
 
 __all__ = ["ToolRouter", "open_tool_router"]
 

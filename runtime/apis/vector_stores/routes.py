@@ -7,18 +7,27 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from runtime.apis.common import METADATA_SCHEMA, JSONBytes, json_body, cursor_page, parse_json_object, validate_id, validate_limit, validate_order
-from runtime.apis.vector_stores import models
-from runtime.apis.vector_stores.protocol import FILE_STATUSES, Page, VectorStoresProvider
-from runtime.errors import InvalidRequestError
-from runtime.direct_routes import read_body
-from runtime.routing import Routes
+from runtime.apis.common import METADATA_SCHEMA, JSONBytes, json_body
+from contract.checks import cursor_page, parse_json_object, validate_id, validate_limit, validate_order
+from contract.vector_stores import models
+from contract.vector_stores.protocol import FILE_STATUSES, Page, VectorStoresProvider
+from contract.errors import InvalidRequestError
+from runtime.http.direct_routes import read_body
+from runtime.http.routing import Routes
 
 __all__ = ["router"]
 
 
 def router(impl: VectorStoresProvider) -> Routes:
     routes = Routes()
+    _add_store_routes(routes, impl)
+    _add_file_routes(routes, impl)
+    _add_batch_routes(routes, impl)
+    return routes
+
+
+def _add_store_routes(routes: Routes, impl: VectorStoresProvider) -> None:
+    """The stores themselves, and searching one."""
 
     @routes.post("/vector_stores", summary="Create a vector store, optionally with files", openapi_extra=json_body([], {
         "name": {"type": ["string", "null"]}, "file_ids": {"type": "array", "items": {"type": "string"}}, "metadata": METADATA_SCHEMA,
@@ -56,6 +65,11 @@ def router(impl: VectorStoresProvider) -> Routes:
         return JSONBytes({"object": "vector_store.search_results.page", "search_query": list(query.queries),
                           "data": [hit.public() for hit in hits], "has_more": False, "next_page": None})
 
+
+
+def _add_file_routes(routes: Routes, impl: VectorStoresProvider) -> None:
+    """A store's files: added, listed, read, updated, removed."""
+
     @routes.post("/vector_stores/{store_id}/files", summary="Add a file to a vector store", openapi_extra=json_body(["file_id"], {
         "file_id": {"type": "string"}, "attributes": {"type": ["object", "null"]}, "chunking_strategy": {"type": "object"}}))
     async def attach_file(store_id: str, request: Request) -> Response:
@@ -90,6 +104,11 @@ def router(impl: VectorStoresProvider) -> Routes:
         return JSONBytes({"object": "vector_store.file_content.page", "data": [{"type": "text", "text": text} for text in texts],
                           "has_more": False, "next_page": None})
 
+
+
+def _add_batch_routes(routes: Routes, impl: VectorStoresProvider) -> None:
+    """Batches of files added to a store at once."""
+
     @routes.post("/vector_stores/{store_id}/file_batches", summary="Add several files to a vector store", openapi_extra=json_body([], {
         "file_ids": {"type": "array", "items": {"type": "string"}}, "files": {"type": "array", "items": {"type": "object"}},
         "attributes": {"type": ["object", "null"]}, "chunking_strategy": {"type": "object"}}, more=False))
@@ -110,8 +129,6 @@ def router(impl: VectorStoresProvider) -> Routes:
         page = _page(limit, order, after, before)
         data, has_more = await impl.list_files(_store(store_id), _status(filter), page, batch_id=_batch(batch_id))
         return JSONBytes(cursor_page(data, has_more))
-
-    return routes
 
 
 def _store(store_id: str) -> str:

@@ -1,7 +1,7 @@
 import pytest
 
 from builder.plugins import PluginLoadError, installed_providers, load_spec, provider_names
-from providers.spec import Api
+from contract.spec import Api
 from support import specimens
 
 
@@ -30,7 +30,7 @@ def test_an_import_failure_names_the_entry_point_and_chains_the_cause(specimen_p
 
 
 def test_an_entry_point_that_is_not_a_spec_is_rejected(specimen_providers: list[str]) -> None:
-    with pytest.raises(PluginLoadError, match=r"'dict' \(support\.specimens:NOT_A_SPEC\).* is a dict, expected a providers\.spec\.ProviderSpec"):
+    with pytest.raises(PluginLoadError, match=r"'dict' \(support\.specimens:NOT_A_SPEC\).* is a dict, expected a contract\.spec\.ProviderSpec"):
         load_spec(Api.inference, "dict")
 
 
@@ -57,7 +57,7 @@ def test_listing_includes_broken_providers_with_their_error(specimen_providers: 
     assert listing["remote"].distribution == "stack-specimen-providers"
     assert listing["missing-module"].spec is None
     assert "ModuleNotFoundError" in (listing["missing-module"].error or "")
-    assert "expected a providers.spec.ProviderSpec" in (listing["dict"].error or "")
+    assert "expected a contract.spec.ProviderSpec" in (listing["dict"].error or "")
 
 
 def test_a_name_registered_by_two_packages_names_both(specimen_providers: list[str], tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:

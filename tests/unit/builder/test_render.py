@@ -17,7 +17,7 @@ from builder.errors import ConfigError
 from builder.plugins import PluginLoadError
 from builder.render import build, render_requirements
 from builder.resolve import InactiveProvider, PlannedProvider, StackPlan
-from providers.spec import Api, EmptyConfig, ProviderSpec
+from contract.spec import Api, EmptyConfig, ProviderSpec
 from runtime.cli import main
 
 RUN_YAML = """\

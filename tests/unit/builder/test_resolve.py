@@ -7,7 +7,7 @@ from builder.errors import ConfigError
 from builder.load import parse_config
 from builder.plugins import PluginLoadError
 from builder.resolve import StackPlan, resolve
-from providers.spec import Api
+from contract.spec import Api
 from support import specimens
 from support.specimens import UrlConfig
 

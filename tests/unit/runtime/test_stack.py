@@ -5,7 +5,7 @@ import pytest
 
 from builder.load import parse_config
 from builder.resolve import StackPlan, resolve
-from providers.spec import Api
+from contract.spec import Api
 from runtime.stack import ProviderStartError, open_stack
 from support.specimens import Recorded
 

@@ -1,5 +1,5 @@
 """A safety provider that flags text containing blocked words (as `illicit`), written against the
-stack's contract only (runtime.apis.safety.protocol).
+stack's contract only (contract.safety.protocol).
 
 It appends `started` and `stopped` to `audit_log` (when set), so tests can see its lifecycle hooks.
 """
@@ -13,8 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from providers.spec import Api, ProviderContext, ProviderSpec
-from runtime.apis.safety.protocol import Guardrails, moderation_result
+from contract.spec import Api, ProviderContext, ProviderSpec
+from contract.safety.protocol import Guardrails, moderation_result
 
 
 class KeywordFilterConfig(BaseModel):

@@ -13,9 +13,9 @@ import pytest
 
 from builder.config import PostgresBackend, SqliteBackend
 from providers.conversations.store import ConversationStore
-from runtime import auth
-from runtime.auth import Principal
-from runtime.errors import NotFoundError
+from contract.caller import CALLER, GRANTS
+from contract.caller import Principal
+from contract.errors import NotFoundError
 from runtime.storage import Database, open_database
 from support.storage import statement_threads
 
@@ -169,13 +169,13 @@ async def test_lookups_by_id_and_a_cached_context_s_check_are_read_on_the_event_
 
 @contextmanager
 def acting_as(principal: str, update_grants: frozenset[str] | None = None) -> Iterator[None]:
-    caller = auth._current.set(Principal(principal, {}))
-    grants = auth._grants.set({"update": update_grants} if update_grants is not None else None)
+    caller = CALLER.set(Principal(principal, {}))
+    grants = GRANTS.set({"update": update_grants} if update_grants is not None else None)
     try:
         yield
     finally:
-        auth._grants.reset(grants)
-        auth._current.reset(caller)
+        GRANTS.reset(grants)
+        CALLER.reset(caller)
 
 
 async def test_an_append_reaches_only_a_conversation_the_caller_may_update_and_adds_nothing_otherwise(store: ConversationStore) -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from builder.config import SqliteBackend
 from providers.files.local import LocalFiles, LocalFilesConfig, files
-from runtime.errors import NotFoundError, PayloadTooLargeError, ServiceUnavailableError
+from contract.errors import NotFoundError, PayloadTooLargeError, ServiceUnavailableError
 from runtime.storage import Sql, open_database
 
 

@@ -18,12 +18,12 @@ from builder.load import parse_config
 from builder.resolve import resolve
 from fake_upstream.server import FakeUpstream, running_fake_upstream
 from providers.inference.openai_compat import OpenAICompatAdapter
-from providers.spec import Api
-from runtime.apis.inference.protocol import UpstreamRequest
-from runtime.errors import UpstreamError
-from runtime.fast_transport import PooledTransport
-from runtime.fast_transport.transport import _encode_head, _frame_body
-from runtime.http import TRANSPORT_ENV
+from contract.spec import Api
+from contract.inference.protocol import UpstreamRequest
+from contract.errors import UpstreamError
+from runtime.transports.fast import PooledTransport
+from runtime.transports.fast.transport import _encode_head, _frame_body
+from runtime.transports.clients import TRANSPORT_ENV
 from runtime.stack import open_stack
 
 

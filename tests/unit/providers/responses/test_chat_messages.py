@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 
 from providers.responses.items import ChatContext, chat_messages
-from runtime.apis.items import normalize_input
+from contract.items import normalize_input
 
 
 def test_chat_messages_merge_parallel_calls_and_keep_order() -> None:

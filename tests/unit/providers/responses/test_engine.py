@@ -9,8 +9,8 @@ from typing import Any
 
 
 from builder.config import PostgresBackend, SqliteBackend
-from providers.responses.engine import ResponsesEngine
-from runtime.apis.responses.models import CreateResponse
+from providers.responses.builtin import assemble, close
+from contract.responses.models import CreateResponse
 from providers.responses.store import ResponseStore
 from runtime.storage import Sql, open_database
 
@@ -43,14 +43,14 @@ async def test_a_stream_longer_than_the_lease_keeps_it_and_no_peer_sweeps_it(bac
     store = ResponseStore(db)
     await store.create_tables()
     model = SlowModel(tokens=10, delay_s=0.2)  # 2 s, against a 0.9 s lease renewed every 0.3 s
-    engine = ResponsesEngine(model, store, lease_s=0.9)
-    peer = ResponsesEngine(model, store, lease_s=0.9)  # another process on the same database
+    parts = assemble(model, store, lease_s=0.9)
+    peer = assemble(model, store, lease_s=0.9)  # another process on the same database
     try:
-        turn = await engine.prepare(CreateResponse(model="m", input="hello", stream=True))
+        turn = await parts.preparation.prepare(CreateResponse(model="m", input="hello", stream=True))
         response_id = turn.response["id"]
         seen: list[str] = []
         leases: set[float] = set()
-        async for event in engine.stream(turn):
+        async for event in parts.engine.stream(turn):
             if event["type"] == "response.output_text.delta":
                 await peer.background.recover()
                 seen.append((await store.get(response_id)).status)
@@ -62,8 +62,8 @@ async def test_a_stream_longer_than_the_lease_keeps_it_and_no_peer_sweeps_it(bac
         assert len(leases) >= 3  # renewed while it ran
         assert (await store.get(response_id)).status == "completed"
     finally:
-        await engine.close()
-        await peer.close()
+        await close(parts)
+        await close(peer)
         await db.close()
 
 
@@ -71,15 +71,15 @@ async def test_a_stream_whose_process_stopped_renewing_is_failed_by_a_peer(backe
     db = open_database(backend)
     store = ResponseStore(db)
     await store.create_tables()
-    engine = ResponsesEngine(SlowModel(tokens=50, delay_s=0.05), store, lease_s=0.6)
-    peer = ResponsesEngine(SlowModel(tokens=1, delay_s=0), store, lease_s=0.6)
+    parts = assemble(SlowModel(tokens=50, delay_s=0.05), store, lease_s=0.6)
+    peer = assemble(SlowModel(tokens=1, delay_s=0), store, lease_s=0.6)
     try:
-        turn = await engine.prepare(CreateResponse(model="m", input="hello", stream=True))
-        stream = engine.stream(turn)
+        turn = await parts.preparation.prepare(CreateResponse(model="m", input="hello", stream=True))
+        stream = parts.engine.stream(turn)
         assert (await anext(stream))["type"] == "response.created"
         # The process "dies": nothing of it runs any more, its lease is not renewed.
-        assert engine._renewer is not None
-        engine._renewer.cancel()
+        assert parts.persistence._renewer is not None
+        parts.persistence._renewer.cancel()
         await asyncio.sleep(0.8)
         await peer.background.recover()
         failed = await store.get(turn.response["id"])
@@ -87,19 +87,19 @@ async def test_a_stream_whose_process_stopped_renewing_is_failed_by_a_peer(backe
         assert failed.response["error"]["message"] == "The server stopped while this response was being streamed."
         await stream.aclose()
     finally:
-        await engine.close()
-        await peer.close()
+        await close(parts)
+        await close(peer)
         await db.close()
 
 
 async def test_a_queued_response_that_cannot_be_resumed_is_failed_and_the_sweep_goes_on(backend: SqliteBackend | PostgresBackend) -> None:
-    from runtime.apis.responses.models import response_object
-    from runtime.apis.items import normalize_input
+    from contract.responses.models import response_object
+    from contract.items import normalize_input
 
     db = open_database(backend)
     store = ResponseStore(db)
     await store.create_tables()
-    engine = ResponsesEngine(SlowModel(tokens=1, delay_s=0), store, lease_s=1.0)
+    parts = assemble(SlowModel(tokens=1, delay_s=0), store, lease_s=1.0)
     requests = {
         "resp_context_gone": {"model": "m", "input": "hi", "background": True, "previous_response_id": "resp_deleted"},
         "resp_no_longer_valid": {"model": "m", "input": "hi", "background": True, "max_output_tokens": 5},
@@ -110,7 +110,7 @@ async def test_a_queued_response_that_cannot_be_resumed_is_failed_and_the_sweep_
             queued = response_object(CreateResponse.model_construct(**body), response_id, "queued")
             await store.insert(queued, ancestors=[], input_items=normalize_input("hi"), request=body)
         await db.write_one(Sql("UPDATE responses SET heartbeat_at = 0.0"))  # their process died long ago
-        await engine.background.recover()
+        await parts.background.recover()
         gone = await store.get("resp_context_gone")
         assert gone.status == "failed" and "could not be resumed" in gone.response["error"]["message"]
         assert "resp_deleted" in gone.response["error"]["message"]
@@ -122,7 +122,7 @@ async def test_a_queued_response_that_cannot_be_resumed_is_failed_and_the_sweep_
             await asyncio.sleep(0.02)
         assert (await store.get("resp_fine")).status == "completed"
     finally:
-        await engine.close()
+        await close(parts)
         await db.close()
 
 
@@ -143,10 +143,10 @@ async def test_a_stream_broken_by_a_fault_ends_failed_for_the_client_and_in_the_
     db = open_database(backend)
     store = ResponseStore(db)
     await store.create_tables()
-    engine = ResponsesEngine(BrokenModel(tokens=1, delay_s=0), store)
+    parts = assemble(BrokenModel(tokens=1, delay_s=0), store)
     try:
-        turn = await engine.prepare(CreateResponse(model="m", input="hello", stream=True))
-        events = [event async for event in engine.stream(turn)]
+        turn = await parts.preparation.prepare(CreateResponse(model="m", input="hello", stream=True))
+        events = [event async for event in parts.engine.stream(turn)]
         last = events[-1]
         assert last["type"] == "response.failed" and last["response"]["status"] == "failed"
         assert last["response"]["error"]["code"] == "server_error"
@@ -157,8 +157,8 @@ async def test_a_stream_broken_by_a_fault_ends_failed_for_the_client_and_in_the_
         assert "t0" in json.dumps(stored.response["output"])  # what was produced is kept
         assert any(turn.response["id"] in record.getMessage() and record.exc_info for record in caplog.records)
 
-        queued = await engine.prepare(CreateResponse(model="m", input="hello", background=True))
-        await engine.background.start(queued)
+        queued = await parts.preparation.prepare(CreateResponse(model="m", input="hello", background=True))
+        await parts.background.start(queued)
         for _ in range(200):
             ran = await store.get(queued.response["id"])
             if ran.status not in ("queued", "in_progress"):
@@ -166,22 +166,22 @@ async def test_a_stream_broken_by_a_fault_ends_failed_for_the_client_and_in_the_
             await asyncio.sleep(0.01)
         assert ran.status == "failed" and ran.response["error"]["code"] == "server_error"  # not "cancelled": nobody cancelled it
     finally:
-        await engine.close()
+        await close(parts)
         await db.close()
 
 
 async def test_a_background_end_tried_again_keeps_its_earlier_try_that_landed_but_not_over_a_cancel(
         backend: SqliteBackend | PostgresBackend) -> None:
-    # After an outage the engine stores a response's end again (`_store_end` with "tried" done): if
+    # After an outage the engine stores a response's end again (`store_end` with "tried" done): if
     # the earlier try committed though its answer was lost (PostgreSQL), that try is what stays;
     # a cancel that came meanwhile still wins.
     db = open_database(backend)
     store = ResponseStore(db)
     await store.create_tables()
-    engine = ResponsesEngine(SlowModel(tokens=1, delay_s=0), store, lease_s=5)
+    parts = assemble(SlowModel(tokens=1, delay_s=0), store, lease_s=5)
     try:
         for cancelled_meanwhile in (False, True):
-            turn = await engine.prepare(CreateResponse(model="m", input="hello", background=True))
+            turn = await parts.preparation.prepare(CreateResponse(model="m", input="hello", background=True))
             await store.insert(dict(turn.response), ancestors=turn.ancestors, input_items=turn.input_items, request={})
             output = [{"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
                        "content": [{"type": "output_text", "text": "done", "annotations": []}]}]
@@ -191,10 +191,10 @@ async def test_a_background_end_tried_again_keeps_its_earlier_try_that_landed_bu
                                        only_if_status=["queued"])
             else:  # the earlier try, landed
                 await store.finish(turn.response, output, only_if_status=["queued", "in_progress"])
-            await engine._store_end(turn, {"tried"})
+            await parts.persistence.store_end(turn, {"tried"})
             stored = await store.get(turn.response["id"])
             assert stored.status == ("cancelled" if cancelled_meanwhile else "completed")
             assert [item["id"] for item in await store.items_of(turn.response["id"], "output")] == ["msg_1"]  # the output kept either way
     finally:
-        await engine.close()
+        await close(parts)
         await db.close()

@@ -10,8 +10,8 @@ import pytest
 
 from fake_mcp.servers import PNG
 from providers.responses.files import with_files_read
-from runtime.apis.files.protocol import FileContent
-from runtime.errors import InvalidRequestError, NotFoundError
+from contract.files.protocol import FileContent
+from contract.errors import InvalidRequestError, NotFoundError
 from support.documents import pdf_with_text
 
 

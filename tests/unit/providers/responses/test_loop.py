@@ -13,9 +13,9 @@ import pytest
 from providers.responses.loop import GRAMMAR_REPAIRS, Hidden, LoopLimits, ToolLoop
 from providers.responses.tools import RequestTools
 from providers.responses.translate import Event, StreamTranslator
-from runtime.apis.responses.models import CreateResponse
-from runtime.apis.tool_runtime.protocol import FunctionSpec, ItemSink, ModelCall
-from runtime.errors import UpstreamError
+from contract.responses.models import CreateResponse
+from contract.tool_runtime.protocol import FunctionSpec, ItemSink, ModelCall
+from contract.errors import UpstreamError
 
 
 class Session:

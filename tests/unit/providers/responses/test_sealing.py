@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from providers.responses.sealing import ReasoningSeal, decode_key, load_key
-from runtime.errors import InvalidRequestError
+from contract.errors import InvalidRequestError
 
 ITEM = {"type": "reasoning", "content": [{"type": "reasoning_text", "text": "Thinking."}], "summary": []}
 

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from providers.responses.tools import RequestTools
-from runtime.apis.responses.models import CreateResponse
-from runtime.apis.tool_runtime.protocol import FunctionSpec, ModelCall
-from runtime.errors import InvalidRequestError
+from contract.responses.models import CreateResponse
+from contract.tool_runtime.protocol import FunctionSpec, ModelCall
+from contract.errors import InvalidRequestError
 
 
 class Session:

@@ -6,7 +6,8 @@ import itertools
 import json
 from typing import Any
 
-from providers.responses.translate import StreamTranslator, output_from_completion, usage_from_chat
+from providers.responses.translate import StreamTranslator, output_from_completion
+from providers.responses.usage import usage_from_chat
 
 
 def ids() -> Any:

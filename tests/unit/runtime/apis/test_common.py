@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 
-from runtime import fastjson
-from runtime.apis.common import JSONBytes, cursor_page
-from runtime.apis.items import ItemText
+from contract import fastjson
+from runtime.apis.common import JSONBytes
+from contract.checks import cursor_page
+from contract.items import ItemText
 
 
 def test_a_page_of_items_kept_as_text_is_sent_as_the_same_document_as_their_dicts() -> None:

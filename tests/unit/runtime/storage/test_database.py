@@ -17,7 +17,7 @@ import pytest
 import sqlean  # type: ignore[import-untyped]
 
 from builder.config import PostgresBackend, SqliteBackend, StorageConfig, StoresConfig
-from runtime.errors import InvalidRequestError
+from contract.errors import InvalidRequestError
 from runtime.storage import INTEGER, Column, Database, Index, IntegrityError, Sql, Storage, String, Table, loads, open_database, table
 from runtime.storage.postgres import asyncpg_dsn
 from support.storage import PG_DSN, HeldOpen, ids_of, loop_errors, pg_admin
@@ -360,7 +360,7 @@ def test_stores_on_sqlite_load_neither_SQLAlchemy_nor_asyncpg_nor_greenlet() -> 
 import asyncio, importlib.metadata, sys, tempfile
 from pathlib import Path
 import providers.responses.store, providers.conversations.store, runtime.apis.inference.store, providers.files.local
-import providers.prompts, runtime.keys, runtime.access, runtime.storage
+import providers.prompts, runtime.security.keys, runtime.security.access, runtime.storage
 from builder.config import SqliteBackend
 from runtime.storage import INTEGER, JSON, Column, InsertRows, Sql, open_database, table
 

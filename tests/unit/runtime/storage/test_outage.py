@@ -13,9 +13,9 @@ import pytest
 import sqlean  # type: ignore[import-untyped]
 
 from builder.config import PostgresBackend
-from runtime.errors import APIError, InvalidRequestError
+from contract.errors import APIError, InvalidRequestError
 from runtime.storage import INTEGER, Column, IntegrityError, Sql, StorageUnavailableError, open_database, postgres, table
-from runtime.storage.database import _SCHEMA_LOCK
+from runtime.storage.migrations import _SCHEMA_LOCK
 from runtime.storage.outage import PoolBusy, outage, unavailable
 from support.postgres import fresh_database
 from support.tcp_proxy import postgres_behind_proxy

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from runtime import auth
-from runtime.auth import Principal
+from contract.caller import CALLER, GRANTS
+from contract.caller import Principal
 from runtime.storage import (
     BIGINT, BOOLEAN, INTEGER, JSON, Column, Database, Index, InsertRows, IntegrityError, Scoped, Sql, String, Unique, in_list,
     insert_rows, loads, table,
@@ -90,20 +90,20 @@ async def test_a_scoped_statement_reaches_the_callers_rows_and_those_the_policy_
     mine = Scoped("SELECT id FROM notes WHERE seq > :after{owner} ORDER BY seq", "principal")
     assert mine.for_caller({"after": 0})[0] is mine.plain  # auth off: built once
     assert await database.read_all(*mine.for_caller({"after": 0})) == [("alice",), ("bob",), ("carol",)]  # any owner's
-    caller = auth._current.set(Principal("bob", {}))
+    caller = CALLER.set(Principal("bob", {}))
     try:
         assert mine.for_caller({"after": 0}) == (mine.owned, {"after": 0, "caller": "bob"})  # the caller's own: built once
         assert await database.read_all(*mine.for_caller({"after": 0})) == [("bob",)]
-        grants = auth._grants.set({"read": frozenset({"carol"})})
+        grants = GRANTS.set({"read": frozenset({"carol"})})
         try:
             statement, params = mine.for_caller({"after": 0})  # several owners: made for this call
             assert statement not in (mine.plain, mine.owned) and sorted(params) == ["after", "caller_0", "caller_1"]
             assert await database.read_all(statement, params) == [("bob",), ("carol",)]
             assert await database.read_all(*mine.for_caller({"after": 0}, "delete")) == [("bob",)]
         finally:
-            auth._grants.reset(grants)
+            GRANTS.reset(grants)
     finally:
-        auth._current.reset(caller)
+        CALLER.reset(caller)
 
 
 def test_a_postgresql_text_is_numbered_once_per_name_and_leaves_casts_alone() -> None:

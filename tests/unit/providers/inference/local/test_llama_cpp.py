@@ -8,8 +8,8 @@ import pytest
 
 from providers.inference.local.llama_cpp_provider import LlamaCppConfig, LlamaCppModel
 from providers.inference.local.packaged import model_file
-from runtime.apis.inference.protocol import UpstreamRequest
-from runtime.errors import InvalidRequestError
+from contract.inference.protocol import UpstreamRequest
+from contract.errors import InvalidRequestError
 
 pytest.importorskip("llama_cpp", reason="the local extra is not installed")
 
@@ -45,7 +45,8 @@ async def test_a_model_loads_on_first_use_not_at_start() -> None:
 
 
 def test_the_configured_repeat_penalty_reaches_every_generation() -> None:
-    from providers.inference.local.llama_cpp_provider import _Plan, _TextPlan
+    from providers.inference.local.llama_cpp_chat import ChatPlan as _Plan
+    from providers.inference.local.llama_cpp_text import TextPlan as _TextPlan
 
     assert LlamaCppConfig(model="m").repeat_penalty == 1.1  # small models loop on a phrase without one
     chat = _Plan({"messages": [{"role": "user", "content": "hi"}], "temperature": 0.5}, 1.3)

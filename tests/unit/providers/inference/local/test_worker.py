@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from providers.inference.local.worker import ModelWorker
-from runtime.errors import ServiceUnavailableError
+from contract.errors import ServiceUnavailableError
 
 
 def test_the_model_loads_once_on_first_use() -> None:

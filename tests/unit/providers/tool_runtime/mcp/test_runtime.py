@@ -11,8 +11,8 @@ import pytest
 from providers.tool_runtime.mcp.config import McpConfig
 from providers.tool_runtime.mcp.runtime import McpRuntime
 from providers.tool_runtime.mcp.session import pending_approvals
-from runtime.apis.tool_runtime.protocol import ModelCall, ToolContext
-from runtime.errors import InvalidRequestError
+from contract.tool_runtime.protocol import ModelCall, ToolContext
+from contract.errors import InvalidRequestError
 
 PUBLIC = "https://93.184.216.34/mcp"
 

@@ -11,7 +11,7 @@ import pytest
 
 from providers.vector_stores.builtin import embedding
 from providers.vector_stores.builtin.embedding import EmbeddingError, EmbeddingModel, probe
-from runtime.errors import InvalidRequestError, UpstreamError
+from contract.errors import InvalidRequestError, UpstreamError
 
 
 class Upstream:

@@ -12,7 +12,7 @@ import pytest
 from builder.config import PostgresBackend
 from providers.vector_stores.builtin.ingest import Ingestor
 from providers.vector_stores.builtin.tables import TABLES, files, stores
-from runtime.apis.files.protocol import FileContent
+from contract.files.protocol import FileContent
 from runtime.storage import Sql, insert_rows, loads, open_database
 from support.postgres import fresh_database
 from support.tcp_proxy import TcpProxy, postgres_behind_proxy

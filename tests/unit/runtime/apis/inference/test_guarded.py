@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from runtime.apis.inference.guarded import OUTPUT_BATCH_CHARS, guard_completion, guard_stream
-from runtime.apis.safety.protocol import Guardrails, moderation_result
-from runtime.errors import UpstreamError
+from contract.safety.protocol import Guardrails, moderation_result
+from contract.errors import UpstreamError
 
 
 class FlagWord:

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from builder.config import ModelConfig, SqliteBackend
-from runtime.apis.inference.protocol import UpstreamModel, UpstreamRequest
+from contract.inference.protocol import UpstreamModel, UpstreamRequest
 from runtime.apis.inference.router import InferenceRouter
 from runtime.apis.inference.store import ChatCompletionStore
-from runtime.errors import InvalidRequestError, NotFoundError, UpstreamError
+from contract.errors import InvalidRequestError, NotFoundError, UpstreamError
 from runtime.storage import Sql, open_database
 
 
@@ -125,7 +125,7 @@ async def test_an_unknown_model_refreshes_the_list_once_before_failing(store: Ch
     vllm = FakeProvider("vllm", [])
     router = await make_router(store, vllm)
     vllm.model_ids.append("late")
-    router._last_refresh = 0.0  # as if the last refresh were long ago
+    router.catalog._last_refresh = 0.0  # as if the last refresh were long ago
     assert (await router.resolve("late")).id == "vllm/late"
 
 

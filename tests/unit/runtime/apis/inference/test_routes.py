@@ -14,14 +14,14 @@ import pytest
 from fastapi import FastAPI
 
 from builder.config import SqliteBackend
-from runtime.apis.inference import routes
-from runtime.apis.inference.protocol import UpstreamModel, UpstreamRequest
+from runtime.apis.inference import answers, bodies, routes
+from contract.inference.protocol import UpstreamModel, UpstreamRequest
 from runtime.apis.inference.router import InferenceRouter
 from runtime.apis.inference.store import ChatCompletionStore
-from runtime.app import install_error_handlers
-from runtime.routing import fastapi_router
-from runtime.asgi_transport import BackgroundLoop, ThreadedASGITransport
-from runtime.errors import UpstreamError
+from runtime.http.errors import install_error_handlers
+from runtime.http.routing import fastapi_router
+from runtime.transports.asgi import BackgroundLoop, ThreadedASGITransport
+from contract.errors import UpstreamError
 from runtime.storage import open_database
 
 
@@ -88,7 +88,7 @@ def test_a_stream_that_breaks_after_it_started_ends_with_an_error_event(served: 
 
 def test_stored_messages_that_are_not_objects_are_listed_as_text() -> None:
     # Stored before messages were checked: listing them must not fail.
-    from runtime.apis.inference.routes import _store_messages
+    from runtime.apis.inference.stored_routes import _store_messages
 
     shaped = _store_messages("chatcmpl-1", ["plain", [1, 2], {"role": "user", "content": "ok"}])
     assert [(message["id"], message["content"]) for message in shaped] == [
@@ -96,18 +96,18 @@ def test_stored_messages_that_are_not_objects_are_listed_as_text() -> None:
 
 
 def test_a_message_longer_than_openais_limit_is_a_400_naming_it() -> None:
-    from runtime.apis.common import MAX_STRING
-    from runtime.errors import InvalidRequestError
+    from contract.checks import MAX_STRING
+    from contract.errors import InvalidRequestError
 
     body = {"model": "m", "messages": [{"role": "system", "content": "ok"}, {"role": "user", "content": "x" * (MAX_STRING + 1)}]}
     with pytest.raises(InvalidRequestError) as refused:
-        routes._check_chat_body(body)
+        bodies.check_chat_body(body)
     assert (refused.value.param, refused.value.code) == ("messages[1].content", "string_above_max_length")
-    routes._check_chat_body({"model": "m", "messages": [{"role": "user", "content": "x" * MAX_STRING}]})  # at the limit: fine
+    bodies.check_chat_body({"model": "m", "messages": [{"role": "user", "content": "x" * MAX_STRING}]})  # at the limit: fine
 
 
 async def test_a_stream_is_registered_for_the_shutdown_only_while_it_waits_for_its_next_chunk() -> None:
-    from runtime.middleware import Draining
+    from runtime.http.middleware import Draining
 
     draining = Draining()
     registered: list[bool] = []
@@ -117,7 +117,7 @@ async def test_a_stream_is_registered_for_the_shutdown_only_while_it_waits_for_i
             registered.append(asyncio.current_task() in draining.waiting_tasks())
             yield b'{"n": %d}' % index
 
-    frames = routes._frames(b'{"role": "assistant"}', upstream(), draining)
+    frames = answers.stream_frames(b'{"role": "assistant"}', upstream(), draining)
     seen = []
     async for frame in frames:
         seen.append(frame)
@@ -128,8 +128,8 @@ async def test_a_stream_is_registered_for_the_shutdown_only_while_it_waits_for_i
 
 
 async def test_a_stream_whose_chunks_another_task_waits_for_registers_that_task() -> None:
-    """The head of a stream is made by the response's task, the rest by its producer's (runtime.sse)."""
-    from runtime.middleware import Draining
+    """The head of a stream is made by the response's task, the rest by its producer's (runtime.http.sse)."""
+    from runtime.http.middleware import Draining
 
     draining = Draining()
     waiting: list[set[asyncio.Task[Any]]] = []
@@ -139,7 +139,7 @@ async def test_a_stream_whose_chunks_another_task_waits_for_registers_that_task(
             waiting.append(draining.waiting_tasks())
             yield b'{"n": %d}' % index
 
-    frames = routes._frames(b'{"role": "assistant"}', upstream(), draining)
+    frames = answers.stream_frames(b'{"role": "assistant"}', upstream(), draining)
     await anext(frames)
 
     async def next_frame() -> tuple[bytes, asyncio.Task[Any] | None]:
@@ -152,7 +152,7 @@ async def test_a_stream_whose_chunks_another_task_waits_for_registers_that_task(
 
 
 async def test_a_shutdown_during_the_wait_for_a_chunk_ends_the_stream_with_its_error_event() -> None:
-    from runtime.middleware import Draining
+    from runtime.http.middleware import Draining
 
     draining = Draining()
     waiting = asyncio.Event()
@@ -164,7 +164,7 @@ async def test_a_shutdown_during_the_wait_for_a_chunk_ends_the_stream_with_its_e
         yield b'{"n": 1}'
 
     async def consume() -> list[bytes]:
-        return [frame async for frame in routes._frames(b'{"role": "assistant"}', upstream(), draining)]
+        return [frame async for frame in answers.stream_frames(b'{"role": "assistant"}', upstream(), draining)]
 
     consumer = asyncio.create_task(consume())
     await waiting.wait()
@@ -177,7 +177,7 @@ async def test_a_shutdown_during_the_wait_for_a_chunk_ends_the_stream_with_its_e
 
 
 async def test_a_shutdown_that_comes_between_chunks_ends_the_stream_with_its_error_event() -> None:
-    from runtime.middleware import Draining
+    from runtime.http.middleware import Draining
 
     closed = asyncio.Event()
 
@@ -190,7 +190,7 @@ async def test_a_shutdown_that_comes_between_chunks_ends_the_stream_with_its_err
 
     draining = Draining()
     rest = upstream()
-    frames = routes._frames(b'{"role": "assistant"}', rest, draining)
+    frames = answers.stream_frames(b'{"role": "assistant"}', rest, draining)
     seen = [await anext(frames), await anext(frames)]
     # end_streams interrupts the tasks waiting on their upstream; this stream's was between chunks.
     draining.begin()
@@ -206,7 +206,7 @@ async def test_a_stream_broken_by_a_fault_ends_with_an_error_event_not_a_cut(cap
         yield b'{"n": 0}'
         raise KeyError("a bug")
 
-    seen = [frame async for frame in routes._frames(b'{"role": "assistant"}', upstream(), None)]
+    seen = [frame async for frame in answers.stream_frames(b'{"role": "assistant"}', upstream(), None)]
     assert seen[:2] == [b'data: {"role": "assistant"}\n\n', b'data: {"n": 0}\n\n'] and len(seen) == 3
     event = json.loads(seen[2].removeprefix(b"data: "))
     assert event["error"]["type"] == "server_error" and "KeyError" not in seen[2].decode()  # no [DONE]: the answer was cut short

@@ -1,0 +1,1 @@
+"""The Conversations API's contract: what a conversations provider implements."""

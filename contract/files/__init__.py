@@ -1,0 +1,1 @@
+"""The Files API's contract: what a files provider implements."""

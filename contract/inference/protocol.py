@@ -1,0 +1,76 @@
+"""What an inference provider implements. Bodies are OpenAI wire format, as bytes or dicts."""
+
+from __future__ import annotations
+
+from contract import fastjson
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, runtime_checkable
+
+__all__ = ["InferenceProvider", "TextCompletionProvider", "UpstreamModel", "UpstreamRequest"]
+
+
+@dataclass(frozen=True)
+class UpstreamRequest:
+    """A request for one provider: the client's body with `model` set to the provider's model id."""
+
+    body: Mapping[str, Any]
+    raw: bytes | None = None
+    """The body already serialised, when the client's bytes can be forwarded untouched."""
+
+    def payload(self) -> bytes:
+        if self.raw is not None:
+            return self.raw
+        return fastjson.dumps(self.body)
+
+
+@dataclass(frozen=True)
+class UpstreamModel:
+    """A model a provider reports serving."""
+
+    id: str
+    created: int = 0
+    owned_by: str = ""
+    model_type: Literal["llm", "embedding"] = "llm"
+    dimensions: int | None = None
+    """An embedding model's vector size, when the provider knows it (listed by /v1/models)."""
+
+
+@runtime_checkable
+class InferenceProvider(Protocol):
+    """An OpenAI-compatible model server, or anything that answers like one.
+
+    Errors are raised as `contract.errors.APIError`s: an upstream's own error keeps its status
+    and message (`UpstreamError`); an unreachable upstream is a 502 naming the provider and URL.
+    """
+
+    async def chat_completion(self, request: UpstreamRequest) -> bytes:
+        """The ChatCompletion JSON for a non-streamed request."""
+        ...
+
+    def stream_chat_completion(self, request: UpstreamRequest) -> AsyncIterator[bytes]:
+        """The data payload of each ChatCompletionChunk event, without the final `[DONE]`."""
+        ...
+
+    async def embeddings(self, request: UpstreamRequest) -> bytes:
+        """The embeddings list JSON."""
+        ...
+
+    async def list_models(self) -> list[UpstreamModel]:
+        ...
+
+
+@runtime_checkable
+class TextCompletionProvider(Protocol):
+    """A provider that also serves the legacy `/v1/completions` API (a prompt in, text out).
+
+    Optional: the stack answers a model whose provider lacks these methods with a 400
+    naming the model. Errors as for `InferenceProvider`."""
+
+    async def completion(self, request: UpstreamRequest) -> bytes:
+        """The Completion JSON (`object: text_completion`) for a non-streamed request."""
+        ...
+
+    def stream_completion(self, request: UpstreamRequest) -> AsyncIterator[bytes]:
+        """The data payload of each streamed Completion event, without the final `[DONE]`."""
+        ...

@@ -1,0 +1,2 @@
+"""The prompts API's contract: what a prompts provider implements, and the template rules every
+provider shares."""

@@ -1,0 +1,106 @@
+"""What a response continues from: the chain of its `previous_response_id`, or its conversation,
+and the items its input names by reference.
+
+A finished stored response's context is kept in memory (`remember`), so that the next turn of its
+chain reads nothing from the store; other processes, and evicted entries, read it there.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from contract.errors import InvalidRequestError, NotFoundError
+from contract.responses.models import CreateResponse
+from providers.responses.store import ResponseStore
+from providers.responses.turn import Context, Turn
+
+__all__ = ["CONTEXT_CACHE_SIZE", "ContextSource", "Conversations"]
+
+CONTEXT_CACHE_SIZE = 1024
+
+
+class Conversations(Protocol):
+    """What responses need of the conversations API."""
+
+    async def conversation_items(self, conversation_id: str) -> list[dict[str, Any]]: ...
+
+    async def append_items(self, conversation_id: str, items: Sequence[dict[str, Any]]) -> None: ...
+
+
+class ContextSource:
+    """The contexts of responses: read by preparation, kept by persistence once a turn is stored."""
+
+    def __init__(self, store: ResponseStore, conversations: Conversations | None) -> None:
+        self.store = store
+        self.conversations = conversations
+        self._cached: OrderedDict[str, Context] = OrderedDict()
+
+    async def of(self, request: CreateResponse) -> Context:
+        """The context `request` continues: its chain, its conversation, or nothing."""
+        if request.previous_response_id:
+            return await self.chain(request.previous_response_id)
+        if request.conversation_id:
+            return Context([], await self.conversation(request.conversation_id))
+        return Context([], [])
+
+    async def chain(self, previous_id: str) -> Context:
+        """The ancestors a response continuing `previous_id` has, and its context items."""
+        cached = self._cached.get(previous_id)
+        # Trusted only while the response is there for this caller: another replica may have
+        # deleted it, and a caller the access policy lets read it may chain from it too.
+        if cached is not None and await self.store.readable(previous_id):
+            self._cached.move_to_end(previous_id)
+            return cached
+        try:
+            previous, history = await self.store.context(previous_id)
+        except NotFoundError:
+            raise NotFoundError(
+                f"Previous response with id '{previous_id}' not found. Only stored responses (store=true) can be continued.",
+                param="previous_response_id", code="previous_response_not_found",
+            ) from None
+        return Context([*previous.ancestors, previous.id], history)
+
+    async def conversation(self, conversation_id: str) -> list[dict[str, Any]]:
+        if self.conversations is None:
+            raise InvalidRequestError(
+                "'conversation' needs the conversations API: add a conversations provider to this stack.", param="conversation", code="invalid_value"
+            )
+        try:
+            return await self.conversations.conversation_items(conversation_id)
+        except NotFoundError as error:
+            raise NotFoundError(error.message, param="conversation", code="conversation_not_found") from None
+
+    async def resolve_references(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """`items` with each `item_reference` replaced by the stored item it names."""
+        wanted = [item["id"] for item in items if item["type"] == "item_reference"]
+        if not wanted:
+            return items
+        found = await self.store.items_by_id(wanted)
+        missing = [item_id for item_id in wanted if item_id not in found]
+        if missing:
+            raise NotFoundError(f"Item with id '{missing[0]}' not found.", param="input", code="item_not_found")
+        return [found[item["id"]] if item["type"] == "item_reference" else item for item in items]
+
+    def remember(self, turn: Turn) -> None:
+        """Keep a finished stored response's context, for the next turn of its chain."""
+        if not turn.stored or turn.response["status"] not in ("completed", "incomplete"):
+            return
+        response_id = turn.response["id"]
+        output = turn.response["output"]
+        self._cached[response_id] = Context([*turn.ancestors, response_id], [*turn.history, *turn.input_items, *output], turn.chat.extend(output))
+        while len(self._cached) > CONTEXT_CACHE_SIZE:
+            self._cached.popitem(last=False)
+
+    def forget(self, response_id: str) -> None:
+        self._cached.pop(response_id, None)
+
+    async def extend_conversation(self, turn: Turn) -> None:
+        """A finished turn (completed, or cut by max_output_tokens) appends its input and output to
+        its conversation; a failed or cancelled one appends nothing, so retrying it is clean."""
+        conversation_id = turn.request.conversation_id
+        if self.conversations is None or not conversation_id or not turn.stored:
+            return
+        if turn.response["status"] in ("completed", "incomplete"):
+            await self.conversations.append_items(conversation_id, [*turn.input_items, *turn.response["output"]])

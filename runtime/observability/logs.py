@@ -1,0 +1,282 @@
+"""Structured logs (run.yaml `server.logging`): each line carries the request id, the trace id and
+the principal of the request it was written in, as one JSON object (`format: json`) or as
+`key=value` pairs after the message (`format: text`); and, with `access_log`, one line per request.
+
+Lines are handed to a thread that formats and writes them in batches (`BatchWriter`), so a request
+never waits on its terminal or pipe. Off (no `server.logging`), no
+context is kept per request and the server logs plain text as before.
+
+The trace id is the current OpenTelemetry span's when tracing is on, else the one a caller sent
+in its `traceparent` header, so lines can be joined to a gateway's traces either way.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextvars
+import datetime
+import logging
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic_core import to_json
+
+from builder.config import LoggingConfig
+from contract.caller import principal_id
+
+__all__ = ["BatchWriter", "ContextFilter", "JsonFormatter", "TextFormatter", "access_record", "configure", "enter_request",
+           "leave_request", "log_access"]
+
+# (request id, the request's ASGI headers): set by RequestGuard when logs are structured. The
+# caller's traceparent is read from the headers only when a line is written.
+_request: contextvars.ContextVar[tuple[str, Any] | None] = contextvars.ContextVar("log_request", default=None)
+
+CONTEXT_FIELDS = ("request_id", "trace_id", "principal")
+ACCESS_LOGGER = "stack.access"
+_access = logging.getLogger(ACCESS_LOGGER)
+_writer: BatchWriter | None = None
+"""The server's writer, once `configure` has made it: access lines are queued to it directly."""
+
+
+def enter_request(request_id: str, headers: Any) -> contextvars.Token[tuple[str, Any] | None]:
+    """Make `request_id` (and the trace id of a `traceparent` among `headers`, ASGI pairs) the
+    context of the lines written until `leave_request`."""
+    return _request.set((request_id, headers))
+
+
+def leave_request(token: contextvars.Token[tuple[str, Any] | None]) -> None:
+    _request.reset(token)
+
+
+def _caller_trace_id(headers: Any) -> str | None:
+    for name, value in headers:
+        if name == b"traceparent":
+            parts = value.decode("latin-1").split("-")
+            if len(parts) == 4 and len(parts[1]) == 32 and parts[1] != "0" * 32:
+                return str(parts[1].lower())
+            return None
+    return None
+
+
+def _span_trace_id() -> str | None:
+    trace = sys.modules.get("opentelemetry.trace")  # loaded only when tracing is configured
+    if trace is None:
+        return None
+    context = trace.get_current_span().get_span_context()
+    return format(context.trace_id, "032x") if context.is_valid else None
+
+
+def _context(request: tuple[str, Any] | None, span_trace_id: str | None) -> tuple[str | None, str | None]:
+    """The request id and trace id of `request` (None, None outside one)."""
+    if request is None:
+        return None, span_trace_id
+    return request[0], span_trace_id or _caller_trace_id(request[1])
+
+
+def _stamp(record: logging.LogRecord) -> None:
+    """Put on `record` the context of the request it is written in (in that request's task)."""
+    record.request_id, record.trace_id = _context(_request.get(), _span_trace_id())
+    if getattr(record, "principal", None) is None:
+        record.principal = principal_id()
+
+
+ACCESS_MESSAGE = "%s %s %d %.2fms"
+
+
+AccessFacts = tuple[float, str | None, str | None, str | None, str, str, int, float]
+"""What an access line is made of: time, request id, trace id, principal, method, path, status,
+duration in ms (atomic values: a queued line holds nothing of its request alive for the collector
+to walk)."""
+
+
+def _access_fields(method: str, path: str, status: int, duration_ms: float) -> dict[str, Any]:
+    return {"method": method, "path": path, "status": status, "duration_ms": duration_ms}
+
+
+def access_record(method: str, path: str, status: int, duration_ms: float, principal: str | None) -> logging.LogRecord:
+    """The access line of a request, made directly: `Logger.info` would also look up its caller's
+    frame, for nothing here."""
+    record = logging.LogRecord(ACCESS_LOGGER, logging.INFO, "", 0, ACCESS_MESSAGE, (method, path, status, duration_ms), None)
+    record.principal = principal
+    record.fields = _access_fields(method, path, status, duration_ms)
+    return record
+
+
+def log_access(method: str, path: str, status: int, duration_ms: float, principal: str | None) -> None:
+    """Write the access line of the request in hand (at info, on the `stack.access` logger).
+
+    Under the server's writer (`configure`), the request only queues the line's facts
+    (`AccessFacts`); the writing thread formats a whole batch in a row, without a LogRecord each,
+    which costs a third of formatting each line in its request (bench/README: +42 µs a request
+    that way, +16 to +20 now). Elsewhere (the library client) the record takes the standard path,
+    to whatever handlers the application has."""
+    if not _access.isEnabledFor(logging.INFO):
+        return
+    writer = _writer
+    if writer is not None:
+        writer.queue_access((time.time(), *_context(_request.get(), _span_trace_id()), principal, method, path, status, duration_ms))
+    else:
+        _access.handle(access_record(method, path, status, duration_ms, principal))
+
+
+class ContextFilter(logging.Filter):
+    """Stamps each record with the context of the request it was written in, for an application's
+    own handlers (the library client); `BatchWriter` stamps its records itself."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        _stamp(record)
+        return True
+
+
+def _fields(record: logging.LogRecord) -> dict[str, Any]:
+    fields = {name: value for name in CONTEXT_FIELDS if (value := getattr(record, name, None)) is not None}
+    extra = getattr(record, "fields", None)
+    if isinstance(extra, Mapping):
+        fields.update(extra)
+    return fields
+
+
+_second: tuple[int, str] = (0, "1970-01-01T00:00:00")
+
+
+def _now(created: float) -> str:
+    """`created` in ISO 8601 UTC to the millisecond; the date and time of day are made once a second
+    (a `datetime` a line was a third of a JSON line's formatting)."""
+    global _second
+    whole = int(created)
+    second = _second  # read once: the writing thread formats lines too
+    if whole != second[0]:
+        second = _second = (whole, datetime.datetime.fromtimestamp(whole, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S"))
+    return f"{second[1]}.{int((created - whole) * 1000):03d}+00:00"
+
+
+def _json_line(created: float, level: str, logger: str, message: str, fields: dict[str, Any],
+               exception: str | None = None) -> str:
+    entry: dict[str, Any] = {"time": _now(created), "level": level, "logger": logger, "message": message, **fields}
+    if exception:
+        entry["exception"] = exception
+    return to_json(entry, fallback=str).decode()  # pydantic-core's codec: a third of json.dumps' time here
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time (UTC, ISO 8601), level, logger, message, the request's
+    context, the record's `fields` (the access log's method, path, status...), and any exception."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        return _json_line(record.created, record.levelname.lower(), record.name, record.getMessage(), _fields(record),
+                          record.exc_text)
+
+    def format_access(self, facts: AccessFacts) -> str:
+        """The access line of `facts`, as `format` writes its record, made without the record
+        (making one is 40 % of the line's cost)."""
+        created, request_id, trace_id, principal, method, path, status, duration_ms = facts
+        context = {name: value for name, value in zip(CONTEXT_FIELDS, (request_id, trace_id, principal)) if value is not None}
+        return _json_line(created, "info", ACCESS_LOGGER, ACCESS_MESSAGE % (method, path, status, duration_ms),
+                          {**context, **_access_fields(method, path, status, duration_ms)})
+
+
+class TextFormatter(logging.Formatter):
+    """The plain layout, with the request's context and fields as `key=value` after the message."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        pairs = " ".join(f"{name}={value}" for name, value in _fields(record).items())
+        if not pairs:
+            return line
+        head, newline, rest = line.partition("\n")  # an exception's traceback stays below
+        return f"{head} {pairs}{newline}{rest}"
+
+    def format_access(self, facts: AccessFacts) -> str:
+        created, request_id, trace_id, principal, method, path, status, duration_ms = facts
+        record = access_record(method, path, status, duration_ms, principal)
+        record.created, record.msecs = created, (created - int(created)) * 1000
+        record.request_id, record.trace_id = request_id, trace_id
+        return self.format(record)
+
+
+class BatchWriter(logging.Handler):
+    """Stamps each record with its request's context and formats it as it is written, then
+    queues the line; a thread writes what has queued every `interval_s` in one write, so a
+    request never waits on the terminal or pipe. Lines rather than records wait in the queue
+    (nothing the garbage collector must track outlives its request), and access lines as the
+    tuple of their facts (`queue_access`), made into records and formatted by the thread."""
+
+    def __init__(self, formatter: JsonFormatter | TextFormatter, stream: Any = None, interval_s: float = 0.05) -> None:
+        super().__init__()
+        self.setFormatter(formatter)
+        self._formatter = formatter
+        self.stream = stream if stream is not None else sys.stderr
+        self.interval_s = interval_s
+        self._lines: collections.deque[str | AccessFacts] = collections.deque()
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="stack-logs", daemon=True)
+        self._thread.start()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        _stamp(record)
+        try:
+            self._lines.append(self.format(record))
+        except Exception:  # a record that cannot be formatted is reported, never lost silently
+            self.handleError(record)
+
+    def queue_access(self, facts: AccessFacts) -> None:
+        self._lines.append(facts)
+
+    def _access_line(self, facts: AccessFacts) -> str | None:
+        try:
+            return self._formatter.format_access(facts)
+        except Exception:  # reported as a record would be, never lost silently
+            self.handleError(access_record(*facts[4:], facts[3]))
+            return None
+
+    def _run(self) -> None:
+        while not self._stopping.wait(self.interval_s):
+            self._drain()
+        self._drain()
+
+    def _drain(self) -> None:
+        if not self._lines:
+            return
+        out: list[str] = []
+        while self._lines:
+            item = self._lines.popleft()
+            line = self._access_line(item) if isinstance(item, tuple) else item
+            if line is not None:
+                out.append(line)
+        try:
+            self.stream.write("\n".join(out) + "\n")
+            self.stream.flush()
+        except (OSError, ValueError):
+            pass  # the stream is gone (a closed pipe): nothing to write to
+
+    def close(self) -> None:
+        """Write what is queued and stop the thread."""
+        global _writer
+        if _writer is self:
+            _writer = None
+        self._stopping.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
+        super().close()
+
+
+def configure(config: LoggingConfig, stream: Any = None) -> BatchWriter:
+    """Send the root logger's records, formatted as `config` says, to `stream` (stderr) by a
+    writing thread; the caller closes the returned handler at exit (which writes what is queued)."""
+    global _writer
+    handler = BatchWriter(JsonFormatter() if config.format == "json" else TextFormatter(), stream)
+    root = logging.getLogger()
+    for existing in list(root.handlers):
+        root.removeHandler(existing)
+    root.addHandler(handler)
+    root.setLevel(config.level.upper())
+    _writer = handler
+    return handler

@@ -1,0 +1,139 @@
+"""runtime.observability.logs: lines carry their request's context; JSON keeps a traceback apart from the
+message; the writer thread writes everything queued, in order, by the time it is closed."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+
+from builder.config import LoggingConfig
+from runtime.observability import logs
+
+
+def writer(format: str) -> tuple[logs.BatchWriter, io.StringIO]:
+    sink = io.StringIO()
+    handler = logs.BatchWriter(logs.JsonFormatter() if format == "json" else logs.TextFormatter(), sink, interval_s=60)
+    return handler, sink
+
+
+def record(message: str, exc_info: object = None) -> logging.LogRecord:
+    return logging.LogRecord("stack", logging.WARNING, __file__, 1, message, (), exc_info)  # type: ignore[arg-type]
+
+
+def test_a_line_written_in_a_request_carries_its_context_and_one_outside_none() -> None:
+    handler, sink = writer("json")
+    token = logs.enter_request("req_abc", [(b"traceparent", b"00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01")])
+    try:
+        handler.handle(record("inside"))
+    finally:
+        logs.leave_request(token)
+    handler.handle(record("outside"))
+    handler.close()  # writes what is queued
+    inside, outside = (json.loads(line) for line in sink.getvalue().splitlines())
+    assert inside["message"] == "inside" and inside["request_id"] == "req_abc"
+    assert inside["trace_id"] == "4bf92f3577b34da6a3ce929d0e0e4736" and inside["level"] == "warning"
+    assert outside["message"] == "outside" and "request_id" not in outside and "trace_id" not in outside
+
+
+def test_a_traceback_is_kept_apart_from_the_message() -> None:
+    handler, sink = writer("json")
+    try:
+        raise RuntimeError("boom")
+    except RuntimeError as error:
+        handler.handle(record("it failed", (type(error), error, error.__traceback__)))
+    handler.close()
+    entry = json.loads(sink.getvalue())
+    assert entry["message"] == "it failed"
+    assert "RuntimeError: boom" in entry["exception"] and "Traceback" in entry["exception"]
+
+
+def test_text_lines_put_the_context_after_the_message_and_the_traceback_below() -> None:
+    handler, sink = writer("text")
+    token = logs.enter_request("req_xyz", [])
+    try:
+        try:
+            raise ValueError("bad")
+        except ValueError as error:
+            handler.handle(record("it failed", (type(error), error, error.__traceback__)))
+        handler.handle(logs.access_record("GET", "/v1/models", 200, 1.5, "alice"))
+    finally:
+        logs.leave_request(token)
+    handler.close()
+    text = sink.getvalue()
+    first = text.splitlines()[0]
+    assert first.endswith("stack: it failed request_id=req_xyz")
+    assert "ValueError: bad" in text
+    access = text.splitlines()[-1]
+    assert "stack.access: GET /v1/models 200 1.50ms" in access
+    assert "request_id=req_xyz" in access and "principal=alice" in access and "status=200" in access
+
+
+def test_configure_routes_the_root_logger_and_sets_the_level() -> None:
+    root = logging.getLogger()
+    saved, level = list(root.handlers), root.level
+    sink = io.StringIO()
+    try:
+        handler = logs.configure(LoggingConfig(format="json", level="warning"), sink)
+        logging.getLogger("stack.test").info("left out")
+        logging.getLogger("stack.test").error("kept")
+        assert not logging.getLogger(logs.ACCESS_LOGGER).isEnabledFor(logging.INFO)  # access lines are info: left out at warning
+        handler.close()
+    finally:
+        root.handlers[:] = saved
+        root.setLevel(level)
+    assert [json.loads(line)["message"] for line in sink.getvalue().splitlines()] == ["kept"]
+
+
+def served_access_lines(format: str) -> list[str]:
+    """One access line queued by `log_access` under the server's writer and the same line made as
+    a record through the standard handler path, both in one request with a traceparent."""
+    root = logging.getLogger()
+    saved, level = list(root.handlers), root.level
+    sink = io.StringIO()
+    try:
+        handler = logs.configure(LoggingConfig(format=format, access_log=True), sink)
+        token = logs.enter_request("req_abc", [(b"traceparent", b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")])
+        try:
+            logs.log_access("POST", '/v1/responses/"odd"', 200, 12.5, "alice")
+            handler.handle(logs.access_record("POST", '/v1/responses/"odd"', 200, 12.5, "alice"))
+        finally:
+            logs.leave_request(token)
+        handler.close()
+    finally:
+        root.handlers[:] = saved
+        root.setLevel(level)
+    return sink.getvalue().splitlines()
+
+
+def test_an_access_line_queued_by_the_server_is_the_line_its_record_makes() -> None:
+    queued, made = (json.loads(line) for line in served_access_lines("json"))
+    assert queued.pop("time")[:10] == made.pop("time")[:10]
+    assert queued == made == {
+        "level": "info", "logger": "stack.access", "message": 'POST /v1/responses/"odd" 200 12.50ms',
+        "request_id": "req_abc", "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736", "principal": "alice",
+        "method": "POST", "path": '/v1/responses/"odd"', "status": 200, "duration_ms": 12.5,
+    }
+    queued_text, made_text = served_access_lines("text")
+    assert queued_text.split(" ", 2)[2] == made_text.split(" ", 2)[2]  # all but the date and time
+    assert "stack.access: POST /v1/responses/\"odd\" 200 12.50ms request_id=req_abc" in queued_text
+
+
+def test_outside_the_server_an_access_line_takes_the_standard_handler_path() -> None:
+    access = logging.getLogger(logs.ACCESS_LOGGER)
+    seen: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record)
+
+    keep, level = Keep(), access.level
+    access.addHandler(keep)
+    access.setLevel(logging.INFO)
+    try:
+        logs.log_access("GET", "/v1/models", 200, 1.0, None)
+    finally:
+        access.removeHandler(keep)
+        access.setLevel(level)
+    assert [record.getMessage() for record in seen] == ["GET /v1/models 200 1.00ms"]
+    assert seen[0].fields == {"method": "GET", "path": "/v1/models", "status": 200, "duration_ms": 1.0}
