@@ -29,7 +29,7 @@ from providers.responses.loop import LoopLimits, ToolLoop
 from providers.responses.model_calls import ModelCalls
 from providers.responses.persistence import Persistence
 from providers.responses.sealing import ReasoningSeal
-from providers.responses.tools import open_request_tools
+from providers.responses.tools import RequestTools, open_request_tools
 from providers.responses.translate import Event, StreamTranslator, usage_from_chat
 from providers.responses.turn import Turn
 from runtime.apis.tool_runtime.router import ToolRouter
@@ -58,9 +58,8 @@ class ResponsesEngine:
 
     async def run(self, turn: Turn) -> dict[str, Any]:
         """Produce the whole response, store it (one transaction), return it."""
-        async with contextlib.aclosing(self._produce(turn, streamed=False)) as events:
-            async for _ in events:
-                pass
+        async for _ in self._produce(turn, streamed=False):  # read to its end, or ended by what it raises
+            pass
         return turn.response
 
     def stream(self, turn: Turn) -> AsyncIterator[Event]:
@@ -77,24 +76,37 @@ class ResponsesEngine:
         leased = streamed and turn.stored and not response["background"]
         if leased:
             await self.persistence.begin(turn)
-        loop = self._loop(turn, stream=streamed)
-        run = _Run(streamed, leased, asyncio.current_task() if streamed and not response["background"] else None)
+        run = _Run(streamed, leased, asyncio.current_task() if streamed and not response["background"] else None, turn.tools)
+        loop = self._loop(turn, run)
         if run.task is not None:
             self._stream_tasks.add(run.task)
         try:
             failure: dict[str, Any] | None = None
             try:
-                async with contextlib.aclosing(self._output(turn, loop, run)) as events:
+                if streamed:
+                    response["status"] = "in_progress"
+                    yield turn.event("response.created")
+                    yield turn.event("response.in_progress")
+                # One generator between the loop's events and the client, as before the split.
+                async with contextlib.aclosing(self._events(turn, loop, run)) as events:
                     async for event in events:
-                        yield event
+                        if streamed:
+                            run.opened = True
+                            yield turn.numbered(event)
+                            if run.task is not None and run.task is not (current := asyncio.current_task()) and current is not None:
+                                run.task = self._streamed_by(run.task, current)
+                _finalize(response, loop)
+                await (self.persistence.end(turn) if streamed else self.persistence.save(turn))
+                run.finished = True
+                if streamed:
+                    yield turn.event("response.incomplete" if response["status"] == "incomplete" else "response.completed")
             except APIError as error:
                 failure = await self._refused_or_failed(turn, run, error)
             except Exception:
                 if not streamed:
                     raise
-                # A fault of the server's own or of a provider (not an error in OpenAI's terms):
-                # the client still gets the response's end, the response is kept as failed, not
-                # as cancelled, and the log has the cause under the response's id.
+                # A fault of the server's own or of a provider (not an error in OpenAI's terms): the client
+                # still gets the response's end, kept as failed (not cancelled); the log has the cause.
                 log.exception("response %s failed", response["id"])
                 failure = SERVER_ERROR
             except asyncio.CancelledError:
@@ -115,27 +127,6 @@ class ResponsesEngine:
                 self._leave_stream(turn, loop, run)
             elif loop.tools is not None:
                 await loop.tools.aclose()
-
-    async def _output(self, turn: Turn, loop: ToolLoop, run: _Run) -> AsyncGenerator[Event, None]:
-        """The response produced to its end and stored: its events when streamed (the client's
-        view opens with `response.created` and `response.in_progress`)."""
-        response = turn.response
-        if run.streamed:
-            response["status"] = "in_progress"
-            yield turn.event("response.created")
-            yield turn.event("response.in_progress")
-        async with contextlib.aclosing(self._events(turn, loop)) as events:
-            async for event in events:
-                if run.streamed:
-                    run.opened = True
-                    yield turn.numbered(event)
-                    if run.task is not None and run.task is not (current := asyncio.current_task()) and current is not None:
-                        run.task = self._streamed_by(run.task, current)
-        _finalize(response, loop)
-        await (self.persistence.end(turn) if run.streamed else self.persistence.save(turn))
-        run.finished = True
-        if run.streamed:
-            yield turn.event("response.incomplete" if response["status"] == "incomplete" else "response.completed")
 
     async def _refused_or_failed(self, turn: Turn, run: _Run, error: APIError) -> dict[str, Any]:
         """An error in OpenAI's terms, raised as the request's own while the client has seen
@@ -173,12 +164,12 @@ class ResponsesEngine:
         if run.leased:
             self.persistence.release(turn)
 
-    async def _events(self, turn: Turn, loop: ToolLoop) -> AsyncGenerator[Event, None]:
+    async def _events(self, turn: Turn, loop: ToolLoop, run: _Run) -> AsyncGenerator[Event, None]:
         """The response's output events: the tools' preparation (run before the response started,
         or now, for a background response), the compaction of its context when the request asks
         for it and the context has grown past the threshold, then the tool loop's."""
         if turn.response["background"] and turn.tools is None:
-            loop.tools = await open_request_tools(turn.request, self.tools, turn.response["id"], turn.history, turn.input_items)
+            loop.tools = run.tools = await open_request_tools(turn.request, self.tools, turn.response["id"], turn.history, turn.input_items)
             async with contextlib.aclosing(loop.preparation()) as preparation:
                 async for event in preparation:
                     yield event
@@ -190,20 +181,20 @@ class ResponsesEngine:
             async for event in events:
                 yield event
 
-    def _loop(self, turn: Turn, *, stream: bool) -> ToolLoop:
+    def _loop(self, turn: Turn, run: _Run) -> ToolLoop:
         sealing = self.seal is not None and "reasoning.encrypted_content" in (turn.request.include or ())
         seal = self.seal.seal if sealing and self.seal is not None else None
         with_logprobs = turn.request.wants_logprobs()
 
         def translator(first_index: int, is_server: Callable[[str], bool], citations: Callable[[], Citations | None] | None) -> StreamTranslator:
-            # The loop's tools are read at each model call: a background response opens them after its loop is made.
-            client_tool = loop.tools.client_tool if loop.tools is not None else None
+            # The tools are read at each model call: a background response opens them after its loop is made. (From
+            # `run`, not the loop: a loop whose factory refers to it would be a reference cycle, left to the collector.)
+            client_tool = run.tools.client_tool if run.tools is not None else None
             return StreamTranslator(first_output_index=first_index, with_logprobs=with_logprobs, is_server=is_server,
                                     citations=citations, seal=seal, guard=turn.guard_output, client_tool=client_tool)
 
-        loop = ToolLoop(turn.response["output"], self.model_calls.for_turn(turn, stream), turn.tools, translator, self.limits,
+        return ToolLoop(turn.response["output"], self.model_calls.for_turn(turn, run.streamed), turn.tools, translator, self.limits,
                         max_tool_calls=turn.request.max_tool_calls, max_output_tokens=turn.request.max_output_tokens)
-        return loop
 
     def _streamed_by(self, task: asyncio.Task[Any], current: asyncio.Task[Any]) -> asyncio.Task[Any]:
         """`current` makes the stream's events now, not `task`: a consumer may make a stream's
@@ -226,14 +217,16 @@ class ResponsesEngine:
         self.persistence.stop_renewing()
 
 
-@dataclass
+@dataclass(slots=True)
 class _Run:
     """How one production is going: whether its client has seen output, whether it finished (its
-    end stored, or refused), and the task its stream's events are made in now."""
+    end stored, or refused), the task its stream's events are made in now, and its tools."""
 
     streamed: bool
     leased: bool
     task: asyncio.Task[Any] | None
+    tools: RequestTools | None
+    """The request's tools: the turn's, or those a background response opens when it runs."""
     opened: bool = False
     finished: bool = False
 

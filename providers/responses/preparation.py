@@ -26,7 +26,7 @@ from providers.responses.loop import prepare_tools
 from providers.responses.model_calls import Inference
 from providers.responses.prompting import expand_prompt
 from providers.responses.sealing import ReasoningSeal, check_sealed
-from providers.responses.tools import RequestTools, check_server_tools, open_request_tools, public_tools, served_only
+from providers.responses.tools import RequestTools, check_server_tools, needs_request_tools, open_request_tools, public_tools, served_only
 from providers.responses.translate import Event
 from providers.responses.turn import Context, Turn
 from runtime.apis.tool_runtime.router import ToolRouter
@@ -87,7 +87,8 @@ class Preparation:
         refusal = await self.guardrails.refusal(request, input_items)
         reveal = self.seal.reveal if self.seal is not None else None
         chat, seen = await self._folded(context, input_items, reveal)
-        tools, prepared = await self._opened_tools(request, response, context.items, input_items) if open_tools else (None, ())
+        tools, prepared = (await self._opened_tools(request, response, context.items, input_items)
+                           if open_tools and needs_request_tools(request, context.items, input_items) else (None, ()))
         return Turn(request, response, input_items, context.items, context.ancestors, chat, seen, self.renderers, reveal, refusal,
                     self.guardrails.applies(request, "output"), tools, prepared)
 

@@ -25,7 +25,7 @@ from runtime.apis.tool_runtime.router import ToolRouter
 from contract.tool_runtime.web_search import WEB_SEARCH_TYPES
 from contract.errors import InvalidRequestError
 
-__all__ = ["Offered", "RequestTools", "check_server_tools", "open_request_tools", "public_tools", "served_only"]
+__all__ = ["Offered", "RequestTools", "check_server_tools", "needs_request_tools", "open_request_tools", "public_tools", "served_only"]
 
 log = logging.getLogger("stack")
 
@@ -87,14 +87,18 @@ def public_tools(request: CreateResponse, router: ToolRouter | None) -> tuple[li
     return tools, removed
 
 
+def needs_request_tools(request: CreateResponse, history: list[dict[str, Any]], input_items: list[dict[str, Any]]) -> bool:
+    """Whether the model is offered more than the request's plain client functions, as they are:
+    server-side tools, deferred functions, or tools a client tool search loaded earlier in the context."""
+    tools = request.tools or ()
+    return any(tool.get("type") != "function" or tool.get("defer_loading") for tool in tools) or bool(tools and any(
+        item.get("type") == "tool_search_output" for item in (*history, *input_items)))
+
+
 async def open_request_tools(request: CreateResponse, router: ToolRouter | None, response_id: str, history: list[dict[str, Any]],
                              input_items: list[dict[str, Any]]) -> RequestTools | None:
-    """The request's tools, opened (a session per tool runtime), when the model is offered more
-    than plain client functions: server-side tools, deferred functions, or tools a client tool
-    search loaded earlier in the context. None when the request's function tools go as they are."""
-    tools = request.tools or ()
-    if any(tool.get("type") != "function" or tool.get("defer_loading") for tool in tools) or (tools and any(
-            item.get("type") == "tool_search_output" for item in (*history, *input_items))):
+    """The request's tools, opened (a session per tool runtime), when it `needs_request_tools`."""
+    if needs_request_tools(request, history, input_items):
         return await RequestTools.open(request, router, ToolContext(response_id, history, input_items))
     return None
 
