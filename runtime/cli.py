@@ -35,6 +35,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
         except KeyboardInterrupt:
             return 130
+        except BrokenPipeError:
+            # The reader went away (`stack list-providers | head`): nothing more to say, and no
+            # traceback. stdout is pointed at /dev/null so that flushing it at exit does not fail again.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 1
     finally:
         gc.enable()
 

@@ -63,3 +63,16 @@ def test_the_collector_is_on_again_after_a_command_even_a_failed_one(tmp_path: P
     assert main(["run", str(bad)]) == 1
     assert gc.isenabled()
     capsys.readouterr()
+
+
+def test_a_reader_that_goes_away_ends_the_listing_without_a_traceback() -> None:
+    # `stack list-providers | head -1`: the pipe's reader closes it before the listing is written.
+    import subprocess
+    import sys
+
+    process = subprocess.Popen([sys.executable, "-m", "runtime.cli", "list-providers"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.close()
+    errors = process.stderr.read().decode()
+    assert process.wait(timeout=30) == 1
+    assert "Traceback" not in errors and "BrokenPipeError" not in errors, errors
