@@ -15,11 +15,14 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from contract.checks import cursor_page
 from contract.errors import InvalidRequestError
+from contract.files.protocol import FilesProvider
+from contract.prompts.protocol import PromptsProvider
 from contract.responses.models import CompactRequest, CreateResponse
+from contract.safety.protocol import SafetyProvider
 from contract.spec import Api, ProviderContext, ProviderSpec
 from providers.responses.background import TERMINAL, Background
 from providers.responses.compaction import Compaction
-from providers.responses.context import ContextSource
+from providers.responses.context import ContextSource, Conversations
 from providers.responses.engine import ResponsesEngine
 from providers.responses.guardrails import Guardrails
 from providers.responses.loop import LoopLimits
@@ -30,6 +33,7 @@ from providers.responses.request import chat_request
 from providers.responses.sealing import ReasoningSeal, decode_key, load_key
 from providers.responses.store import ResponseStore
 from providers.responses.translate import Event
+from runtime.apis.tool_runtime.router import ToolRouter
 from runtime.storage import StorageUnavailableError
 
 __all__ = ["BUILTIN", "BuiltinResponses"]
@@ -209,8 +213,9 @@ class Parts:
     background: Background
 
 
-def assemble(inference: Inference, store: ResponseStore, *, conversations: Any = None, tools: Any = None, files: Any = None,
-             prompts: Any = None, safety: Any = None, seal: ReasoningSeal | None = None, lease_s: float = 30.0,
+def assemble(inference: Inference, store: ResponseStore, *, conversations: Conversations | None = None, tools: ToolRouter | None = None,
+             files: FilesProvider | None = None, prompts: PromptsProvider | None = None, safety: SafetyProvider | None = None,
+             seal: ReasoningSeal | None = None, lease_s: float = 30.0,
              limits: LoopLimits | None = None, summary_model: str | None = None, compaction_model: str | None = None,
              omit_unserved: bool = False) -> Parts:
     """The parts over the APIs they use (None: not served by this stack)."""

@@ -5,10 +5,10 @@ events, and its end, stored.
 with its events left unread. What differs is what a failure does. Until a client has seen any of
 the response (always, for one answered whole), an error is raised as the request's own: the client
 gets its status, and nothing is kept of a response it never saw. After that, the response ends
-`failed` with the reason, stored so, and the stream's last event says so (one epilogue for every
-kind of failure: an error in OpenAI's terms, a fault of the server's own, the end of a shutdown's
-grace period). A stream that ends otherwise (its client went away, the response was cancelled, the server stopped) keeps what
-was produced under a terminal status.
+`failed` with the reason, stored so, and the stream's last event says so: one epilogue for every
+kind of failure (an error in OpenAI's terms, a fault of the server's own, the end of a shutdown's
+grace period). A stream that ends otherwise (its client went away, the response was cancelled, the
+server stopped) keeps what was produced under a terminal status.
 """
 
 from __future__ import annotations
