@@ -25,8 +25,9 @@ from providers.responses.items import ChatContext, Renderer
 from providers.responses.loop import ToolLoop
 from providers.responses.model_calls import Inference
 from providers.responses.sealing import ReasoningSeal, check_sealed
-from providers.responses.translate import Event, usage_from_chat
+from providers.responses.translate import Event
 from providers.responses.turn import Context, Turn
+from providers.responses.usage import usage_from_chat
 
 __all__ = ["Compaction", "compaction_summary", "estimated_tokens", "kept_messages"]
 

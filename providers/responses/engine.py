@@ -30,8 +30,9 @@ from providers.responses.model_calls import ModelCalls
 from providers.responses.persistence import Persistence
 from providers.responses.sealing import ReasoningSeal
 from providers.responses.tools import RequestTools, open_request_tools
-from providers.responses.translate import Event, StreamTranslator, usage_from_chat
+from providers.responses.translate import Event, StreamTranslator
 from providers.responses.turn import Turn
+from providers.responses.usage import usage_from_chat
 from runtime.apis.tool_runtime.router import ToolRouter
 
 __all__ = ["ResponsesEngine"]

@@ -36,13 +36,12 @@ from providers.responses.client_tools import ClientTool
 from providers.responses.output_events import (
     ContentPart, Event, OutputItem, annotation_events, close_call, close_part, delta_event, logprobs_of, new_text_item, part_body,
     part_event)
-# usage_from_chat is named here too (in __all__): the engine and compaction import it from this module.
-from providers.responses.usage import upstream_usage, usage_from_chat
+from providers.responses.usage import upstream_usage
 from contract.items import new_id
 from contract.tool_runtime.protocol import Citations
 from runtime.apis.inference.chunks import upstream_shape
 
-__all__ = ["PART_EVENTS", "Event", "RejectedCall", "ServerCall", "StreamTranslator", "output_from_completion", "usage_from_chat"]
+__all__ = ["PART_EVENTS", "Event", "RejectedCall", "ServerCall", "StreamTranslator", "output_from_completion"]
 
 _HELD_DELTAS = frozenset({"response.output_text.delta", "response.reasoning_text.delta"})
 
