@@ -8,7 +8,7 @@ from typing import Any
 
 from builder.errors import ConfigError, PathPart, format_path
 
-__all__ = ["substitute"]
+__all__ = ["substitute", "unset_references"]
 
 _REFERENCE = re.compile(r"\$\{env\.([A-Za-z_][A-Za-z0-9_]*)(?::=([^}]*))?\}")
 _MALFORMED = re.compile(r"\$\{env\.[^}]*\}?")
@@ -51,3 +51,14 @@ def _substitute_string(text: str, env: Mapping[str, str], path: tuple[PathPart, 
             "(expected ${env.NAME} or ${env.NAME:=default})"
         )
     return result
+
+
+def unset_references(value: Any, env: Mapping[str, str]) -> list[str]:
+    """The variables `value` reads with `${env.NAME}` (no default) that `env` does not set, in order."""
+    if isinstance(value, str):
+        return [match.group(1) for match in _REFERENCE.finditer(value) if match.group(2) is None and not env.get(match.group(1))]
+    if isinstance(value, dict):
+        return list(dict.fromkeys(name for item in value.values() for name in unset_references(item, env)))
+    if isinstance(value, list):
+        return list(dict.fromkeys(name for item in value for name in unset_references(item, env)))
+    return []

@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 
 from builder.config import ProviderEntry, StackConfig
-from builder.envsubst import substitute
+from builder.envsubst import substitute, unset_references
 from builder.errors import ConfigError
 from builder.validation import validate_model
 
@@ -47,7 +47,7 @@ def find_config(source: str | Path) -> Path:
     raise ConfigError(f"{source}: no such file, and no distribution of that name (distributions: {known})")
 
 
-def load_config(source: str | Path, env: Mapping[str, str]) -> StackConfig:
+def load_config(source: str | Path, env: Mapping[str, str], *, defer_unset: bool = False) -> StackConfig:
     """Read, substitute and validate the run.yaml at `source` (a path or distribution name)."""
     path = find_config(source)
     try:
@@ -57,23 +57,25 @@ def load_config(source: str | Path, env: Mapping[str, str]) -> StackConfig:
     except OSError as error:
         raise ConfigError(f"cannot read: {error.strerror}", source=str(path)) from None
     try:
-        return parse_config(document, env)
+        return parse_config(document, env, defer_unset=defer_unset)
     except ConfigError as error:
         raise error.with_source(str(path)) from None
 
 
-def parse_config(document: Any, env: Mapping[str, str]) -> StackConfig:
+def parse_config(document: Any, env: Mapping[str, str], *, defer_unset: bool = False) -> StackConfig:
     """Substitute `${env.*}` in a parsed document and validate it as a StackConfig.
 
     The `config` of a provider whose `enabled_if_env` variables are missing is left as written:
-    that provider will not run, so its required variables need not be set.
+    that provider will not run, so its required variables need not be set. With `defer_unset`
+    (`stack build`), so is the config of a provider that reads a variable this machine does not
+    set: it is checked where the stack runs, with that machine's environment.
     """
     if document is None:
         document = {}
     if not isinstance(document, dict):
         raise ConfigError(f"<root>: expected a mapping of settings, got {type(document).__name__}")
     document = copy.deepcopy(document)
-    inactive_configs = _set_aside_inactive_configs(document, env)
+    inactive_configs = _set_aside_inactive_configs(document, env, defer_unset)
     substituted = substitute(document, env)
     for (api, index), config in inactive_configs.items():
         substituted["providers"][api][index]["config"] = config
@@ -89,7 +91,7 @@ def is_active(entry: ProviderEntry, env: Mapping[str, str]) -> bool:
     return not missing_env(entry, env)
 
 
-def _set_aside_inactive_configs(document: dict[str, Any], env: Mapping[str, str]) -> dict[tuple[str, int], Any]:
+def _set_aside_inactive_configs(document: dict[str, Any], env: Mapping[str, str], defer_unset: bool) -> dict[tuple[str, int], Any]:
     aside: dict[tuple[str, int], Any] = {}
     providers = document.get("providers")
     if not isinstance(providers, dict):
@@ -101,7 +103,8 @@ def _set_aside_inactive_configs(document: dict[str, Any], env: Mapping[str, str]
             if not isinstance(entry, dict) or "config" not in entry:
                 continue
             names = entry.get("enabled_if_env")
-            if isinstance(names, list) and any(not env.get(str(name)) for name in names):
+            if (isinstance(names, list) and any(not env.get(str(name)) for name in names)) or (
+                    defer_unset and unset_references(entry["config"], env)):
                 aside[(api, index)] = entry["config"]
                 entry = dict(entry, config={})
                 entries[index] = entry

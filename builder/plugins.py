@@ -62,6 +62,11 @@ def load_spec(api: Api, name: str) -> ProviderSpec:
     """
     group = entry_point_group(api)
     registered = _installed().select(group=group, name=name)
+    if not registered:
+        # Refused before stevedore looks: its DriverManager drops `on_missing_entrypoints_callback`
+        # (stevedore 5.10) and logs "Could not load <name>" as a WARNING before raising NoMatches,
+        # a line printed before this error, which says the same and more.
+        raise _unknown_provider(api, name)
     if len({ep.value for ep in registered}) > 1:
         # Only now the distributions' names: each is read from its METADATA file (2 ms apiece).
         owners = {ep.value: ep.dist.name if ep.dist else "?" for ep in registered}
@@ -71,11 +76,8 @@ def load_spec(api: Api, name: str) -> ProviderSpec:
         manager: DriverManager[ProviderSpec] = DriverManager(
             group, name, on_missing_entrypoints_callback=None
         )
-    except NoMatches:
-        installed = ", ".join(provider_names(api)) or "none"
-        raise PluginLoadError(
-            f"unknown provider {name!r} for API {api.value!r} (installed: {installed})"
-        ) from None
+    except NoMatches:  # (stevedore's cache of entry points disagreeing with importlib.metadata's)
+        raise _unknown_provider(api, name) from None
     except Exception as error:
         raise PluginLoadError(
             f"provider {name!r} (entry point {name!r} in group {group!r}) failed to load: "
@@ -83,6 +85,11 @@ def load_spec(api: Api, name: str) -> ProviderSpec:
         ) from error
     target = manager.extensions[0].entry_point.value
     return _checked_spec(api, name, target, manager.driver)
+
+
+def _unknown_provider(api: Api, name: str) -> PluginLoadError:
+    installed = ", ".join(provider_names(api)) or "none"
+    return PluginLoadError(f"unknown provider {name!r} for API {api.value!r} (installed: {installed})")
 
 
 def installed_providers(api: Api) -> list[InstalledProvider]:

@@ -1,33 +1,34 @@
 """`stack build`: resolve a run.yaml and render what it takes to deploy it.
 
-The output directory gets four files, each from a jinja2 template in `builder/templates/`:
+The output directory gets these files, each from a jinja2 template in `builder/templates/`:
 
 - `run.yaml`: the source file verbatim under a header recording how it resolved at build time.
   It is copied rather than re-serialised from the validated config because the validated config
   has its `${env.*}` references substituted: writing it back would bake the build machine's
   environment (secrets included) into the deployment, instead of letting the deployed stack read
   its own.
-- `requirements.txt`: the server, then the `pip_packages` of the providers that were active at
-  build time, sorted and deduplicated, each under a comment naming the providers that need it.
-  Providers inactive at build time (an `enabled_if_env` variable unset) are listed last with
-  their packages commented out and the variables that would enable them: the deployed
-  environment may well set those variables, but installing packages for providers that will
-  not run is the deployer's call, not the builder's. The server line is `stack==<version>`;
-  `STACK_BUILD_SERVER_REQUIREMENT` replaces it (e.g. a path to a checkout), and an empty value
-  leaves it out.
-- `Containerfile`: a python:3.11-slim image that installs the requirements and runs the stack as
-  an unprivileged user, with a health check on /v1/health,
-  keeping provider state on a `/data` volume.
+- `requirements.txt`: the server (builder/server_source.py: a wheel of the checkout or wheel this
+  server runs from, in `wheels/`, or `stack==<version>` from the index it came from), then the
+  packages of the providers that were active at build time (each spec's `pip_packages`, and what
+  its config needs: `config_packages`), sorted and deduplicated, each under a comment naming the
+  providers that need it. Providers inactive at build time (an `enabled_if_env` variable unset)
+  are listed last with their packages commented out and the variables that would enable them:
+  the deployed environment may well set those variables, but installing packages for providers
+  that will not run is the deployer's call, not the builder's. It is installed from the output
+  directory (the server's wheel is a path relative to it).
+- `Containerfile`: a build stage with a compiler makes a wheel of every requirement (llama.cpp
+  has none for Linux on the index: it is compiled there); the image installs those wheels on
+  python:3.11-slim and runs the stack as an unprivileged user, with a health check on
+  /v1/health, keeping provider state on a `/data` volume.
 - `launch.sh`: starts the stack from the rendered run.yaml, in the built venv if there is one.
 
 With a venv path, a virtual environment is created with the running interpreter and the
-requirements are installed into it, pip's output streamed through.
+requirements are installed into it from the output directory, pip's output streamed through.
 """
 
 from __future__ import annotations
 
 import functools
-import importlib.metadata
 import ipaddress
 import json
 import os
@@ -45,10 +46,10 @@ from builder.errors import ConfigError
 from builder.load import find_config
 from builder.plugins import PluginLoadError, load_spec, provider_distribution
 from builder.resolve import InactiveProvider, PlannedProvider, StackPlan, load_plan
+from builder.server_source import WHEELS_DIR, locate_server
 from contract.spec import Api, ProviderSpec
 
 __all__ = [
-    "SERVER_REQUIREMENT_ENV",
     "build",
     "create_venv",
     "install_requirements",
@@ -56,11 +57,9 @@ __all__ = [
     "render_launch_script",
     "render_requirements",
     "render_run_yaml",
-    "server_requirement",
     "write_build",
 ]
 
-SERVER_REQUIREMENT_ENV = "STACK_BUILD_SERVER_REQUIREMENT"
 TEMPLATES_DIR = Path(__file__).resolve().parent / "templates"
 SpecLoader = Callable[[Api, str], ProviderSpec]
 
@@ -72,11 +71,17 @@ def build(source: str | Path, output: str | Path | None, venv: str | Path | None
     creation or pip install is reported on stderr and returns 1.
     """
     path = find_config(source)
-    plan = load_plan(path, env)
+    plan = load_plan(path, env, for_build=True)
     directory = Path(output) if output is not None else Path(f"{plan.config.name}-build")
     venv_path = Path(venv).expanduser().absolute() if venv is not None else None
-    written = write_build(plan, path, directory, venv_path, server_requirement(env))
-    for file in written:
+    server = locate_server(env)
+    _prepare_output(directory, path)
+    server = server.materialize(directory)
+    print(f"server: {server.origin}")
+    for provider in plan.providers:
+        if provider.deferred_env:
+            print(f"{provider.path}: reads {', '.join(provider.deferred_env)}, unset here: its config is checked where the stack runs")
+    for file in write_build(plan, path, directory, venv_path, server.requirement):
         print(f"wrote {file}")
     if venv_path is not None and _build_venv(venv_path, directory / "requirements.txt") != 0:
         return 1
@@ -85,7 +90,8 @@ def build(source: str | Path, output: str | Path | None, venv: str | Path | None
 
 
 def write_build(plan: StackPlan, source: Path, output: Path, venv: Path | None, server: str) -> list[Path]:
-    """Render every file of a build into `output` (created if needed); returns the paths written."""
+    """Render every file of a build into `output` (created if needed); returns the paths written.
+    `server` is the requirement line that installs the server (`ServerSource.requirement`)."""
     _prepare_output(output, source)
     try:
         source_text = source.read_text(encoding="utf-8")
@@ -94,7 +100,7 @@ def write_build(plan: StackPlan, source: Path, output: Path, venv: Path | None, 
     files = {
         "run.yaml": render_run_yaml(plan, source_text, str(source)),
         "requirements.txt": render_requirements(plan, server),
-        "Containerfile": render_containerfile(plan),
+        "Containerfile": render_containerfile(plan, wheels=(output / WHEELS_DIR).is_dir() and any((output / WHEELS_DIR).iterdir())),
         "launch.sh": render_launch_script(plan, venv),
     }
     written = [_write(output / name, text) for name, text in files.items()]
@@ -103,28 +109,15 @@ def write_build(plan: StackPlan, source: Path, output: Path, venv: Path | None, 
     return written
 
 
-def server_requirement(env: Mapping[str, str]) -> str:
-    """The requirement line that installs the server: the override if set, else `stack==<version>`."""
-    override = env.get(SERVER_REQUIREMENT_ENV)
-    if override is not None:
-        return override.strip()
-    try:
-        return f"stack=={importlib.metadata.version('stack')}"
-    except importlib.metadata.PackageNotFoundError:
-        raise ConfigError(
-            f"the stack package is not installed, so its version is unknown: set {SERVER_REQUIREMENT_ENV} "
-            "to what should install the server (or to an empty value to leave it out)"
-        ) from None
-
-
 def render_run_yaml(plan: StackPlan, source_text: str, source: str) -> str:
     """The source run.yaml verbatim, under a header recording what was active at build time."""
     return _render(
         "run.yaml.j2",
         source=source,
         source_text=source_text,
-        active=[_label(p.api, p.provider_id, p.spec.name) for p in plan.providers],
-        inactive=[f"{_label(p.api, p.provider_id, p.provider_type)}: set {', '.join(p.missing_env)}" for p in plan.inactive],
+        active=[_label(p.api, p.provider_id, p.spec.name) + (f" (config checked where it runs: reads {', '.join(p.deferred_env)})"
+                                                            if p.deferred_env else "") for p in plan.providers],
+        inactive=[f"{_label(p.api, p.provider_id, p.provider_type)}: {p.hint()}" for p in plan.inactive],
         served=", ".join(api.value for api in plan.served_apis),
     )
 
@@ -142,8 +135,10 @@ def render_requirements(plan: StackPlan, server: str, load: SpecLoader = load_sp
     )
 
 
-def render_containerfile(plan: StackPlan) -> str:
-    """A Containerfile that installs requirements.txt and runs run.yaml, state on a /data volume."""
+def render_containerfile(plan: StackPlan, wheels: bool = False) -> str:
+    """A Containerfile that builds wheels of requirements.txt in a stage with a compiler, installs
+    them on a slim image and runs run.yaml, state on a /data volume. `wheels`: the output holds a
+    `wheels/` directory (the server's own wheel) that the requirements name."""
     host = plan.config.server.host
     rebind = _is_loopback(host)
     command = ["stack", "run", "/app/run.yaml", *(["--host", "0.0.0.0"] if rebind else [])]
@@ -153,9 +148,8 @@ def render_containerfile(plan: StackPlan) -> str:
     context = ", context=__import__('ssl')._create_unverified_context()" if server.tls_certfile else ""
     health = ["python", "-c", f"import urllib.request; urllib.request.urlopen('{scheme}://127.0.0.1:{server.port}/v1/health', "
                               f"timeout=2{context})"]
-    return _render(
-        "Containerfile.j2", name=plan.config.name, port=server.port, host=host, rebind=rebind, command=command, health=health
-    )
+    return _render("Containerfile.j2", name=plan.config.name, port=server.port, host=host, rebind=rebind, command=command,
+                   health=health, wheels=wheels)
 
 
 def render_launch_script(plan: StackPlan, venv: Path | None) -> str:
@@ -170,9 +164,10 @@ def create_venv(path: Path) -> int:
 
 
 def install_requirements(python: Path, requirements: Path) -> int:
-    """`python -m pip install -r requirements`, output streamed to stdout; returns pip's exit status."""
-    command = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "-r", str(requirements)]
-    return _stream(command)
+    """`python -m pip install -r requirements` from the requirements' directory (the server's wheel
+    is named relative to it), output streamed to stdout; returns pip's exit status."""
+    command = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "-r", requirements.name]
+    return _stream(command, cwd=requirements.parent)
 
 
 @dataclass(frozen=True)
@@ -193,9 +188,16 @@ def _active_packages(providers: Sequence[PlannedProvider]) -> list[_Package]:
     needed_by: dict[str, list[str]] = {}
     for provider in providers:
         label = _label(provider.api, provider.provider_id, provider.spec.name)
-        for requirement in dict.fromkeys(_requirements(provider.api, provider.spec)):
+        wanted = [*_requirements(provider.api, provider.spec), *_config_packages(provider)]
+        for requirement in dict.fromkeys(wanted):
             needed_by.setdefault(requirement, []).append(label)
     return [_Package(r, needed_by[r]) for r in sorted(needed_by, key=lambda r: (r.lower(), r))]
+
+
+def _config_packages(provider: PlannedProvider) -> list[str]:
+    if provider.spec.config_packages is None or provider.deferred_env:  # a config not validated here is not read either
+        return []
+    return [package.strip() for package in provider.spec.config_packages(provider.config) if package.strip()]
 
 
 def _inactive_packages(provider: InactiveProvider, load: SpecLoader) -> _InactivePackages:
@@ -270,11 +272,11 @@ def _venv_python(venv: Path) -> Path:
     return venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
 
 
-def _stream(command: list[str]) -> int:
+def _stream(command: list[str], cwd: Path | None = None) -> int:
     """Run `command`, echoing its combined output line by line through print (so it interleaves
     with our own progress lines and is captured wherever stdout is)."""
     try:
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace", cwd=cwd)
     except OSError as error:
         print(f"{command[0]}: {error.strerror}", flush=True)
         return 127

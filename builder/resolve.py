@@ -16,6 +16,7 @@ from pydantic import BaseModel
 
 from builder.config import RECORDING_MODES, ModelConfig, StackConfig
 from builder.errors import ConfigError, PathPart, format_path
+from builder.envsubst import unset_references
 from builder.load import find_config, load_config, missing_env
 from builder.plugins import PluginLoadError, load_spec, parse_api
 from builder.validation import validate_model
@@ -34,6 +35,9 @@ class PlannedProvider:
     config: BaseModel
     path: str
     """Where it is declared in run.yaml, e.g. `providers.inference[0]`."""
+    deferred_env: tuple[str, ...] = ()
+    """At `stack build` only: variables its config reads that the build machine does not set. Its
+    config is then not validated here (`config` holds it as written) but where the stack runs."""
 
 
 @dataclass(frozen=True)
@@ -92,19 +96,21 @@ class StackPlan:
         return tuple(dict.fromkeys(p.api for p in self.providers))
 
 
-def load_plan(source: str | Path, env: Mapping[str, str] | None = None) -> StackPlan:
-    """Load the run.yaml at `source` (a path or distribution name) and resolve it.
+def load_plan(source: str | Path, env: Mapping[str, str] | None = None, *, for_build: bool = False) -> StackPlan:
+    """Load the run.yaml at `source` (a path or distribution name) and resolve it. `for_build`:
+    a provider config that reads a variable `env` does not set is left to be checked where the
+    stack runs (`PlannedProvider.deferred_env`), as `stack build` needs no deployment's secrets.
 
     Every ConfigError names the file it is about."""
     env = os.environ if env is None else env
-    config = load_config(source, env)
+    config = load_config(source, env, defer_unset=for_build)
     try:
-        return resolve(config, env)
+        return resolve(config, env, for_build=for_build)
     except ConfigError as error:
         raise error.with_source(str(find_config(source))) from None
 
 
-def resolve(config: StackConfig, env: Mapping[str, str] | None = None) -> StackPlan:
+def resolve(config: StackConfig, env: Mapping[str, str] | None = None, *, for_build: bool = False) -> StackPlan:
     """Load and validate every active provider, check dependencies and storage, order the start."""
     env = os.environ if env is None else env
     planned: dict[Api, list[PlannedProvider]] = {}
@@ -117,7 +123,8 @@ def resolve(config: StackConfig, env: Mapping[str, str] | None = None) -> StackP
                 inactive.append(InactiveProvider(api, entry.provider_id, entry.provider_type, tuple(missing)))
                 continue
             path = ("providers", api_name, index)
-            planned.setdefault(api, []).append(_plan_provider(api, entry.provider_id, entry.provider_type, entry.config, path))
+            deferred = tuple(unset_references(entry.config, env)) if for_build else ()
+            planned.setdefault(api, []).append(_plan_provider(api, entry.provider_id, entry.provider_type, entry.config, path, deferred))
     _check_provider_counts(planned)
     inactive += _cascade_inactive(planned, {p.api for p in inactive})
     _check_dependencies(planned)
@@ -137,11 +144,14 @@ def resolve(config: StackConfig, env: Mapping[str, str] | None = None) -> StackP
     )
 
 
-def _plan_provider(api: Api, provider_id: str, provider_type: str, raw: dict[str, Any], path: tuple[PathPart, ...]) -> PlannedProvider:
+def _plan_provider(api: Api, provider_id: str, provider_type: str, raw: dict[str, Any], path: tuple[PathPart, ...],
+                   deferred: tuple[str, ...] = ()) -> PlannedProvider:
     try:
         spec = load_spec(api, provider_type)
     except PluginLoadError as error:
         raise PluginLoadError(f"{format_path((*path, 'provider_type'))}: {error.message}") from error.__cause__
+    if deferred:  # `stack build`: validated where the stack runs, whose environment sets these
+        return PlannedProvider(api, provider_id, spec, spec.config_model.model_construct(**raw), format_path(path), deferred)
     config = validate_model(spec.config_model, raw, (*path, "config"))
     return PlannedProvider(api, provider_id, spec, config, format_path(path))
 

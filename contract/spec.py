@@ -39,7 +39,7 @@ than be cut when the server closes the connections.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -165,3 +165,6 @@ class ProviderSpec:
     description: str = ""
     sample_config: Mapping[str, Any] = field(default_factory=dict)
     """A config for `stack build --providers` and `api=provider` test stacks; env placeholders allowed."""
+    config_packages: Callable[[Any], Sequence[str]] | None = None
+    """The packages one config of this provider needs beyond `pip_packages` (a model a package
+    ships, say): called by `stack build` with the validated config."""

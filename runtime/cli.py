@@ -44,6 +44,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         gc.enable()
 
 
+_BUILD_DESCRIPTION = """\
+Resolve a run.yaml (a distribution's name, or a path) as `stack run` would, and write into the
+output directory (default: ./<name>-build):
+
+  run.yaml          the source, verbatim (its ${env.*} references kept), under a header saying
+                    which providers were active at build time and which were not, and why
+  requirements.txt  the server, then every package the active providers need (the inactive
+                    ones' commented out); install it from that directory
+  wheels/           the server's own wheel, when it runs from a checkout or a wheel file
+                    (otherwise requirements.txt names its release on the index)
+  Containerfile     a build stage that compiles what has no wheel (llama.cpp), then a slim
+                    image that runs the stack as an unprivileged user, with a health check
+  launch.sh         starts the stack from that run.yaml (in the --venv, if one was built)
+
+With --venv PATH, a virtual environment is made there and the requirements installed into it;
+then launch.sh starts the stack. STACK_BUILD_SERVER_REQUIREMENT replaces the server's line.
+"""
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="stack", description="Assemble and run an OpenAI-compatible stack from a run.yaml.")
     commands = parser.add_subparsers(metavar="COMMAND")
@@ -55,7 +74,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--workers", type=int, default=None, help="server processes sharing the port (default: server.workers, 1)")
     run.set_defaults(handler=_run)
 
-    build = commands.add_parser("build", help="resolve a run.yaml and render what it takes to deploy it")
+    build = commands.add_parser(
+        "build", help="resolve a run.yaml and render what it takes to deploy it", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=_BUILD_DESCRIPTION)
     build.add_argument("--config", required=True, help="a distribution name or a path to a run.yaml")
     build.add_argument("--output", default=None, help="directory to write into (default: ./<name>-build)")
     build.add_argument("--venv", default=None, help="create this virtual environment and install the requirements into it")

@@ -21,6 +21,9 @@ from support.entry_points import write_distribution
 # stevedore caches entry points per sys.path under XDG_CACHE_HOME; keep the suite's out of ~/.cache
 # (in a directory of its own, removed when the suite ends).
 if "XDG_CACHE_HOME" not in os.environ:
+    # pip's cache is left where it was (it would follow XDG_CACHE_HOME): tests that build virtual
+    # environments reuse the wheels this project's own install built (llama.cpp's, minutes to compile).
+    os.environ.setdefault("PIP_CACHE_DIR", str(Path.home() / ".cache" / "pip"))
     os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="stack-tests-cache-")
     atexit.register(shutil.rmtree, os.environ["XDG_CACHE_HOME"], ignore_errors=True)
 

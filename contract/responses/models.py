@@ -106,9 +106,14 @@ class CreateResponse(BaseModel):
             raise InvalidRequestError(f"Invalid 'input': string too long. Expected a string with maximum length {MAX_STRING}, but got a "
                                       f"string with length {len(self.input)} instead.", param="input", code="string_above_max_length")
         if isinstance(self.input, list) and not self.input and self.previous_response_id is None and self.conversation is None:
-            # Nothing to answer: OpenAI refuses it before any model is called.
-            raise InvalidRequestError("Invalid 'input': empty array. Expected an array with minimum length 1, but got an empty array "
-                                      "instead.", param="input", code="empty_array")
+            # Nothing to answer: OpenAI refuses it before any model is called. Left out, `input` is
+            # missing (a stored prompt may stand for it, as a chain or a conversation may); sent as [], empty.
+            if "input" not in self.model_fields_set:
+                if self.prompt is None:
+                    raise InvalidRequestError("Missing required parameter: 'input'.", param="input", code="missing_required_parameter")
+            else:
+                raise InvalidRequestError("Invalid 'input': empty array. Expected an array with minimum length 1, but got an empty array "
+                                          "instead.", param="input", code="empty_array")
         if self.background and self.store is False:
             raise InvalidRequestError("Background responses must be stored: remove store=false.", param="background", code="invalid_value")
         validate_metadata(self.metadata)

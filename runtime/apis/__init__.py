@@ -4,7 +4,8 @@ An API's contract (its `typing.Protocol` and wire models) is in `contract/<api>/
 routes (`runtime/apis/<api>/routes.py`: thin routes, one call into the implementation per route)
 and, for an API served by several providers at once, the layer over them (the inference router, the
 tool router). `SURFACES` below is the only registry of routers; an API's modules are imported when a
-stack first asks for its surface.
+stack first asks for its surface. `ROUTE_PATHS` lists each API's paths without importing them, for
+the answer a route of an API run.yaml does not configure gets (runtime.apis.unconfigured).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from contract.spec import Api
 from runtime.apis.surface import ApiContext, ApiSurface
 from runtime.http.forms import FormFields
 
-__all__ = ["SURFACES", "ApiContext", "ApiSurface"]
+__all__ = ["ROUTE_PATHS", "SURFACES", "ApiContext", "ApiSurface"]
 
 
 def _inference() -> ApiSurface:
@@ -105,3 +106,22 @@ SURFACES: Mapping[Api, ApiSurface] = _Surfaces({
     Api.inference: _inference, Api.responses: _responses, Api.conversations: _conversations, Api.tool_runtime: _tool_runtime,
     Api.files: _files, Api.vector_stores: _vector_stores, Api.prompts: _prompts, Api.safety: _safety,
 })
+
+ROUTE_PATHS: Mapping[Api, tuple[str, ...]] = {
+    Api.inference: ("/chat/completions", "/chat/completions/{completion_id}", "/chat/completions/{completion_id}/messages", "/completions",
+                    "/embeddings", "/models", "/models/{model_id:path}"),
+    Api.responses: ("/responses", "/responses/compact", "/responses/input_tokens", "/responses/{response_id}",
+                    "/responses/{response_id}/cancel", "/responses/{response_id}/input_items"),
+    Api.conversations: ("/conversations", "/conversations/{conversation_id}", "/conversations/{conversation_id}/items",
+                        "/conversations/{conversation_id}/items/{item_id}"),
+    Api.files: ("/files", "/files/{file_id}", "/files/{file_id}/content"),
+    Api.vector_stores: ("/vector_stores", "/vector_stores/{store_id}", "/vector_stores/{store_id}/search", "/vector_stores/{store_id}/files",
+                        "/vector_stores/{store_id}/files/{file_id}", "/vector_stores/{store_id}/files/{file_id}/content",
+                        "/vector_stores/{store_id}/file_batches", "/vector_stores/{store_id}/file_batches/{batch_id}",
+                        "/vector_stores/{store_id}/file_batches/{batch_id}/cancel", "/vector_stores/{store_id}/file_batches/{batch_id}/files"),
+    Api.prompts: ("/prompts", "/prompts/{prompt_id}", "/prompts/{prompt_id}/versions", "/prompts/{prompt_id}/set-default-version"),
+    Api.safety: ("/moderations",),
+}
+"""The paths (under /v1) of each API's routes, every method alike: the same as its router declares
+(a unit test holds them together), listed here so that a stack answers the routes of an API it does
+not serve without importing that API's modules."""

@@ -23,6 +23,7 @@ from builder.config import AuthConfig
 from contract.spec import Api
 from runtime.apis import SURFACES
 from runtime.apis.unavailable import NoModels, Unavailable, unavailable_message
+from runtime.apis.unconfigured import NotServed, not_served
 from runtime.security.auth import OPEN_PATHS, AuthGuard, Authenticator
 from runtime.observability.metrics import CONTENT_TYPE, Metrics
 from runtime.observability.tracing import Tracing
@@ -129,8 +130,11 @@ def create_app(stack: Stack) -> StackApp:
     state.draining = Draining()
     state.tracing = Tracing(server.tracing) if server.tracing is not None else None
     app = StackApp(state, lambda: _fastapi_app(stack, mounted, frozenset(forms)))
-    # Innermost of the stack's middleware: the direct routes skip FastAPI altogether.
-    inner: ASGIApp = DirectRoutes(app.routed, routes=direct_routes((routes, prefix) for routes, prefix, _ in mounted))
+    # Innermost of the stack's middleware: the direct routes skip FastAPI altogether; behind them, the
+    # routes of the APIs not served answer what to add to run.yaml (runtime.apis.unconfigured).
+    fallback: ASGIApp = NotServed(app.routed, stack.plan, unserved) if (unserved := not_served(stack.plan)) else app.routed
+    inner: ASGIApp = DirectRoutes(fallback, routes=direct_routes((routes, prefix) for routes, prefix, _ in mounted),
+                                  all_routes=state.route_methods)
     if server.auth is not None:  # inside CORS, so a browser can read a 401; off, it costs nothing
         quotas = Quotas(server.auth.quotas) if server.auth.quotas is not None else None
         if quotas is not None:
@@ -165,6 +169,7 @@ def _fastapi_app(stack: Stack, mounted: list[Mounted], form_paths: frozenset[str
         docs_url="/docs",
         redoc_url=None,
         openapi_url="/openapi.json",
+        redirect_slashes=False,  # a path ending in a slash is an unknown route (runtime.http.direct_routes refuses it first)
         # The stack traces and counts requests itself (server.tracing, server.metrics). FastAPI's
         # own OpenTelemetry would add a second set of spans wherever a global provider is set, and
         # checks the global providers on every request to know whether one is.

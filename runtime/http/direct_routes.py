@@ -16,9 +16,15 @@ and validates, a query value given once in its plain form. Any other request goe
 it came (a body already read is replayed), so every mistake is answered exactly as FastAPI answers
 it. A templated path is left to FastAPI when a route declared before it could take the same
 path. Everything else about the route stays as it was: FastAPI has it too (the OpenAPI document,
-405s, trailing slashes and every other path go through its router), the stack's middleware
-(request ids, limits, auth, metrics, logs, traces) runs as before, and an `APIError` it raises is
-answered as the app's handler answers it.
+405s and every other path go through its router), the stack's middleware (request ids, limits, auth,
+metrics, logs, traces) runs as before, and an `APIError` it raises is answered as the app's handler
+answers it.
+
+Given the app's whole route table (`all_routes`), `DirectRoutes` also refuses a path that ends in a
+slash, as an unknown route, before any route or router sees it: no route of the stack ends in one,
+and OpenAI answers such a path 404. Left to them, Starlette's router redirected it (307) to the path
+without the slash, and a route ending in `{name:path}` took it with the slash in its parameter, or
+an empty one (`GET /v1/models/` a 400 for a missing model).
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from __future__ import annotations
 import inspect
 import re
 import typing
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl
@@ -38,10 +44,13 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from contract import fastjson
-from contract.errors import JSON_INVALID_MESSAGE, APIError, InvalidRequestError
+from contract.errors import JSON_INVALID_MESSAGE, APIError, InvalidRequestError, NotFoundError
 from runtime.http.routing import Route, Routes
 
-__all__ = ["DirectRoutes", "direct_routes", "direct_with_body", "read_body", "replay_body"]
+__all__ = ["DirectRoutes", "RouteTable", "direct_routes", "direct_with_body", "read_body", "replay_body", "unknown_route"]
+
+RouteTable = Sequence[tuple[re.Pattern[str], set[str]]]
+"""Every route of an app: its path's pattern and its methods."""
 
 Endpoint = Callable[..., Awaitable[Response]]
 E = TypeVar("E", bound=Endpoint)
@@ -194,13 +203,15 @@ def _compatible(a: list[str], b: list[str]) -> bool:
 
 
 class DirectRoutes:
-    """ASGI middleware: a request for a direct route goes to its endpoint; any other to `app`."""
+    """ASGI middleware: a request for a direct route goes to its endpoint; any other to `app`. With
+    `all_routes`, a path ending in a slash is an unknown route (the module's docstring)."""
 
-    def __init__(self, app: ASGIApp, routes: Table) -> None:
+    def __init__(self, app: ASGIApp, routes: Table, all_routes: RouteTable | None = None) -> None:
         self.app = app
         self.exact = routes.exact
         self.templated = routes.templated
         self.rests = routes.rests
+        self.all_routes = all_routes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -210,6 +221,9 @@ class DirectRoutes:
         call = self.exact.get((scope["method"], path))
         arguments: dict[str, Any] = {}
         if call is None:
+            if self.all_routes is not None and path.endswith("/") and path != "/":
+                await api_error_response(self._slash_ended(scope["method"], path))(scope, receive, send)
+                return
             if self.templated:
                 call = _match(self.templated.get((scope["method"], path.count("/") + 1)), path, arguments)
             if call is None and self.rests:
@@ -239,6 +253,17 @@ class DirectRoutes:
             await response(scope, receive, send)
         except APIError as error:  # raised before the response started (runtime.http.sse: the head of a stream)
             await api_error_response(error)(scope, receive, send)
+
+    def _slash_ended(self, method: str, path: str) -> NotFoundError:
+        bare = path.rstrip("/")
+        served = any(method in methods and pattern.match(bare) for pattern, methods in self.all_routes or ())
+        hint = f"did you mean {method} {bare}? No route ends in a slash." if served else "no route ends in a slash"
+        return NotFoundError(f"{unknown_route(method, path)} ({hint})")
+
+
+def unknown_route(method: str, path: str) -> str:
+    """What a 404 for a path no route serves says (OpenAI's is "Invalid URL (GET /v1/x)")."""
+    return f"Unknown route: {method} {path}"
 
 
 async def read_body(request: Request) -> bytes:

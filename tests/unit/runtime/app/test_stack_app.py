@@ -220,6 +220,10 @@ with LibraryClient({str(run_yaml)!r}) as stack, stack.http_client() as http:
     models = http.get("models")
     assert models.json()["object"] == "list", models.text
     assert http.get("version").status_code == 200
+    # An API not served, and a path ending in a slash, are answered before FastAPI too (issue 44).
+    moderation = http.post("moderations", json={{"input": "x"}})
+    assert moderation.status_code == 404 and moderation.json()["error"]["code"] == "api_not_configured", moderation.text
+    assert http.get("models/").status_code == 404 and http.post("chat/completions/", json={{}}).status_code == 404
     assert "fastapi" not in sys.modules, sorted(name for name in sys.modules if name.startswith("fastapi"))
     unknown = http.get("no/such/route")
     assert unknown.status_code == 404 and unknown.json()["error"]["message"] == "Unknown route: GET /v1/no/such/route", unknown.text

@@ -12,6 +12,7 @@ from fastapi import FastAPI
 from pydantic import BaseModel, field_validator
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
+from starlette.routing import compile_path
 from starlette.types import ASGIApp
 
 from runtime.http.errors import install_error_handlers
@@ -37,8 +38,9 @@ class Thing(BaseModel):
         return value
 
 
-def build_app(direct_on: bool) -> ASGIApp:
-    """The same routes, with the marked endpoints dispatched directly or (off) by the router."""
+def build_app(direct_on: bool, refuse_slashes: bool = False) -> ASGIApp:
+    """The same routes, with the marked endpoints dispatched directly or (off) by the router; with
+    `refuse_slashes`, the app's route table given, as runtime.app.stack_app gives it."""
     routes = Routes()
 
     def endpoint(name: str) -> Any:
@@ -79,7 +81,9 @@ def build_app(direct_on: bool) -> ASGIApp:
     app = FastAPI()
     app.include_router(fastapi_router(routes), prefix="/v1")
     install_error_handlers(app)
-    return RequestGuard(DirectRoutes(app, routes=direct_routes([(routes, "/v1")])) if direct_on else app, max_body_bytes=64)
+    table = [(compile_path("/v1" + route.path)[0], set(route.methods)) for route in routes.routes] if refuse_slashes else None
+    return RequestGuard(DirectRoutes(app, routes=direct_routes([(routes, "/v1")]), all_routes=table) if direct_on else app,
+                        max_body_bytes=64)
 
 
 @pytest.fixture
@@ -202,6 +206,26 @@ def test_a_body_goes_direct_only_in_the_common_case(clients: tuple[httpx2.Client
     routed.post("/v1/models", content=b'{"model": "m"}', headers=JSON)
     assert [entry["routed"] for entry in SEEN] == [False, True, True]
     assert {entry["route"] for entry in SEEN} == {"/v1/models"}
+
+
+@pytest.mark.parametrize(("method", "path", "hint"), [
+    ("POST", "/v1/things/", "did you mean POST /v1/things? No route ends in a slash."),  # the router: a 307 to /v1/things
+    ("GET", "/v1/things/t1/parts/", "did you mean GET /v1/things/t1/parts? No route ends in a slash."),  # templated
+    ("GET", "/v1/named/", "no route ends in a slash"),  # a rest of the path: an empty name
+    ("GET", "/v1/named/a/", "did you mean GET /v1/named/a? No route ends in a slash."),  # the name "a/"
+    ("DELETE", "/v1/things/", "no route ends in a slash"),  # no DELETE there without the slash either
+    ("GET", "/v1/nothing/", "no route ends in a slash"),
+])
+def test_with_the_apps_routes_a_path_ending_in_a_slash_is_an_unknown_route(method: str, path: str, hint: str) -> None:
+    with BackgroundLoop() as loop, httpx2.Client(transport=ThreadedASGITransport(build_app(True, refuse_slashes=True), loop),
+                                                 base_url="http://app") as client:
+        SEEN.clear()
+        reply = client.request(method, path, content=b"[1]", headers=JSON)
+        assert reply.status_code == 404 and reply.json() == {"error": {
+            "message": f"Unknown route: {method} {path} ({hint})", "type": "invalid_request_error", "param": None, "code": None}}
+        assert SEEN == []  # no endpoint ran
+        assert client.post("/v1/things", content=b"[1]", headers=JSON).json() == {"echo": [1]}  # the route itself as ever
+        assert client.get("/", headers=JSON).status_code == 404  # "/" is a path, not a slash after one
 
 
 def test_templated_routes_are_direct_unless_an_earlier_route_could_take_the_path() -> None:
