@@ -329,3 +329,85 @@ def test_embeddings_have_the_models_dimensions_and_meaning(client: openai.OpenAI
     assert cosine(vectors[0], vectors[1]) > cosine(vectors[0], vectors[2])
     short = client.embeddings.create(model=EMBED, input="hello", dimensions=64)
     assert len(short.data[0].embedding) == 64
+
+
+# Twenty requests for structured output, varied in shape (nested objects, arrays, enums, optional
+# fields, numbers) and asked both ways (Chat Completions and Responses; json_schema and json_object).
+STRUCTURED: list[tuple[str, dict[str, Any] | None]] = [
+    ("What is the capital of France? Answer with the city.", {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
+    ("Give a person's name and age.", {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+                                       "required": ["name", "age"]}),
+    ("List three colors.", {"type": "object", "properties": {"colors": {"type": "array", "items": {"type": "string"}}}, "required": ["colors"]}),
+    ("Is the sky blue? Say why.", {"type": "object", "properties": {"answer": {"type": "boolean"}, "reason": {"type": "string"}},
+                                   "required": ["answer", "reason"]}),
+    ("Describe a cat in one sentence.", {"type": "object", "properties": {"description": {"type": "string"}}, "required": ["description"]}),
+    ("Write a short poem about the sea.", {"type": "object", "properties": {"title": {"type": "string"}, "lines": {
+        "type": "array", "items": {"type": "string"}}}, "required": ["title", "lines"]}),
+    ("Name a fruit and its color.", {"type": "object", "properties": {"fruit": {"type": "string"}, "color": {
+        "type": "string", "enum": ["red", "green", "yellow", "orange", "purple"]}}, "required": ["fruit", "color"], "additionalProperties": False}),
+    ("Give the temperature in Paris today.", {"type": "object", "properties": {"celsius": {"type": "number"}}, "required": ["celsius"]}),
+    ("Plan a trip: a city and three things to do there.", {"type": "object", "properties": {"city": {"type": "string"}, "activities": {
+        "type": "array", "items": {"type": "object", "properties": {"name": {"type": "string"}, "hours": {"type": "integer"}},
+                                   "required": ["name", "hours"]}}}, "required": ["city", "activities"]}),
+    ("Give a book's title, author and year.", {"type": "object", "properties": {"title": {"type": "string"}, "author": {"type": "string"},
+                                                                               "year": {"type": "integer"}}, "required": ["title", "author", "year"]}),
+    ("Summarize: the meeting moved to Friday at noon.", {"type": "object", "properties": {"day": {"type": "string"}, "time": {"type": "string"},
+                                                                                          "note": {"type": ["string", "null"]}}, "required": ["day", "time"]}),
+    ("Classify the sentiment of: I love this phone.", {"type": "object", "properties": {"sentiment": {
+        "type": "string", "enum": ["positive", "negative", "neutral"]}, "confidence": {"type": "number"}}, "required": ["sentiment"]}),
+    ("Give an address with a street, a city and a postal code.", {"type": "object", "properties": {"address": {"type": "object", "properties": {
+        "street": {"type": "string"}, "city": {"type": "string"}, "postal_code": {"type": "string"}}, "required": ["street", "city"]}},
+        "required": ["address"]}),
+    ("List the first five prime numbers.", {"type": "object", "properties": {"primes": {"type": "array", "items": {"type": "integer"}}},
+                                            "required": ["primes"]}),
+    ("Tell me a joke with its setup and punchline.", {"type": "object", "properties": {"setup": {"type": "string"}, "punchline": {"type": "string"}},
+                                                      "required": ["setup", "punchline"]}),
+    ("Give a recipe's name and its ingredients.", None),
+    ("Describe the weather today.", None),
+    ("What are three uses of water?", None),
+    ("Give a user profile with a username and interests.", None),
+    ("Translate 'hello' to French, Spanish and German.", None),
+]
+
+
+def test_structured_output_parses_every_time(client: openai.OpenAI, local: StackTarget) -> None:
+    """Twenty requests, every answer parses (and fits its schema's shape): the grammar holds strings
+    to JSON (no raw newline runs on to the token limit) and bounds what the schema leaves open."""
+    if local.mode == "library":
+        pytest.skip("what the model writes is the same through either transport: asked once, of the server")
+    for index, (question, schema) in enumerate(STRUCTURED):
+        messages: Any = [{"role": "user", "content": question + ("" if schema else " Answer in JSON.")}]
+        if index % 4 == 3 and schema is not None:  # some through Responses, as text.format
+            response = client.responses.create(model=CHAT, input=question, text={"format": {"type": "json_schema", "name": "answer",
+                                                                                            "schema": schema}})
+            assert response.status == "completed", (question, response.output_text)
+            text = response.output_text
+        else:
+            response_format: Any = ({"type": "json_schema", "json_schema": {"name": "answer", "schema": schema}} if schema
+                                    else {"type": "json_object"})
+            answer = client.chat.completions.create(model=CHAT, messages=messages, response_format=response_format)
+            assert answer.choices[0].finish_reason == "stop", (question, answer.choices[0].message.content)
+            text = answer.choices[0].message.content or ""
+        value = json.loads(text)
+        assert isinstance(value, dict), (question, text)
+        assert schema is None or set(schema.get("required", ())) <= set(value), (question, text)
+
+
+def test_a_function_round_trip_ends_in_text_without_the_models_call_markup(client: openai.OpenAI) -> None:
+    """The follow-up that carries the call's output offers no tools: the model, shown its own call
+    in the history, would write the markup again as its answer."""
+    function = {"type": "function", "name": "get_weather", "parameters": WEATHER["function"]["parameters"]}  # type: ignore[index]
+    first = client.responses.create(model=CHAT, input="What is the weather in Paris?", tools=[function], tool_choice="required",  # type: ignore[list-item]
+                                    max_output_tokens=64)
+    [call] = [item for item in first.output if item.type == "function_call"]
+    for stream in (False, True):
+        follow_up: Any = client.responses.create(model=CHAT, previous_response_id=first.id, max_output_tokens=96, stream=stream, input=[
+            {"type": "function_call_output", "call_id": call.call_id, "output": '{"temperature": 18, "sky": "clear"}'}])  # type: ignore[union-attr]
+        text = follow_up.output_text if not stream else "".join(event.delta for event in follow_up if event.type == "response.output_text.delta")
+        assert "<tool_call>" not in text and "</tool_call>" not in text, text
+
+
+def test_an_error_about_the_model_names_it_as_the_client_did(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.embeddings.create(model=f"local/{CHAT}", input="hello")
+    assert f"'local/{CHAT}'" in refused.value.body["message"] and refused.value.body["param"] == "model"  # type: ignore[index]

@@ -33,6 +33,8 @@ def finish_completion(completion: dict[str, Any], model_id: str, with_tools: boo
         elif with_tools and tool_calls.unfinished_call(message.get("content") or ""):
             # A call cut off by the token limit is no answer: its markup is not shown as text.
             choice["message"] = {"role": "assistant", "content": None}
+        elif isinstance(message.get("content"), str):
+            message["content"] = tool_calls.without_markup(message["content"])  # markup never reaches a client as text
     return completion
 
 
@@ -82,6 +84,8 @@ class StreamedChoice:
         self.held: list[str] = []
         self.tokens = 0
         self.finish = "stop"
+        self.markup = tool_calls.MarkupFilter()
+        """What goes out as text passes it: the model's tool-call markup never reaches a client as text."""
 
     def delta(self, delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
         return {"index": self.index, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
@@ -92,13 +96,13 @@ class StreamedChoice:
             return None
         self.tokens += 1
         if not self.holding:
-            return text
+            return self.markup.feed(text) or None
         self.held.append(text)
         joined = "".join(self.held).lstrip()
         if joined and not tool_calls.OPEN.startswith(joined[: len(tool_calls.OPEN)]):
             self.holding = False  # text, not a call: what was held goes out
             text, self.held = "".join(self.held), []
-            return text
+            return self.markup.feed(text) or None
         return None
 
     def end(self) -> list[dict[str, Any]]:
@@ -109,7 +113,10 @@ class StreamedChoice:
         if call is not None:
             self.finish = "tool_calls"
             deltas.append(self.delta({"tool_calls": [{"index": 0, **tool_call(*call)}]}))
-        elif held and not tool_calls.unfinished_call(held):  # a call cut off by the token limit is not shown as text
-            deltas.append(self.delta({"content": held}))
+            text = self.markup.end()
+        else:  # a call cut off by the token limit is not shown as text
+            text = ("" if tool_calls.unfinished_call(held) else self.markup.feed(held)) + self.markup.end()
+        if text:
+            deltas.append(self.delta({"content": text}))
         deltas.append(self.delta({}, self.finish))
         return deltas

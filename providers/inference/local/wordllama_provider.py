@@ -26,6 +26,7 @@ class WordLlamaConfig(BaseModel):
     model_id: str = Field(default="wordllama-l2-supercat", min_length=1, description="The id the model is listed under")
     dimensions: int = Field(default=256, description="Default size of the vectors (64, 128 or 256); a request may ask for fewer")
     max_queue: int = Field(default=64, ge=0, description="Requests that may wait while one is embedded; more are refused with a 503")
+    preload: bool = Field(default=True, description="Load the model at start-up on its own thread (false: on first use)")
 
 
 class WordLlamaEmbeddings:
@@ -103,8 +104,10 @@ def _not_chat(model_id: str) -> InvalidRequestError:
 
 @contextlib.asynccontextmanager
 async def create(context: ProviderContext[WordLlamaConfig]) -> AsyncIterator[WordLlamaEmbeddings]:
-    require_module("wordllama", "wordllama")  # checked at start, loaded on first use
+    require_module("wordllama", "wordllama")
     provider = WordLlamaEmbeddings(context.config)
+    if context.config.preload:
+        provider.worker.preload()
     try:
         yield provider
     finally:

@@ -11,7 +11,9 @@ a time is also the fastest order. Requests past `max_queue` waiting ones are ref
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
+import time
 from collections.abc import AsyncGenerator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -20,12 +22,15 @@ from contract.errors import ServiceUnavailableError
 
 __all__ = ["ModelWorker"]
 
+log = logging.getLogger("stack")
+
 T = TypeVar("T")
 _END = object()
 
 
 class ModelWorker:
-    """One model's thread: `load` runs once, on first use; `call` and `stream` queue behind it."""
+    """One model's thread: `load` runs once (at `preload`, or on first use); `call` and `stream`
+    queue behind it."""
 
     def __init__(self, name: str, load: Callable[[], Any], max_queue: int) -> None:
         self.name = name
@@ -51,6 +56,20 @@ class ModelWorker:
         if self._model is None:
             self._model = self._load()
         return self._model
+
+    def preload(self) -> None:
+        """Load the model now, on its thread: a request that comes meanwhile queues behind the load.
+        A load that fails is logged, and tried again (and answered) by the first request."""
+        def load() -> None:
+            started = time.monotonic()
+            try:
+                self._model_now()
+            except Exception as error:  # noqa: BLE001 - the first request tries again, and says why
+                log.warning("the local model '%s' could not be loaded at start-up: %s", self.name, error)
+                return
+            log.info("local model '%s' loaded in %.1f s", self.name, time.monotonic() - started)
+
+        self._thread.submit(load)
 
     async def call(self, work: Callable[[Any], T]) -> T:
         """`work(model)` on the model's thread."""

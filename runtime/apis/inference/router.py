@@ -71,7 +71,7 @@ class InferenceRouter:
         a `guard`, the answer passes the output guardrail before it is stored or returned."""
         provider_id, request, requested = await self._route(body, raw)
         metrics, started = current_metrics(), time.perf_counter()
-        result = await self._call(provider_id, self.providers[provider_id].chat_completion(request), "chat", request)
+        result = await self._call(provider_id, self.providers[provider_id].chat_completion(request), "chat", request, requested)
         if result[:1] != b"{" or result.rstrip()[-1:] != b"}":  # a body cut short (the bytes are passed on unparsed)
             raise malformed(provider_id, result)
         if metrics is not None or token_meter() is not None:  # the usage is read (only then)
@@ -147,7 +147,7 @@ class InferenceRouter:
         provider_id, request, requested = await self._route(body, raw)
         provider = self._text_provider(provider_id, body["model"])
         metrics, started = current_metrics(), time.perf_counter()
-        result = await self._call(provider_id, provider.completion(request), "text_completion", request)
+        result = await self._call(provider_id, provider.completion(request), "text_completion", request, requested)
         if result[:1] != b"{" or result.rstrip()[-1:] != b"}":
             raise malformed(provider_id, result)
         if metrics is not None or token_meter() is not None:
@@ -207,14 +207,17 @@ class InferenceRouter:
             body, raw = {**body, "encoding_format": "float"}, None
         provider_id, request, requested = await self._route(body, raw)
         metrics, started = current_metrics(), time.perf_counter()
-        result = await self._call(provider_id, self.providers[provider_id].embeddings(request), "embeddings", request)
+        result = await self._call(provider_id, self.providers[provider_id].embeddings(request), "embeddings", request, requested)
         if metrics is not None or token_meter() is not None:
             await account(result, provider_id, request, "embeddings", metrics, started)
         if wants_base64 or requested is not None:
             return reshaped_embeddings(result, base64_vectors=wants_base64, model=requested)
         return result
 
-    async def _call(self, provider_id: str, call: Awaitable[bytes], operation: str, request: UpstreamRequest) -> bytes:
+    async def _call(self, provider_id: str, call: Awaitable[bytes], operation: str, request: UpstreamRequest,
+                    requested: str | None = None) -> bytes:
+        """`call`, traced; an error that names the model names it as the client did (`requested`,
+        where the upstream knows it by another name: `local/smollm2...` is `smollm2...` there)."""
         tracing = current_tracing()
         try:
             if tracing is None:
@@ -226,6 +229,8 @@ class InferenceRouter:
         except APIError as error:
             if error.code == "upstream_unreachable":
                 self.catalog.unreachable(provider_id, error.message)
+            if requested is not None and error.param == "model":
+                error.message = error.message.replace(f"'{request.body.get('model')}'", f"'{requested}'")
             raise
 
 

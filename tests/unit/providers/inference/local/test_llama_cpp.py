@@ -49,8 +49,25 @@ def test_the_configured_repeat_penalty_reaches_every_generation() -> None:
     from providers.inference.local.llama_cpp_text import TextPlan as _TextPlan
 
     assert LlamaCppConfig(model="m").repeat_penalty == 1.1  # small models loop on a phrase without one
-    chat = _Plan({"messages": [{"role": "user", "content": "hi"}], "temperature": 0.5}, 1.3)
+    chat = _Plan({"messages": [{"role": "user", "content": "hi"}], "temperature": 0.5}, 1.3, 512)
     assert chat.kwargs["repeat_penalty"] == 1.3 and chat.kwargs["temperature"] == 0.5
     assert _TextPlan({"prompt": "Once upon"}, 1.2).kwargs["repeat_penalty"] == 1.2
     with pytest.raises(ValueError):
         LlamaCppConfig(model="m", repeat_penalty=0.5)
+
+
+def test_a_chat_request_that_sets_no_cap_gets_the_default_one_and_may_ask_for_more() -> None:
+    from providers.inference.local.llama_cpp_chat import ChatPlan
+
+    messages = [{"role": "user", "content": "hi"}]
+    assert LlamaCppConfig(model="m").default_max_tokens == 512
+    assert ChatPlan({"messages": messages}, 1.1, 512).kwargs["max_tokens"] == 512
+    assert ChatPlan({"messages": messages, "max_tokens": 2000}, 1.1, 512).kwargs["max_tokens"] == 2000
+    assert ChatPlan({"messages": messages, "max_completion_tokens": 7}, 1.1, 512).kwargs["max_tokens"] == 7
+
+
+def test_json_object_output_is_held_to_the_bounded_json_grammar_not_the_bindings() -> None:
+    from providers.inference.local.llama_cpp_chat import ChatPlan
+
+    plan = ChatPlan({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_object"}}, 1.1, 512)
+    assert "response_format" not in plan.kwargs and plan.kwargs["grammar"] is not None

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from providers.inference.local.tool_calls import OPEN, parse_call, tool_message, tools_prompt
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Weather now",
@@ -31,3 +33,28 @@ def test_calls_and_results_in_the_history_become_text_any_template_renders() -> 
                                                       {"type": "text", "text": "b"}]})
     assert parts == {"role": "user", "content": "ab"}
     assert json.loads(assistant["content"][len(OPEN):-len("</tool_call>")])["arguments"] == {"city": "Rome"}
+
+
+def test_with_no_tools_offered_the_calls_in_the_history_read_as_a_sentence_not_as_markup() -> None:
+    """A model shown `<tool_call>` markup in its history writes it again, with no tool to call."""
+    assistant = tool_message({"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Rome"}'}}]}, tools_offered=False)
+    assert assistant == {"role": "assistant", "content": '(I called the tool get_weather with {"city": "Rome"}.)'}
+
+
+def test_tool_call_markup_is_taken_out_of_text_whole_or_cut_off_at_the_end() -> None:
+    from providers.inference.local.tool_calls import without_markup
+
+    text = 'It is <tool_call>{"name": "get_weather", "arguments": {}}</tool_call>sunny. <tool_call>{"name": "x'
+    assert without_markup(text) == "It is sunny. "
+    assert without_markup("a < b, and <tool is not a call") == "a < b, and <tool is not a call"
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 5, 11, 64])
+def test_a_stream_loses_the_markup_whatever_pieces_it_comes_in(size: int) -> None:
+    from providers.inference.local.tool_calls import MarkupFilter, without_markup
+
+    text = 'Sure. <tool_call>{"name": "f", "arguments": {}}</tool_call> The answer <is> 4. <tool_call>{"name'
+    markup = MarkupFilter()
+    out = "".join(markup.feed(text[start:start + size]) for start in range(0, len(text), size)) + markup.end()
+    assert out == without_markup(text) == "Sure.  The answer <is> 4. "

@@ -95,3 +95,49 @@ def test_a_failure_on_the_models_thread_reaches_the_consumer() -> None:
         worker.close()
 
     asyncio.run(scenario())
+
+
+def test_a_preloaded_model_loads_on_its_thread_and_a_request_waits_behind_the_load() -> None:
+    loading = threading.Event()
+    finish = threading.Event()
+    loads: list[str] = []
+
+    def load() -> str:
+        loads.append(threading.current_thread().name)
+        loading.set()
+        finish.wait(5)
+        return "model"
+
+    async def scenario() -> str:
+        worker = ModelWorker("m", load, max_queue=2)
+        worker.preload()
+        assert loading.wait(5)  # started at once, not at the first request
+        answer = asyncio.ensure_future(worker.call(lambda model: f"{model} answers"))
+        await asyncio.sleep(0.05)
+        assert not answer.done()  # behind the load
+        finish.set()
+        result = await answer
+        worker.close()
+        return result
+
+    assert asyncio.run(scenario()) == "model answers"
+    assert len(loads) == 1 and loads[0].startswith("stack-model-m")
+
+
+def test_a_preload_that_fails_is_logged_and_the_first_request_tries_again_and_says_why(caplog: pytest.LogCaptureFixture) -> None:
+    attempts: list[int] = []
+
+    def load() -> str:
+        attempts.append(1)
+        raise RuntimeError("no such file")
+
+    async def scenario() -> None:
+        worker = ModelWorker("m", load, max_queue=2)
+        worker.preload()
+        with pytest.raises(RuntimeError, match="no such file"):
+            await worker.call(lambda model: model)
+        worker.close()
+
+    asyncio.run(scenario())
+    assert len(attempts) == 2
+    assert any("could not be loaded at start-up: no such file" in record.getMessage() for record in caplog.records)
