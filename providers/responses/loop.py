@@ -7,6 +7,11 @@ answers without a server-side call, a client-side call or an approval is due, `m
 reached (the model's further calls are ignored, as OpenAI does, and it is asked to answer without
 server-side tools), or `max_iterations` model turns were made (the response is `incomplete`).
 
+A server-side call identical to one already made in the same response (the same function, the
+same arguments) is not run again: the model reads it answered that its result is above, and is
+called again, offered no server-side function this time, to answer from what it has (a small model
+told to search searched for the same thing until the iteration limit).
+
 A custom tool call whose input does not match the tool's grammar is not output: the model is
 called again, seeing its call and the reason it was refused (items only the model sees, `hidden`),
 at most `GRAMMAR_REPAIRS` times; a model that still does not match fails the response (a 502: the
@@ -24,6 +29,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
+import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -36,7 +43,9 @@ from providers.responses.translate import Event, StreamTranslator
 from contract.tool_runtime.protocol import Citations, ItemSink, ModelCall, ToolSession
 from contract.errors import UpstreamError
 
-__all__ = ["GRAMMAR_REPAIRS", "Hidden", "LoopLimits", "ModelTurn", "ToolLoop", "prepare_tools", "run_steps"]
+__all__ = ["GRAMMAR_REPAIRS", "REPEATED_CALL", "Hidden", "LoopLimits", "ModelTurn", "ToolLoop", "prepare_tools", "run_steps"]
+
+log = logging.getLogger("stack")
 
 GRAMMAR_REPAIRS = 2
 """Model turns that may follow one whose custom tool input did not match its grammar."""
@@ -85,6 +94,10 @@ class ToolLoop:
     """Refused custom tool calls and why, as the model sees them on its next turns."""
     _calls_run: int = 0
     _repairs: int = 0
+    _made: set[tuple[str, str]] = field(default_factory=set)
+    """(function, canonical arguments) of the server-side calls made so far in this response."""
+    _repeated: bool = False
+    """The last model turn repeated a call: the model is called again, told its result is above."""
     _running: list[_Item] = field(default_factory=list)
 
     def preparation(self) -> AsyncGenerator[Event, None]:
@@ -113,7 +126,8 @@ class ToolLoop:
             if budget is not None and budget <= 0:
                 self.status, self.incomplete_reason = "incomplete", "max_output_tokens"
                 return
-            calls_left = self.max_tool_calls is None or self._calls_run < self.max_tool_calls
+            # After a repeated call, the model answers from what it has: no server-side function is offered.
+            calls_left = (self.max_tool_calls is None or self._calls_run < self.max_tool_calls) and not self._repeated
             offered = self.tools.chat_tools(first_turn=iteration == 1, server_calls_left=calls_left) if self.tools else None
             is_server = self.tools.is_server if self.tools is not None and calls_left else _never
             citations = self.tools.citations if self.tools is not None and self.tools.has_server_tools else None
@@ -141,7 +155,7 @@ class ToolLoop:
             if translator.rejected:
                 self._refused(translator, awaiting)
                 continue
-            if not calls or client_side or awaiting:
+            if (not calls and not self._repeated) or client_side or awaiting:
                 self.status = "completed"
                 return
 
@@ -171,17 +185,40 @@ class ToolLoop:
 
     def _server_calls(self, translator: StreamTranslator) -> list[tuple[ToolSession, ModelCall, dict[str, Any] | None]]:
         """The turn's server-side calls to act on, in the model's order, each with its approval
-        request item when it must wait for one; calls past `max_tool_calls` are ignored."""
+        request item when it must wait for one; calls past `max_tool_calls` are ignored, and a call
+        identical to one already made in this response is not run again (`_repeat`)."""
         assert self.tools is not None or not translator.server_calls
         calls: list[tuple[ToolSession, ModelCall, dict[str, Any] | None]] = []
+        self._repeated = False
         for server_call in translator.server_calls:
             if self.max_tool_calls is not None and self._calls_run >= self.max_tool_calls:
                 break
             assert self.tools is not None
-            session, call = self.tools.server_call(server_call.name, "".join(server_call.arguments), server_call.call_id)
+            arguments = "".join(server_call.arguments)
+            made = (server_call.name, _canonical(arguments))
+            if made in self._made:
+                self._repeat(server_call.name, arguments, server_call.call_id)
+                continue
+            self._made.add(made)
+            session, call = self.tools.server_call(server_call.name, arguments, server_call.call_id)
             self._calls_run += 1
             calls.append((session, call, session.approval_item(call)))
         return calls
+
+    def _repeat(self, name: str, arguments: str, call_id: str) -> None:
+        """A call the model already made in this response, with the same arguments: not run again
+        (a small model asked to search calls the search over and over); the model sees its call
+        answered that the result is above, and is called again without server-side functions."""
+        assert self.tools is not None
+        self._repeated = True
+        tool_type = self.tools.tool_type(name)
+        log.info("a model called %s (%s) again with the same arguments; not run again, told its result is above", name, tool_type)
+        metrics = current_metrics()
+        if metrics is not None:
+            metrics.tool_calls_repeated.inc((tool_type,))
+        position = len(self.output)
+        self.hidden += [(position, {"type": "function_call", "call_id": call_id, "name": name, "arguments": arguments}),
+                        (position, {"type": "function_call_output", "call_id": call_id, "output": REPEATED_CALL})]
 
     async def _run_calls(self, calls: list[tuple[ToolSession, ModelCall, dict[str, Any] | None]]) -> AsyncIterator[Event]:
         tracing = current_tracing()
@@ -237,6 +274,18 @@ class ToolLoop:
 
 _UNDER_WAY = frozenset({"in_progress", "calling", "searching", "interpreting", "generating"})
 """Item statuses of work still going on (each tool type has its own words)."""
+
+
+REPEATED_CALL = "Not run again: this exact call was already made in this response, and its result is above. Answer from it."
+"""What the model reads for a call it repeated."""
+
+
+def _canonical(arguments: str) -> str:
+    """Arguments as a call's identity: parsed JSON written with sorted keys, else the text itself."""
+    try:
+        return json.dumps(json.loads(arguments), sort_keys=True, separators=(",", ":"))
+    except ValueError:
+        return arguments
 
 
 def _never(_name: str) -> bool:

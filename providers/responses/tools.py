@@ -185,6 +185,11 @@ class RequestTools:
         assert entry.session is not None and entry.spec is not None
         return entry.session, ModelCall(entry.spec.key or entry.spec.name, arguments, call_id)
 
+    def tool_type(self, model_name: str) -> str:
+        """The tool type (mcp, file_search...) of the function the model knows as `model_name`."""
+        entry = self._by_name.get(model_name)
+        return min(entry.tool_types) if entry is not None and entry.tool_types else "function"
+
     def function_name(self, call: ModelCall) -> str:
         """The name of the function a server-side call runs, as its tool knows it (for traces)."""
         return next((entry.spec.name for entry in self._offered if entry.spec is not None and (entry.spec.key or entry.spec.name) == call.name),

@@ -112,11 +112,13 @@ class Metrics:
                                               ("provider", "model"))
         self.tokens = _Counter("stack_tokens", "Tokens upstreams report", ("provider", "model", "direction"))
         self.tool_calls = _Counter("stack_tool_calls", "Server-side tool calls run", ("type", "outcome"))
+        self.tool_calls_repeated = _Counter("stack_tool_calls_repeated", "Server-side calls a model made again with the same "
+                                            "arguments in one response, not run again", ("tool_type",))
         self.background_queue = _Gauge("stack_background_queue", "Background responses queued or running in this process")
         self._requests_seen: list[tuple[Any, str, str, int, float]] = []
         self._calls_seen: list[tuple[str, str, str, float, bytes | None]] = []
         self._all = (self.requests, self.request_seconds, self.open_streams, self.upstream_seconds, self.first_token_seconds,
-                     self.tokens, self.tool_calls, self.background_queue)
+                     self.tokens, self.tool_calls, self.tool_calls_repeated, self.background_queue)
 
     def collect(self) -> Any:
         self.fold()

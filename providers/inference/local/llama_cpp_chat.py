@@ -40,7 +40,8 @@ class ChatPlan:
         tools = body.get("tools") or []
         choice = body.get("tool_choice", "auto")
         self.with_tools = bool(tools) and choice != "none"
-        converted = [tool_calls.tool_message(message, self.with_tools) for message in messages if isinstance(message, Mapping)]
+        converted = [converted for message in messages if isinstance(message, Mapping)
+                     if (converted := tool_calls.tool_message(message, self.with_tools)) is not None]
         if self.with_tools:
             converted.insert(0, {"role": "system", "content": tool_calls.tools_prompt(tools)})
         kwargs: dict[str, Any] = {"messages": converted, "repeat_penalty": repeat_penalty}

@@ -83,19 +83,17 @@ def unfinished_call(text: str) -> bool:
     return bool(stripped) and (stripped.startswith(OPEN) or OPEN.startswith(stripped))
 
 
-def tool_message(message: Mapping[str, Any], tools_offered: bool = True) -> dict[str, Any]:
+def tool_message(message: Mapping[str, Any], tools_offered: bool = True) -> dict[str, Any] | None:
     """A chat message in a form any chat template renders: an assistant's calls as the text the
-    model writes for them (or, when this request offers no tools, as a sentence: a model shown the
-    markup writes it again, with no tool to call), a tool's result as a user message that says
-    what it is."""
+    model writes for them, a tool's result as a user message that says what it is. When this
+    request offers no tools, an assistant's calls are left out (None for a message that was only
+    calls): a small model shown its calls, as markup or in words, writes them again as its answer."""
     if message.get("role") == "assistant" and message.get("tool_calls"):
-        calls = [(call["function"]["name"], _parsed(call["function"].get("arguments"))) for call in message["tool_calls"]
-                 if isinstance(call, Mapping) and isinstance(call.get("function"), Mapping)]
-        if tools_offered:
-            written = "".join(f"{OPEN}{json.dumps({'name': name, 'arguments': arguments})}{CLOSE}" for name, arguments in calls)
-        else:
-            written = " ".join(f"(I called the tool {name} with {json.dumps(arguments)}.)" for name, arguments in calls)
-        return {"role": "assistant", "content": f"{message.get('content') or ''}{written}"}
+        if not tools_offered:
+            return {"role": "assistant", "content": message["content"]} if message.get("content") else None
+        calls = "".join(f"{OPEN}{json.dumps({'name': call['function']['name'], 'arguments': _parsed(call['function'].get('arguments'))})}{CLOSE}"
+                        for call in message["tool_calls"] if isinstance(call, Mapping) and isinstance(call.get("function"), Mapping))
+        return {"role": "assistant", "content": f"{message.get('content') or ''}{calls}"}
     if message.get("role") == "tool":
         return {"role": "user", "content": f"Tool result: {_text(message.get('content'))}"}
     return {"role": message.get("role") or "user", "content": _text(message.get("content"))}

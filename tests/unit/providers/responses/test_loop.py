@@ -69,6 +69,12 @@ def calls(*names: str) -> list[dict[str, Any]]:
     return [{"choices": [{"index": 0, "delta": {"tool_calls": deltas}, "finish_reason": "tool_calls"}]}]
 
 
+def call(name: str, arguments: dict[str, Any], call_id: str = "") -> list[dict[str, Any]]:
+    delta = {"index": 0, "id": call_id or f"call_{name}_{json.dumps(arguments, sort_keys=True)}", "function": {
+        "name": name, "arguments": json.dumps(arguments)}}
+    return [{"choices": [{"index": 0, "delta": {"tool_calls": [delta]}, "finish_reason": "tool_calls"}]}]
+
+
 class Model:
     """Answers each turn with the next scripted chunks; records what each turn was offered."""
 
@@ -179,7 +185,8 @@ async def test_a_model_still_calling_tools_at_the_iteration_limit_ends_incomplet
     async def answer() -> str:
         return "again"
 
-    loop = make_loop(Model(calls("a"), calls("a"), calls("a")), Session({"a": answer}), limits=LoopLimits(max_iterations=2))
+    loop = make_loop(Model(call("a", {"q": 1}), call("a", {"q": 2}), call("a", {"q": 3})), Session({"a": answer}),
+                     limits=LoopLimits(max_iterations=2))
     await produce(loop)
     assert loop.status == "incomplete" and loop.incomplete_reason == "max_messages"
     assert [item["type"] for item in loop.output] == ["fake_list", "fake_call", "fake_call"]
@@ -288,3 +295,35 @@ async def test_a_model_that_keeps_missing_the_grammar_fails_the_response() -> No
     with pytest.raises(UpstreamError, match=r"'digits' did not match the tool's grammar after 3 attempts") as raised:
         await produce(loop)
     assert raised.value.status == 502 and loop.output == [] and model.turns == []
+
+
+async def test_a_call_the_model_already_made_is_not_run_again_and_the_model_is_told_its_result_is_above() -> None:
+    """A small model asked to search calls the search again and again with the same query: run
+    once, the model reads each repeat answered that the result is above, and goes on."""
+    from providers.responses.loop import REPEATED_CALL
+    from runtime.observability.metrics import Metrics
+
+    async def search() -> str:
+        return "found: the answer is 42"
+
+    session = Session({"search": search})
+    # A call, the same again (its arguments' keys in another order), then an answer.
+    model = Model(call("search", {"q": "x", "k": 1}, "c1"), call("search", {"k": 1, "q": "x"}, "c2"), text("42"))
+    metrics = Metrics()
+    entered = metrics.enter()
+    try:
+        loop = make_loop(model, session)
+        await produce(loop)
+    finally:
+        metrics.leave(entered)
+    assert session.ran == ["search"]  # once
+    assert loop.status == "completed" and loop.output[-1]["content"][0]["text"] == "42"
+    assert [item["type"] for item in loop.output] == ["fake_list", "fake_call", "message"]
+    told = [item for _, item in model.hidden[2]]  # what the model's third turn saw beyond the output
+    assert told == [{"type": "function_call", "call_id": "c2", "name": "search", "arguments": '{"k": 1, "q": "x"}'},
+                    {"type": "function_call_output", "call_id": "c2", "output": REPEATED_CALL}]
+    assert "Not run again" in REPEATED_CALL and "result is above" in REPEATED_CALL
+    # The turn after the repeat is offered no server-side function: the model answers from what it has.
+    assert [names for names, _ in model.offered] == [["search"], ["search"], []]
+    metrics.fold()
+    assert 'stack_tool_calls_repeated_total{tool_type="fake"} 1.0' in metrics.exposition().decode()

@@ -35,11 +35,15 @@ def test_calls_and_results_in_the_history_become_text_any_template_renders() -> 
     assert json.loads(assistant["content"][len(OPEN):-len("</tool_call>")])["arguments"] == {"city": "Rome"}
 
 
-def test_with_no_tools_offered_the_calls_in_the_history_read_as_a_sentence_not_as_markup() -> None:
-    """A model shown `<tool_call>` markup in its history writes it again, with no tool to call."""
-    assistant = tool_message({"role": "assistant", "content": None, "tool_calls": [
-        {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Rome"}'}}]}, tools_offered=False)
-    assert assistant == {"role": "assistant", "content": '(I called the tool get_weather with {"city": "Rome"}.)'}
+def test_with_no_tools_offered_the_calls_in_the_history_are_left_out_and_their_results_kept() -> None:
+    """A small model shown its calls in its history, as markup or in words, writes them again as its
+    answer when there is no tool to call; what they returned stays."""
+    calls = [{"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Rome"}'}}]
+    assert tool_message({"role": "assistant", "content": None, "tool_calls": calls}, tools_offered=False) is None
+    assert tool_message({"role": "assistant", "content": "Checking.", "tool_calls": calls}, tools_offered=False) == {
+        "role": "assistant", "content": "Checking."}
+    assert tool_message({"role": "tool", "tool_call_id": "c1", "content": "sunny"}, tools_offered=False) == {
+        "role": "user", "content": "Tool result: sunny"}
 
 
 def test_tool_call_markup_is_taken_out_of_text_whole_or_cut_off_at_the_end() -> None:
