@@ -282,11 +282,13 @@ class TracingConfig(_Strict):
 class LoggingConfig(_Strict):
     """Structured logs (off unless configured: plain text, no per-request context)."""
 
-    format: Literal["json", "text"] = "json"
-    """json: one object per line; text: the plain layout with the context as key=value pairs."""
+    format: Literal["json", "text", "console"] = "json"
+    """json: one object per line; text: the plain layout with the context as key=value pairs;
+    console: for a person at a terminal, the time and the message, an access line as
+    `12:04:31 POST /v1/chat/completions 200 1.42 s local/smollm2-135m-instruct`."""
     level: Literal["debug", "info", "warning", "error"] = "info"
     access_log: bool = True
-    """One line per request: method, path, status, duration, principal."""
+    """One line per request: method, path, status, duration, principal, model."""
 
 
 class ServerConfig(_Strict):

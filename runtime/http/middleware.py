@@ -179,7 +179,7 @@ class RequestGuard:
                 tracing.leave(traced, scope, route_template(scope), status)
 
     def _observed(self, scope: Scope, status: int, streaming: bool, began: float, entered: contextvars.Token[Metrics | None] | None,
-                  logged: contextvars.Token[tuple[str, Any] | None] | None) -> None:
+                  logged: contextvars.Token[list[Any] | None] | None) -> None:
         """A request answered: counted and timed, and its access log line written."""
         if self.metrics is not None:
             self.metrics.request_done(scope, status, streaming, time.perf_counter() - began)

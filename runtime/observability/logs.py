@@ -1,6 +1,9 @@
 """Structured logs (run.yaml `server.logging`): each line carries the request id, the trace id and
 the principal of the request it was written in, as one JSON object (`format: json`) or as
-`key=value` pairs after the message (`format: text`); and, with `access_log`, one line per request.
+`key=value` pairs after the message (`format: text`); and, with `access_log`, one line per request,
+with the model it asked for. `format: console` is for a person at a terminal (the starter): the
+time and the message, and an access line that reads `12:04:31 POST /v1/chat/completions 200 1.42 s
+local/smollm2-135m-instruct`.
 
 Lines are handed to a thread that formats and writes them in batches (`BatchWriter`), so a request
 never waits on its terminal or pipe. Off (no `server.logging`), no
@@ -27,12 +30,13 @@ from pydantic_core import to_json
 from builder.config import LoggingConfig
 from contract.caller import principal_id
 
-__all__ = ["BatchWriter", "ContextFilter", "JsonFormatter", "TextFormatter", "access_record", "configure", "enter_request",
-           "leave_request", "log_access"]
+__all__ = ["BatchWriter", "ConsoleFormatter", "ContextFilter", "JsonFormatter", "TextFormatter", "access_record", "configure",
+           "enter_request", "leave_request", "log_access", "note_model"]
 
-# (request id, the request's ASGI headers): set by RequestGuard when logs are structured. The
-# caller's traceparent is read from the headers only when a line is written.
-_request: contextvars.ContextVar[tuple[str, Any] | None] = contextvars.ContextVar("log_request", default=None)
+# [request id, the request's ASGI headers, the model it asked for]: set by RequestGuard when logs are
+# structured; the model is noted when the inference router resolves it (`note_model`). The caller's
+# traceparent is read from the headers only when a line is written.
+_request: contextvars.ContextVar[list[Any] | None] = contextvars.ContextVar("log_request", default=None)
 
 CONTEXT_FIELDS = ("request_id", "trace_id", "principal")
 ACCESS_LOGGER = "stack.access"
@@ -41,14 +45,22 @@ _writer: BatchWriter | None = None
 """The server's writer, once `configure` has made it: access lines are queued to it directly."""
 
 
-def enter_request(request_id: str, headers: Any) -> contextvars.Token[tuple[str, Any] | None]:
+def enter_request(request_id: str, headers: Any) -> contextvars.Token[list[Any] | None]:
     """Make `request_id` (and the trace id of a `traceparent` among `headers`, ASGI pairs) the
     context of the lines written until `leave_request`."""
-    return _request.set((request_id, headers))
+    return _request.set([request_id, headers, None])
 
 
-def leave_request(token: contextvars.Token[tuple[str, Any] | None]) -> None:
+def leave_request(token: contextvars.Token[list[Any] | None]) -> None:
     _request.reset(token)
+
+
+def note_model(model: str) -> None:
+    """The model the request in hand asked for, for its access line (nothing outside a request,
+    or with logs off)."""
+    held = _request.get()
+    if held is not None:
+        held[2] = model
 
 
 def _caller_trace_id(headers: Any) -> str | None:
@@ -69,7 +81,7 @@ def _span_trace_id() -> str | None:
     return format(context.trace_id, "032x") if context.is_valid else None
 
 
-def _context(request: tuple[str, Any] | None, span_trace_id: str | None) -> tuple[str | None, str | None]:
+def _context(request: list[Any] | None, span_trace_id: str | None) -> tuple[str | None, str | None]:
     """The request id and trace id of `request` (None, None outside one)."""
     if request is None:
         return None, span_trace_id
@@ -86,22 +98,26 @@ def _stamp(record: logging.LogRecord) -> None:
 ACCESS_MESSAGE = "%s %s %d %.2fms"
 
 
-AccessFacts = tuple[float, str | None, str | None, str | None, str, str, int, float]
+AccessFacts = tuple[float, str | None, str | None, str | None, str, str, int, float, str | None]
 """What an access line is made of: time, request id, trace id, principal, method, path, status,
-duration in ms (atomic values: a queued line holds nothing of its request alive for the collector
-to walk)."""
+duration in ms, model (atomic values: a queued line holds nothing of its request alive for the
+collector to walk)."""
 
 
-def _access_fields(method: str, path: str, status: int, duration_ms: float) -> dict[str, Any]:
-    return {"method": method, "path": path, "status": status, "duration_ms": duration_ms}
+def _access_fields(method: str, path: str, status: int, duration_ms: float, model: str | None = None) -> dict[str, Any]:
+    fields = {"method": method, "path": path, "status": status, "duration_ms": duration_ms}
+    if model is not None:
+        fields["model"] = model
+    return fields
 
 
-def access_record(method: str, path: str, status: int, duration_ms: float, principal: str | None) -> logging.LogRecord:
+def access_record(method: str, path: str, status: int, duration_ms: float, principal: str | None,
+                  model: str | None = None) -> logging.LogRecord:
     """The access line of a request, made directly: `Logger.info` would also look up its caller's
     frame, for nothing here."""
     record = logging.LogRecord(ACCESS_LOGGER, logging.INFO, "", 0, ACCESS_MESSAGE, (method, path, status, duration_ms), None)
     record.principal = principal
-    record.fields = _access_fields(method, path, status, duration_ms)
+    record.fields = _access_fields(method, path, status, duration_ms, model)
     return record
 
 
@@ -115,11 +131,13 @@ def log_access(method: str, path: str, status: int, duration_ms: float, principa
     to whatever handlers the application has."""
     if not _access.isEnabledFor(logging.INFO):
         return
+    request = _request.get()
+    model = request[2] if request is not None else None
     writer = _writer
     if writer is not None:
-        writer.queue_access((time.time(), *_context(_request.get(), _span_trace_id()), principal, method, path, status, duration_ms))
+        writer.queue_access((time.time(), *_context(request, _span_trace_id()), principal, method, path, status, duration_ms, model))
     else:
-        _access.handle(access_record(method, path, status, duration_ms, principal))
+        _access.handle(access_record(method, path, status, duration_ms, principal, model))
 
 
 class ContextFilter(logging.Filter):
@@ -174,10 +192,10 @@ class JsonFormatter(logging.Formatter):
     def format_access(self, facts: AccessFacts) -> str:
         """The access line of `facts`, as `format` writes its record, made without the record
         (making one is 40 % of the line's cost)."""
-        created, request_id, trace_id, principal, method, path, status, duration_ms = facts
+        created, request_id, trace_id, principal, method, path, status, duration_ms, model = facts
         context = {name: value for name, value in zip(CONTEXT_FIELDS, (request_id, trace_id, principal)) if value is not None}
         return _json_line(created, "info", ACCESS_LOGGER, ACCESS_MESSAGE % (method, path, status, duration_ms),
-                          {**context, **_access_fields(method, path, status, duration_ms)})
+                          {**context, **_access_fields(method, path, status, duration_ms, model)})
 
 
 class TextFormatter(logging.Formatter):
@@ -195,11 +213,31 @@ class TextFormatter(logging.Formatter):
         return f"{head} {pairs}{newline}{rest}"
 
     def format_access(self, facts: AccessFacts) -> str:
-        created, request_id, trace_id, principal, method, path, status, duration_ms = facts
-        record = access_record(method, path, status, duration_ms, principal)
+        created, request_id, trace_id, principal, method, path, status, duration_ms, model = facts
+        record = access_record(method, path, status, duration_ms, principal, model)
         record.created, record.msecs = created, (created - int(created)) * 1000
         record.request_id, record.trace_id = request_id, trace_id
         return self.format(record)
+
+
+class ConsoleFormatter(logging.Formatter):
+    """For a person at a terminal: the time of day and the message (the level when it is not
+    info), and an access line of method, path, status, duration and model."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(message)s", "%H:%M:%S")
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        if record.levelno != logging.INFO:
+            time_of_day, _, rest = line.partition(" ")
+            line = f"{time_of_day} {record.levelname} {rest}"
+        return line
+
+    def format_access(self, facts: AccessFacts) -> str:
+        created, _, _, _, method, path, status, duration_ms, model = facts
+        duration = f"{duration_ms:.0f} ms" if duration_ms < 1000 else f"{duration_ms / 1000:.2f} s"
+        return f"{time.strftime('%H:%M:%S', time.localtime(created))} {method} {path} {status} {duration}" + (f" {model}" if model else "")
 
 
 class BatchWriter(logging.Handler):
@@ -209,7 +247,7 @@ class BatchWriter(logging.Handler):
     (nothing the garbage collector must track outlives its request), and access lines as the
     tuple of their facts (`queue_access`), made into records and formatted by the thread."""
 
-    def __init__(self, formatter: JsonFormatter | TextFormatter, stream: Any = None, interval_s: float = 0.05) -> None:
+    def __init__(self, formatter: JsonFormatter | TextFormatter | ConsoleFormatter, stream: Any = None, interval_s: float = 0.05) -> None:
         super().__init__()
         self.setFormatter(formatter)
         self._formatter = formatter
@@ -234,7 +272,7 @@ class BatchWriter(logging.Handler):
         try:
             return self._formatter.format_access(facts)
         except Exception:  # reported as a record would be, never lost silently
-            self.handleError(access_record(*facts[4:], facts[3]))
+            self.handleError(access_record(*facts[4:8], facts[3], facts[8]))
             return None
 
     def _run(self) -> None:
@@ -272,7 +310,8 @@ def configure(config: LoggingConfig, stream: Any = None) -> BatchWriter:
     """Send the root logger's records, formatted as `config` says, to `stream` (stderr) by a
     writing thread; the caller closes the returned handler at exit (which writes what is queued)."""
     global _writer
-    handler = BatchWriter(JsonFormatter() if config.format == "json" else TextFormatter(), stream)
+    formatter = {"json": JsonFormatter, "text": TextFormatter, "console": ConsoleFormatter}[config.format]()
+    handler = BatchWriter(formatter, stream)
     root = logging.getLogger()
     for existing in list(root.handlers):
         root.removeHandler(existing)

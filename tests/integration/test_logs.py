@@ -79,6 +79,7 @@ def test_json_lines_carry_the_request_id_trace_id_and_principal(tmp_path: Path, 
     by_id = {entry["request_id"]: entry for entry in accessed}
     served = by_id[request_id]
     assert served["method"] == "POST" and served["path"] == "/v1/responses" and served["status"] == 200
+    assert served["model"] == "fake-model"  # the model the request asked for, as it named it
     assert served["principal"] == "alice" and served["trace_id"] == TRACE_ID and served["duration_ms"] > 0
     turned_away = by_id[refused.headers["x-request-id"]]
     assert turned_away["status"] == 401 and "principal" not in turned_away
@@ -103,3 +104,17 @@ def test_the_level_leaves_out_lesser_lines(tmp_path: Path, upstream: FakeUpstrea
         assert ask(base_url, "alice-key").status_code == 200
     # At info the same run writes start-up, access and tool lines (the test above).
     assert not [line for line in lines if json.loads(line)["level"] in ("debug", "info")]
+
+
+def test_console_lines_say_one_request_each_with_its_model_for_a_person_at_a_terminal(tmp_path: Path, upstream: FakeUpstream) -> None:
+    """The starter's logs: a line per request a newcomer can read (`12:04:31 POST /v1/responses
+    200 12 ms fake-model`), the time and the message for the rest."""
+    import re
+
+    with logging_server(tmp_path, upstream, "{format: console}") as (base_url, lines):
+        assert ask(base_url, "alice-key").status_code == 200
+        assert httpx2.get(f"{base_url}/models", headers={"authorization": "Bearer alice-key"}, timeout=10).status_code == 200
+    assert any(re.fullmatch(r"\d\d:\d\d:\d\d POST /v1/responses 200 \d+ ms fake-model", line) for line in lines), lines
+    assert any(re.fullmatch(r"\d\d:\d\d:\d\d GET /v1/models 200 \d+ ms", line) for line in lines), lines  # no model asked for
+    assert any(re.fullmatch(r"\d\d:\d\d:\d\d serving logs on http://127.0.0.1:\d+", line) for line in lines), lines
+    assert not any(line.startswith("{") or "request_id=" in line for line in lines)

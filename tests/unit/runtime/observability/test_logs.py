@@ -137,3 +137,27 @@ def test_outside_the_server_an_access_line_takes_the_standard_handler_path() -> 
         access.setLevel(level)
     assert [record.getMessage() for record in seen] == ["GET /v1/models 200 1.00ms"]
     assert seen[0].fields == {"method": "GET", "path": "/v1/models", "status": 200, "duration_ms": 1.0}
+
+
+def test_the_console_access_line_reads_as_a_person_would_write_it() -> None:
+    import re
+
+    formatter = logs.ConsoleFormatter()
+    quick = formatter.format_access((1_700_000_000.25, "req_1", None, "alice", "POST", "/v1/chat/completions", 200, 41.6, "local/m"))
+    slow = formatter.format_access((1_700_000_000.25, "req_2", None, None, "GET", "/v1/models", 200, 1234.0, None))
+    assert re.fullmatch(r"\d\d:\d\d:\d\d POST /v1/chat/completions 200 42 ms local/m", quick), quick
+    assert re.fullmatch(r"\d\d:\d\d:\d\d GET /v1/models 200 1.23 s", slow), slow
+    warning = logging.LogRecord("stack", logging.WARNING, "", 0, "disk %s", ("full",), None)
+    assert re.fullmatch(r"\d\d:\d\d:\d\d WARNING disk full", formatter.format(warning))
+
+
+def test_the_model_a_request_asked_for_is_in_its_access_line_and_nothing_is_noted_outside_one() -> None:
+    logs.note_model("outside")  # no request: nothing to note it on, and no error
+    token = logs.enter_request("req_m", [])
+    try:
+        logs.note_model("local/m")
+        record_model = logs._request.get()[2]  # type: ignore[index]
+    finally:
+        logs.leave_request(token)
+    assert record_model == "local/m"
+    assert logs.access_record("GET", "/x", 200, 1.0, None, "local/m").fields["model"] == "local/m"  # type: ignore[attr-defined]
