@@ -24,6 +24,7 @@ import json
 import shutil
 import subprocess
 import sys
+import tempfile
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -117,14 +118,31 @@ def _direct_url(distribution: importlib.metadata.Distribution) -> Path | None:
 
 
 def _build_wheel(checkout: Path, wheels: Path) -> Path:
+    # Built from a copy of what the wheel holds (the project file, the README it names, the
+    # packages), not in the checkout, where setuptools would leave build/ and an egg-info behind.
     # Without build isolation when setuptools is at hand (no download of a build environment);
     # pip makes one otherwise.
     isolation = [] if importlib.util.find_spec("setuptools") is None else ["--no-build-isolation"]
-    command = [sys.executable, "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check", "--no-deps", *isolation,
-               "--wheel-dir", str(wheels), str(checkout)]
-    done = subprocess.run(command, capture_output=True, text=True, errors="replace", check=False)
+    with tempfile.TemporaryDirectory(prefix="stack-build-") as staging:
+        source = Path(staging) / "stack"
+        _stage(checkout, source)
+        command = [sys.executable, "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check", "--no-deps", *isolation,
+                   "--wheel-dir", str(wheels), str(source)]
+        done = subprocess.run(command, capture_output=True, text=True, errors="replace", check=False)
     built = sorted(wheels.glob("stack-*.whl"))
     if done.returncode != 0 or not built:
         raise ConfigError(f"building a wheel of the server from {checkout} failed (pip wheel, exit status {done.returncode}): "
                           f"{(done.stderr or done.stdout).strip()[-500:]}")
     return built[-1]
+
+
+def _stage(checkout: Path, source: Path) -> None:
+    """The project file, its README and the top-level packages it lists (`tool.setuptools.packages.find`)."""
+    project = tomllib.loads((checkout / "pyproject.toml").read_text(encoding="utf-8"))
+    packages = project.get("tool", {}).get("setuptools", {}).get("packages", {}).get("find", {}).get("include", [])
+    source.mkdir()
+    for name in ("pyproject.toml", str(project.get("project", {}).get("readme") or "README.md")):
+        shutil.copy2(checkout / name, source / name)
+    for package in dict.fromkeys(str(pattern).rstrip("*").rstrip(".") for pattern in packages):
+        if (checkout / package).is_dir():
+            shutil.copytree(checkout / package, source / package, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))

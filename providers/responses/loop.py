@@ -17,7 +17,7 @@ called again, seeing its call and the reason it was refused (items only the mode
 at most `GRAMMAR_REPAIRS` times; a model that still does not match fails the response (a 502: the
 model server's answer, not the request, is at fault). The client sees only a call that matches.
 
-Events go out in output order. A tool step (a listing, a call) streams live while it is the
+Events go out in output order (steps.py). A tool step (a listing, a call) streams live while it is the
 earliest step still running; the events of later steps wait until every earlier step's are out,
 so items are announced in the model's order whichever call ends first.
 
@@ -27,7 +27,6 @@ sessions of `RequestTools`. It knows no tool type and does no I/O of its own.
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import json
 import logging
@@ -38,12 +37,13 @@ from typing import Any, Protocol
 from providers.responses.client_tools import CALL_TYPES
 from runtime.observability.metrics import current_metrics
 from runtime.observability.tracing import current_tracing
+from providers.responses.steps import UNDER_WAY, StepItem, run_steps
 from providers.responses.tools import RequestTools
 from providers.responses.translate import Event, StreamTranslator
 from contract.tool_runtime.protocol import Citations, ItemSink, ModelCall, ToolSession
 from contract.errors import UpstreamError
 
-__all__ = ["GRAMMAR_REPAIRS", "REPEATED_CALL", "Hidden", "LoopLimits", "ModelTurn", "ToolLoop", "prepare_tools", "run_steps"]
+__all__ = ["GRAMMAR_REPAIRS", "REPEATED_CALL", "Hidden", "LoopLimits", "ModelTurn", "ToolLoop", "prepare_tools"]
 
 log = logging.getLogger("stack")
 
@@ -98,7 +98,7 @@ class ToolLoop:
     """(function, canonical arguments) of the server-side calls made so far in this response."""
     _repeated: bool = False
     """The last model turn repeated a call: the model is called again, told its result is above."""
-    _running: list[_Item] = field(default_factory=list)
+    _running: list[StepItem] = field(default_factory=list)
 
     def preparation(self) -> AsyncGenerator[Event, None]:
         """`prepare_tools` over this loop's tools and output."""
@@ -250,7 +250,7 @@ class ToolLoop:
                 self.usages.append(self.translator.usage)
             self.translator = None
         for item in self._running:
-            if item.item.get("status") in _UNDER_WAY:
+            if item.item.get("status") in UNDER_WAY:
                 item.item["status"] = "incomplete"
         self._running.clear()
         return events
@@ -272,8 +272,6 @@ class ToolLoop:
         return total
 
 
-_UNDER_WAY = frozenset({"in_progress", "calling", "searching", "interpreting", "generating"})
-"""Item statuses of work still going on (each tool type has its own words)."""
 
 
 REPEATED_CALL = "Not run again: this exact call was already made in this response, and its result is above. Answer from it."
@@ -305,109 +303,3 @@ async def prepare_tools(tools: RequestTools | None, output: list[dict[str, Any]]
     async for event in run_steps(steps, output, parallel):
         yield event
     tools.offer()
-
-
-# --- steps ---------------------------------------------------------------------------------
-
-
-class _Item:
-    """An item a step opened (implements contract.tool_runtime.protocol.OutputItem)."""
-
-    __slots__ = ("item", "output_index", "_step")
-
-    def __init__(self, step: _Sink, item: dict[str, Any]) -> None:
-        self.item = item
-        self.output_index = -1  # known once its `added` event goes out
-        self._step = step
-
-    def emit(self, event_type: str, **fields: Any) -> None:
-        self._step.push(self, {"type": event_type, "item_id": self.item.get("id"), **fields})
-
-
-class _Sink:
-    """One step's items and its events not yet out (implements ItemSink)."""
-
-    def __init__(self, steps: _Steps) -> None:
-        self.steps = steps
-        self.items: list[_Item] = []
-        self.pending: list[tuple[_Item, Event | None]] = []  # (item, event); None: the item's `added`
-        self.finished = False
-
-    def open(self, item: dict[str, Any]) -> _Item:
-        opened = _Item(self, item)
-        self.items.append(opened)
-        self.steps.running.append(opened)
-        # The `added` event shows the item as it was opened, whenever it goes out.
-        self.push(opened, {"type": "response.output_item.added", "item": dict(item)})
-        return opened
-
-    def push(self, item: _Item, event: Event) -> None:
-        self.pending.append((item, event))
-        self.steps.flush()
-
-
-class _Steps:
-    """Steps in output order; the earliest unfinished one streams live, the rest wait."""
-
-    def __init__(self, output: list[dict[str, Any]], running: list[_Item]) -> None:
-        self.output = output
-        self.running = running
-        self.sinks: list[_Sink] = []
-        self.head = 0
-        self.ready: asyncio.Queue[Event | None] = asyncio.Queue()
-
-    def flush(self) -> None:
-        while self.head < len(self.sinks):
-            sink = self.sinks[self.head]
-            for item, event in sink.pending:
-                assert event is not None
-                if event["type"] == "response.output_item.added":
-                    item.output_index = len(self.output)
-                    self.output.append(item.item)
-                event["output_index"] = item.output_index
-                self.ready.put_nowait(event)
-            sink.pending.clear()
-            if not sink.finished:
-                return
-            for item in sink.items:
-                self.ready.put_nowait({"type": "response.output_item.done", "output_index": item.output_index, "item": item.item})
-                if item in self.running:
-                    self.running.remove(item)
-            self.head += 1
-        self.ready.put_nowait(None)
-
-
-async def run_steps(steps: Sequence[Callable[[ItemSink], Awaitable[None]]], output: list[dict[str, Any]], parallel: int,
-                    running: list[_Item] | None = None) -> AsyncIterator[Event]:
-    """Run `steps` concurrently (at most `parallel` at once); their events in output order.
-
-    A step's failure is its own business (tools record failures on their items); an exception
-    that escapes a step is a bug of that tool and stops the others."""
-    if not steps:
-        return
-    state = _Steps(output, running if running is not None else [])
-    state.sinks = [_Sink(state) for _ in steps]
-    gate = asyncio.Semaphore(parallel)
-
-    async def run(sink: _Sink, step: Callable[[ItemSink], Awaitable[None]]) -> None:
-        try:
-            async with gate:
-                await step(sink)
-        except asyncio.CancelledError:
-            for item in sink.items:  # stopped midway: what it produced is kept, marked so
-                if item.item.get("status") in _UNDER_WAY:
-                    item.item["status"] = "incomplete"
-            raise
-        finally:
-            sink.finished = True
-            state.flush()
-
-    tasks = [asyncio.create_task(run(sink, step)) for sink, step in zip(state.sinks, steps, strict=True)]
-    try:
-        while (event := await state.ready.get()) is not None:
-            yield event
-        await asyncio.gather(*tasks)  # a step that raised (a tool's bug) fails the response
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
