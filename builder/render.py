@@ -100,7 +100,7 @@ def write_build(plan: StackPlan, source: Path, output: Path, venv: Path | None, 
     files = {
         "run.yaml": render_run_yaml(plan, source_text, str(source)),
         "requirements.txt": render_requirements(plan, server),
-        "Containerfile": render_containerfile(plan, wheels=(output / WHEELS_DIR).is_dir() and any((output / WHEELS_DIR).iterdir())),
+        "Containerfile": render_containerfile(plan, wheels=server.startswith(f"./{WHEELS_DIR}/")),
         "launch.sh": render_launch_script(plan, venv),
     }
     written = [_write(output / name, text) for name, text in files.items()]
