@@ -1,8 +1,10 @@
 """The Responses API's wire models: the create-response request (its schema and checks) and
 the Response object it starts.
 
-Unknown fields are accepted and ignored (the SDK may send newer ones); known fields are checked
-with their OpenAI limits, each failure a 400 naming the field. Tools of types other than
+Known fields are checked with their OpenAI limits, each failure a 400 naming the field; a field
+OpenAI does not know is a 400 (`unknown_parameter`), as OpenAI answers it, so a typo is not
+silently a default. OpenAI's fields this server does not act on are taken and ignored
+(`IGNORED_FIELDS`), and so are the extensions OGX's clients send. Tools of types other than
 `function` are checked by the tool runtime that serves their type, which the request alone
 cannot know.
 """
@@ -19,7 +21,7 @@ from contract.checks import MAX_STRING, validate_id, validate_metadata
 from contract.items import check_include, shown_item, shown_items
 from contract.errors import InvalidRequestError
 
-__all__ = ["CompactRequest", "CreateResponse", "ConversationRef", "response_object"]
+__all__ = ["HOSTED_TOOL_TYPES", "IGNORED_FIELDS", "RESPONSE_FIELDS", "CompactRequest", "CreateResponse", "ConversationRef", "response_object"]
 
 _SCHEMA_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
@@ -83,6 +85,9 @@ class CreateResponse(BaseModel):
     context_management: list[dict[str, Any]] | None = None
     guardrails: list[Any] | None = None
     """OGX's extension: the safety guardrails to run on this response, by name (or `{"type": name}`)."""
+    max_infer_iters: int | None = Field(default=None, ge=1)
+    """OGX's extension: at most this many model calls in the response's tool loop (run.yaml's
+    `max_tool_iterations` stays the ceiling)."""
 
     @property
     def conversation_id(self) -> str | None:
@@ -92,6 +97,8 @@ class CreateResponse(BaseModel):
 
     def check(self) -> None:
         """The checks pydantic's types cannot express; each a 400 naming its field."""
+        if self.model_extra:
+            _check_known(self.model_extra)
         if not self.model:
             raise InvalidRequestError("Missing required parameter: 'model'.", param="model", code="missing_required_parameter")
         if self.conversation is not None and self.previous_response_id is not None:
@@ -141,6 +148,32 @@ class CreateResponse(BaseModel):
 
 DEFAULT_COMPACT_THRESHOLD = 100_000  # tokens: when `compact_threshold` is left out
 
+IGNORED_FIELDS = frozenset({
+    # OpenAI's, with nothing here to act on them (openai.types.responses.ResponseCreateParams).
+    "access_programs", "background_options", "image", "prompt_cache_options", "prompt_cache_retention",
+    "client_metadata",  # sent by the Codex CLI, which OpenAI takes
+})
+"""Create-response fields taken and ignored."""
+
+_REFUSED_FIELDS = {
+    # Asked-for safety is never dropped silently: the request says what runs here instead.
+    "moderation": "'moderation' (OpenAI's moderation policies) is not supported by this server: name the guardrails to "
+                  "run in 'guardrails' (docs/safety.md).",
+    "shields": "'shields' is OGX's old name for 'guardrails': send the same names in 'guardrails'.",
+}
+
+RESPONSE_FIELDS = frozenset(CreateResponse.model_fields) | IGNORED_FIELDS | frozenset(_REFUSED_FIELDS)
+"""Every field a create-response body may have; any other is a 400 `unknown_parameter`."""
+
+
+def _check_known(extra: dict[str, Any]) -> None:
+    for key, value in extra.items():
+        if key in _REFUSED_FIELDS:
+            if value is not None:
+                raise InvalidRequestError(_REFUSED_FIELDS[key], param=key, code="unsupported_parameter")
+        elif key not in IGNORED_FIELDS:
+            raise InvalidRequestError(f"Unknown parameter: '{key[:64]}'.", param=key[:64], code="unknown_parameter")
+
 
 def _check_context_management(entries: list[dict[str, Any]] | None) -> None:
     for index, entry in enumerate(entries or ()):
@@ -161,6 +194,14 @@ _TOOL_CHOICE_TYPES = frozenset({
     "function", "allowed_tools", "mcp", "custom", "file_search", "web_search", "web_search_preview",
     "web_search_preview_2025_03_11", "web_search_2025_08_26", "computer", "computer_use", "computer_use_preview", "image_generation",
     "code_interpreter", "apply_patch", "shell", "programmatic_tool_calling",
+})
+
+
+# OpenAI's tool types that OpenAI runs (or, for `computer`, a client this server has no item for):
+# those run.yaml's `unserved_tools: omit` may leave out of the model's view when no runtime serves them.
+HOSTED_TOOL_TYPES = frozenset({
+    "file_search", "web_search", "web_search_2025_08_26", "web_search_preview", "web_search_preview_2025_03_11", "mcp",
+    "code_interpreter", "image_generation", "computer", "computer_use", "computer_use_preview", "programmatic_tool_calling",
 })
 
 

@@ -63,9 +63,9 @@ class BuiltinResponsesConfig(BaseModel):
     compaction_model: str | None = Field(default=None, min_length=1, description=(
         "The model that writes compaction summaries (POST /v1/responses/compact, context_management); default: the request's own model"))
     unserved_tools: Literal["reject", "omit"] = Field(default="reject", description=(
-        "A request's server-side tool of a type no tool_runtime provider serves (web_search without a search backend...): "
-        "`reject` answers a 400 naming it; `omit` leaves it out of the model's view and answers the rest (for clients such as "
-        "the Codex CLI, which send such tools with every request)"))
+        "A request's tool of one of OpenAI's hosted types that no tool_runtime provider serves (web_search without a search "
+        "backend...): `reject` answers a 400 naming it; `omit` leaves it out of the model's view and answers the rest (for "
+        "clients such as the Codex CLI, which send such tools with every request). A type OpenAI does not define is a 400 either way."))
 
     @field_validator("reasoning_key")
     @classmethod

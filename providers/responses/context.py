@@ -7,6 +7,7 @@ chain reads nothing from the store; other processes, and evicted entries, read i
 
 from __future__ import annotations
 
+import itertools
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any, Protocol
@@ -16,7 +17,7 @@ from contract.responses.models import CreateResponse
 from providers.responses.store import ResponseStore
 from providers.responses.turn import Context, Turn
 
-__all__ = ["CONTEXT_CACHE_SIZE", "ContextSource", "Conversations"]
+__all__ = ["CONTEXT_CACHE_SIZE", "ContextSource", "Conversations", "check_call_outputs"]
 
 CONTEXT_CACHE_SIZE = 1024
 
@@ -56,7 +57,8 @@ class ContextSource:
         try:
             previous, history = await self.store.context(previous_id)
         except NotFoundError:
-            raise NotFoundError(
+            # A 400, as OpenAI answers it (not a 404: the request is what is wrong, not its URL).
+            raise InvalidRequestError(
                 f"Previous response with id '{previous_id}' not found. Only stored responses (store=true) can be continued.",
                 param="previous_response_id", code="previous_response_not_found",
             ) from None
@@ -104,3 +106,29 @@ class ContextSource:
             return
         if turn.response["status"] in ("completed", "incomplete"):
             await self.conversations.append_items(conversation_id, [*turn.input_items, *turn.response["output"]])
+
+
+# The output items that answer a call the model made earlier in the context, and that call's type.
+_ANSWERS = {"function_call_output": ("function_call", "function call"), "custom_tool_call_output": ("custom_tool_call", "custom tool call")}
+
+
+def check_call_outputs(history: Sequence[dict[str, Any]], input_items: Sequence[dict[str, Any]]) -> None:
+    """A 400 for a tool output in `input_items` whose `call_id` names no call before it in the
+    context (the chain or conversation, then the input), as OpenAI refuses it: a model shown an
+    answer to a call it never made is answering a question nobody asked. After a compaction item
+    the calls are out of sight, so outputs that follow one are taken as they are."""
+    if not any(item.get("type") in _ANSWERS for item in input_items):
+        return
+    made: set[tuple[str, Any]] = set()
+    compacted = False
+    for item in itertools.chain(history, input_items):
+        kind = item.get("type")
+        if kind == "compaction":
+            compacted = True
+        elif kind in ("function_call", "custom_tool_call"):
+            made.add((kind, item.get("call_id")))
+        elif kind in _ANSWERS and not compacted:
+            call_type, words = _ANSWERS[kind]
+            if (call_type, item.get("call_id")) not in made:
+                raise InvalidRequestError(f"No tool call found for {words} output with call_id {str(item.get('call_id'))[:100]}.",
+                                          param="input")

@@ -194,8 +194,8 @@ class ResponsesEngine:
             return StreamTranslator(first_output_index=first_index, with_logprobs=with_logprobs, is_server=is_server,
                                     citations=citations, seal=seal, guard=turn.guard_output, client_tool=client_tool)
 
-        return ToolLoop(turn.response["output"], self.model_calls.for_turn(turn, run.streamed), turn.tools, translator, self.limits,
-                        max_tool_calls=turn.request.max_tool_calls, max_output_tokens=turn.request.max_output_tokens)
+        return ToolLoop(turn.response["output"], self.model_calls.for_turn(turn, run.streamed), turn.tools, translator,
+                        self.limits.at_most(turn.request.max_infer_iters), max_tool_calls=turn.request.max_tool_calls, max_output_tokens=turn.request.max_output_tokens)
 
     def _streamed_by(self, task: asyncio.Task[Any], current: asyncio.Task[Any]) -> asyncio.Task[Any]:
         """`current` makes the stream's events now, not `task`: a consumer may make a stream's

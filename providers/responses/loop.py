@@ -31,7 +31,7 @@ import itertools
 import json
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from providers.responses.client_tools import CALL_TYPES
@@ -60,6 +60,10 @@ class LoopLimits:
     """Model turns per response; a response still calling tools after that many is incomplete."""
     parallel: int = 8
     """Server-side calls of one model turn that run at once."""
+
+    def at_most(self, iterations: int | None) -> LoopLimits:
+        """These limits with at most `iterations` model turns (a request's `max_infer_iters`)."""
+        return self if iterations is None or iterations >= self.max_iterations else replace(self, max_iterations=iterations)
 
 
 class ModelTurn(Protocol):

@@ -18,12 +18,13 @@ from contract.files.protocol import FilesProvider
 from contract.items import new_id, normalize_input
 from contract.prompts.protocol import PromptsProvider
 from contract.responses.models import CreateResponse, response_object
-from providers.responses.context import ContextSource
+from providers.responses.context import ContextSource, check_call_outputs
 from providers.responses.files import with_files_read
 from providers.responses.guardrails import Guardrails
 from providers.responses.items import ChatContext, Renderer
 from providers.responses.loop import prepare_tools
 from providers.responses.model_calls import Inference
+from providers.responses.output_schema import check_output_schema
 from providers.responses.prompting import expand_prompt
 from providers.responses.sealing import ReasoningSeal, check_sealed
 from providers.responses.tools import RequestTools, check_server_tools, needs_request_tools, open_request_tools, public_tools, served_only
@@ -57,6 +58,7 @@ class Preparation:
         prompt = None
         if request.prompt is not None:
             request, prompt = await expand_prompt(request, self.prompts)
+        check_output_schema(request.text)
         asked = request
         if self.omit_unserved:
             request = served_only(request, self.tools)
@@ -66,6 +68,7 @@ class Preparation:
         input_items = normalize_input(request.input)
         context = await self.contexts.of(request)
         input_items = await self.contexts.resolve_references(input_items)
+        check_call_outputs(context.items, input_items)
         check_sealed(self.seal, input_items)
         response = response_object(request, new_id("resp"), "queued" if request.background else "in_progress",
                                    conversation_id=request.conversation_id)

@@ -19,7 +19,7 @@ from typing import Any
 from providers.responses.client_tools import (
     CLIENT_TOOL_TYPES, ClientTool, check_client_tool, client_tools, loaded_tools, tool_choice_name,
 )
-from contract.responses.models import CreateResponse
+from contract.responses.models import HOSTED_TOOL_TYPES, CreateResponse
 from contract.tool_runtime.protocol import Citations, FunctionSpec, ModelCall, ToolContext, ToolSession
 from runtime.apis.tool_runtime.router import ToolRouter
 from contract.tool_runtime.web_search import WEB_SEARCH_TYPES
@@ -58,11 +58,13 @@ async def check_server_tools(request: CreateResponse, router: ToolRouter | None)
 
 
 def served_only(request: CreateResponse, router: ToolRouter | None) -> CreateResponse:
-    """The request without its server-side tools of types no tool runtime serves (run.yaml's
-    `unserved_tools: omit`): the model never sees them."""
+    """The request without its tools of OpenAI's hosted types that no tool runtime here serves
+    (run.yaml's `unserved_tools: omit`): the model never sees them. A type nobody defines is
+    kept, for `check_server_tools` to refuse: omission is for clients written for OpenAI (the
+    Codex CLI's `web_search`), not for typos."""
     tools = request.tools or []
-    kept = [tool for tool in tools if tool.get("type") in CLIENT_TOOL_TYPES
-            or (router is not None and isinstance(tool.get("type"), str) and router.runtime_for(tool["type"]) is not None)]
+    kept = [tool for tool in tools if tool.get("type") not in HOSTED_TOOL_TYPES
+            or (router is not None and router.runtime_for(tool["type"]) is not None)]
     if len(kept) == len(tools):
         return request
     log.info("left out of the model's view: tools of types no tool runtime serves (%s)",

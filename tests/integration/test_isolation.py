@@ -54,7 +54,7 @@ def test_a_response_of_another_owner_is_a_404_on_every_route(pair: Pair) -> None
         pair.bob.responses.input_items.list(mine.id)
     with pytest.raises(openai.NotFoundError):
         pair.bob.responses.delete(mine.id)
-    with pytest.raises(openai.NotFoundError) as chained:
+    with pytest.raises(openai.BadRequestError) as chained:  # as for a response that is not there at all
         pair.bob.responses.create(model="fake-model", input="go on", previous_response_id=mine.id)
     assert chained.value.body["code"] == "previous_response_not_found"  # type: ignore[index]
     item_id = pair.alice.responses.input_items.list(mine.id).data[0].id

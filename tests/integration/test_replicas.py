@@ -204,6 +204,6 @@ def test_a_response_deleted_on_one_replica_is_not_continued_from_anothers_cache(
     kept = first.responses.create(model="fake-model", input="[tokens:1] remember me")
     assert first.responses.create(model="fake-model", input="[tokens:1] go on", previous_response_id=kept.id).status == "completed"
     second.responses.delete(kept.id)  # the first replica still holds its context in memory
-    with pytest.raises(openai.NotFoundError) as gone:
+    with pytest.raises(openai.BadRequestError) as gone:
         first.responses.create(model="fake-model", input="[tokens:1] and again", previous_response_id=kept.id)
     assert gone.value.body["code"] == "previous_response_not_found"  # type: ignore[index]

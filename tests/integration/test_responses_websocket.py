@@ -83,8 +83,12 @@ def test_an_unstored_chain_may_start_from_a_stored_response(stack: Stack) -> Non
 def test_mistakes_are_error_events_and_the_socket_stays_open(stack: Stack) -> None:
     with stack.client.responses.connect() as connection:
         missing = turn(connection, model="fake-model", input="hi", store=False, previous_response_id="resp_unknown")
-        assert missing[-1].type == "error" and missing[-1].status == 404
-        assert missing[-1].error.code == "previous_response_not_found"
+        assert missing[-1].type == "error" and missing[-1].status == 400  # as OpenAI answers it, and as over HTTP
+        assert missing[-1].error.code == "previous_response_not_found" and missing[-1].error.param == "previous_response_id"
+        connection.send({"type": "response.create", "model": "fake-model", "input": "hi", "temprature": 0.5})  # type: ignore[typeddict-unknown-key]
+        unknown_field = [connection.recv()]
+        assert unknown_field[-1].type == "error" and unknown_field[-1].status == 400
+        assert unknown_field[-1].error.code == "unknown_parameter" and unknown_field[-1].error.param == "temprature"
         bad = turn(connection, model="fake-model", input="hi", max_output_tokens=2)
         assert bad[-1].type == "error" and bad[-1].status == 400 and bad[-1].error.param == "max_output_tokens"
         unknown = turn(connection, model="no-such-model", input="hi")
@@ -99,6 +103,27 @@ def test_mistakes_are_error_events_and_the_socket_stays_open(stack: Stack) -> No
         assert surrogate.type == "error" and surrogate.error.code == "invalid_json"
         fine = turn(connection, model="fake-model", input="[tokens:1] still here")
         assert fine[-1].type == "response.completed" and fine[-1].response.output_text == "tok1"
+
+
+def test_a_failed_continuation_evicts_the_response_it_continued(stack: Stack) -> None:
+    """Open Responses: a turn continuing a cached response that fails (refused, or ended
+    response.failed) evicts that response, so continuing it again is previous_response_not_found."""
+    with stack.client.responses.connect() as connection:
+        first = turn(connection, model="fake-model", input="[tokens:1] remember", store=False)[-1].response
+        failed = turn(connection, model="fake-model", input="[error:500] the model server falls over", store=False,
+                      previous_response_id=first.id)
+        assert failed[-1].type in ("error", "response.failed")
+        again = turn(connection, model="fake-model", input="[tokens:1] try again", store=False, previous_response_id=first.id)
+        assert again[-1].type == "error" and again[-1].status == 400 and again[-1].error.code == "previous_response_not_found"
+        second = turn(connection, model="fake-model", input="[tokens:1] remember", store=False)[-1].response
+        refused = turn(connection, model="fake-model", input="hi", store=False, previous_response_id=second.id, max_output_tokens=2)
+        assert refused[-1].type == "error" and refused[-1].status == 400
+        gone = turn(connection, model="fake-model", input="[tokens:1] go on", store=False, previous_response_id=second.id)
+        assert gone[-1].type == "error" and gone[-1].error.code == "previous_response_not_found"
+        stored = turn(connection, model="fake-model", input="[tokens:1] kept in the store")[-1].response
+        turn(connection, model="fake-model", input="[error:500] falls over", previous_response_id=stored.id)
+        from_store = turn(connection, model="fake-model", input="[tokens:1] go on", previous_response_id=stored.id)
+        assert from_store[-1].type == "response.completed"  # a stored response is still in the store
 
 
 def test_generate_false_prepares_a_context_without_a_model_call(stack: Stack) -> None:

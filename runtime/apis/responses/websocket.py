@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
+from collections.abc import AsyncIterator
 from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
@@ -45,6 +46,10 @@ class _Context:
         self.items.move_to_end(response_id)
         while len(self.items) > CACHED_RESPONSES:
             self.items.popitem(last=False)
+
+    def forget(self, response_id: str | None) -> None:
+        if response_id is not None:
+            self.items.pop(response_id, None)
 
 
 async def serve_connection(socket: WebSocket, impl: ResponsesProvider) -> None:
@@ -84,18 +89,23 @@ async def _next_message(socket: WebSocket, draining: Draining | None) -> str | N
 
 
 async def _answer(socket: WebSocket, impl: ResponsesProvider, message: str, context: _Context) -> None:
+    """Answer one message. A continuation that fails (refused, or ended `response.failed`) evicts
+    the response it continued from the connection's cache, as the Open Responses specification
+    has it: what that response said may be why the turn failed, so the client starts over from
+    full context (or from the stored response, which stays in the store)."""
     stream_id: Any = None
+    previous: str | None = None
     try:
         body = fastjson.loads(message)  # not the standard library, which takes lone surrogates no model can encode
         if not isinstance(body, dict):
             raise InvalidRequestError("Each message must be a JSON object (a response.create event).", code="invalid_json")
         stream_id = body.get("stream_id")
+        previous = body.get("previous_response_id") if isinstance(body.get("previous_response_id"), str) else None
         if body.get("type") != "response.create":
             raise InvalidRequestError(f"Invalid value for 'type': {str(body.get('type'))[:80]!r}. This socket takes 'response.create' "
                                       "events.", param="type", code="invalid_value")
         request = CreateResponse.model_validate({key: value for key, value in body.items() if key not in _WS_ONLY})
         request.stream = True
-        previous = request.previous_response_id
         kept = context.items.get(previous) if previous is not None else None
         if kept is not None:  # an unstored response of this connection: continued from what it kept
             parent, history = kept
@@ -105,23 +115,35 @@ async def _answer(socket: WebSocket, impl: ResponsesProvider, message: str, cont
             return
         events = await impl.stream_response(request)
     except ValueError as error:  # not JSON, or a body pydantic refused
+        context.forget(previous)
         body = validation_error_body(error.errors()) if isinstance(error, ValidationError) else error_body(
             "We could not parse this message: it is not valid JSON.", "invalid_request_error", None, "invalid_json")
         await _send(socket, {"type": "error", "status": 400, **body}, stream_id)
         return
     except APIError as error:
+        context.forget(previous)
         await _send(socket, {"type": "error", "status": error.status, **error.body()}, stream_id)
         return
+    await _relay(socket, events, request, context, previous if kept is not None else None, stream_id)
+
+
+async def _relay(socket: WebSocket, events: AsyncIterator[dict[str, Any]], request: CreateResponse, context: _Context,
+                 cached: str | None, stream_id: Any) -> None:
+    """Send a response's events; `cached`: the connection's unstored response it continues, if any
+    (the request names that response's stored parent, and the client sees its own chain)."""
+    previous = cached or request.previous_response_id
     include = frozenset(request.include or ())
     sequence = -1
     held: list[dict[str, Any]] = []  # the opening events, until the response has output (as the SSE route holds them)
     try:
         async for event in events:
             sequence = event["sequence_number"]
+            if event["type"] == "response.failed":
+                context.forget(previous)
             if event["type"] in _TERMINAL and request.store is False:
                 response = event["response"]
                 context.keep(response["id"], request.previous_response_id, [*normalize_input(request.input), *response["output"]])
-            if kept is not None and "response" in event:  # the chain as the client sees it
+            if cached is not None and "response" in event:  # the chain as the client sees it
                 event = {**event, "response": {**event["response"], "previous_response_id": previous}}
             if event["type"] in _OPENING and not request.background:
                 held.append(event)
@@ -131,6 +153,7 @@ async def _answer(socket: WebSocket, impl: ResponsesProvider, message: str, cont
             held.clear()
             await _send(socket, shown_event(event, include), stream_id)
     except APIError as error:
+        context.forget(previous)
         if held:  # refused before any output: answered as a request refused before it started
             await _send(socket, {"type": "error", "status": error.status, **error.body()}, stream_id)
         else:  # a failure the provider could not turn into response.failed

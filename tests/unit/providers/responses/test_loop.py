@@ -327,3 +327,9 @@ async def test_a_call_the_model_already_made_is_not_run_again_and_the_model_is_t
     assert [names for names, _ in model.offered] == [["search"], ["search"], []]
     metrics.fold()
     assert 'stack_tool_calls_repeated_total{tool_type="fake"} 1.0' in metrics.exposition().decode()
+
+
+def test_a_requests_max_infer_iters_lowers_the_limit_never_raises_it() -> None:
+    limits = LoopLimits(max_iterations=5, parallel=3)
+    assert limits.at_most(None) is limits and limits.at_most(9) is limits
+    assert limits.at_most(2) == LoopLimits(max_iterations=2, parallel=3)
