@@ -7,7 +7,8 @@ to their last byte (a stream's end included), and keeps the number of open strea
 the stack that see more record into the app's metrics through `current_metrics()` (a context
 variable the middleware sets, so code reached without metrics pays one lookup): the inference router its upstream latency, time to
 first token and tokens by provider and model, the tool loop its tool calls, the background runner
-its queue.
+its queue. In a worker of `stack run --workers N`, a scrape answers the sum of every worker's
+(runtime.observability.worker_metrics).
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ from __future__ import annotations
 import bisect
 import contextvars
 import re
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from starlette.types import Scope
 
-__all__ = ["CONTENT_TYPE", "Metrics", "current_metrics", "route_template", "usage_counts"]
+__all__ = ["CONTENT_TYPE", "Metrics", "Snapshot", "current_metrics", "merged", "route_template", "usage_counts"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"  # Prometheus' text format
 
@@ -27,6 +29,10 @@ _FOLD_EVERY = 256
 """Requests and model calls observed before they are counted, in one batch (see `Metrics`)."""
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+
+Snapshot = dict[str, dict[str, Any]]
+"""A set of metrics' values as JSON (`Metrics.snapshot`): `counters`, `histograms` and `gauges`,
+each by metric name."""
 
 
 class _Counter:
@@ -39,6 +45,13 @@ class _Counter:
 
     def inc(self, labels: tuple[str, ...], amount: float = 1) -> None:
         self.values[labels] = self.values.get(labels, 0) + amount
+
+    def dump(self) -> list[Any]:
+        return [[list(labels), value] for labels, value in self.values.items()]
+
+    def add(self, dumped: Iterable[Any]) -> None:
+        for labels, value in dumped:
+            self.inc(tuple(labels), value)
 
     def family(self) -> Any:
         from prometheus_client.core import CounterMetricFamily
@@ -60,6 +73,20 @@ class _Histogram:
             found = self.values[labels] = ([0] * (len(self.bounds) + 1), [0.0])
         found[0][bisect.bisect_left(self.bounds, value)] += 1  # the first bucket whose bound is >= value
         found[1][0] += value
+
+    def dump(self) -> list[Any]:
+        return [[list(labels), list(counts), total[0]] for labels, (counts, total) in self.values.items()]
+
+    def add(self, dumped: Iterable[Any]) -> None:
+        for labels, counts, total in dumped:
+            if len(counts) != len(self.bounds) + 1:
+                continue  # another set of buckets: not this histogram's
+            found = self.values.get(key := tuple(labels))
+            if found is None:
+                found = self.values[key] = ([0] * (len(self.bounds) + 1), [0.0])
+            for at, count in enumerate(counts):
+                found[0][at] += count
+            found[1][0] += total
 
     def family(self) -> Any:
         from prometheus_client.core import HistogramMetricFamily
@@ -86,6 +113,12 @@ class _Gauge:
 
     def set(self, value: float) -> None:
         self.value = value
+
+    def dump(self) -> float:
+        return self.value
+
+    def add(self, dumped: float) -> None:
+        self.value += dumped
 
     def family(self) -> Any:
         from prometheus_client.core import GaugeMetricFamily
@@ -119,6 +152,9 @@ class Metrics:
         self._calls_seen: list[tuple[str, str, str, float, bytes | None]] = []
         self._all = (self.requests, self.request_seconds, self.open_streams, self.upstream_seconds, self.first_token_seconds,
                      self.tokens, self.tool_calls, self.tool_calls_repeated, self.background_queue)
+        self.gather: Callable[[], Awaitable[bytes]] | None = None
+        """Set in a worker of `stack run --workers N`: what a scrape answers instead of these
+        metrics alone, the whole server's (runtime.observability.worker_metrics)."""
 
     def collect(self) -> Any:
         self.fold()
@@ -132,6 +168,25 @@ class Metrics:
         registry = CollectorRegistry(auto_describe=False)
         registry.register(self)
         return generate_latest(registry)
+
+    async def scrape(self) -> bytes:
+        """What the metrics route answers: these metrics, or the whole server's (`gather`)."""
+        return self.exposition() if self.gather is None else await self.gather()
+
+    def snapshot(self) -> Snapshot:
+        """Every value counted so far, as JSON."""
+        self.fold()
+        kinds: Snapshot = {"counters": {}, "histograms": {}, "gauges": {}}
+        for metric in self._all:
+            kinds[_KINDS[type(metric)]][metric.name] = metric.dump()
+        return kinds
+
+    def add(self, snapshot: Mapping[str, Mapping[str, Any]]) -> None:
+        """Add another set's values (a `snapshot`) to these; metrics this set does not have are left out."""
+        for metric in self._all:
+            dumped = snapshot.get(_KINDS[type(metric)], {}).get(metric.name)
+            if dumped is not None:
+                metric.add(dumped)
 
     # --- what runtime.http.middleware.RequestGuard calls, request by request -----------------------
 
@@ -189,6 +244,18 @@ class Metrics:
             count = usage.get(key)
             if isinstance(count, int) and count > 0:
                 self.tokens.inc((provider, model, direction), count)
+
+
+_KINDS: dict[type, str] = {_Counter: "counters", _Histogram: "histograms", _Gauge: "gauges"}
+
+
+def merged(snapshots: Iterable[Mapping[str, Mapping[str, Any]]]) -> Metrics:
+    """The sum of several sets of metrics (counters, histograms and gauges alike), such as the
+    workers' of one server."""
+    total = Metrics()
+    for snapshot in snapshots:
+        total.add(snapshot)
+    return total
 
 
 _current: contextvars.ContextVar[Metrics | None] = contextvars.ContextVar("metrics", default=None)

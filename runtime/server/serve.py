@@ -9,14 +9,18 @@ import logging
 import signal
 import socket
 from collections.abc import Callable, Coroutine, Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import uvicorn
 
 from builder.resolve import StackPlan
-from runtime.app.stack_app import create_app
+from runtime.app.stack_app import StackApp, create_app
 from runtime.server.http_protocol import HttpLimits, guarded_protocol, sweep
+from runtime.server.workers import worker_metrics
 from runtime.stack import open_stack
+
+if TYPE_CHECKING:
+    from runtime.observability.worker_metrics import WorkerMetrics
 
 __all__ = ["run_server", "serve"]
 
@@ -51,12 +55,28 @@ async def serve(plan: StackPlan, host: str | None = None, port: int | None = Non
         server = _Server(config)
         _stop_on_signals(server, lambda: _begin_shutdown(app, stack.impls.values(), server_config.shutdown_grace_s))
         log.info("serving %s on %s://%s:%d", plan.config.name, "https" if server_config.tls_certfile else "http", config.host, config.port)
+        shared = await _share_metrics(app) if reuse_port else None
         sweeper = asyncio.create_task(sweep(server.server_state, limits))
         try:
             await server.serve(sockets=[_shared_socket(config.host, config.port)] if reuse_port else None)
         finally:
             sweeper.cancel()
+            if shared is not None:
+                await shared.close()
     log.info("stopped")
+
+
+async def _share_metrics(app: StackApp) -> WorkerMetrics | None:
+    """In a worker of `stack run --workers N` with metrics on: its metrics shared with the other
+    workers', so that a scrape of any of them sees the whole server."""
+    place = worker_metrics()
+    if app.state.metrics is None or place is None:
+        return None
+    from runtime.observability.worker_metrics import WorkerMetrics
+
+    shared = WorkerMetrics(app.state.metrics, *place)
+    await shared.start()
+    return shared
 
 
 def _shared_socket(host: str, port: int) -> socket.socket:

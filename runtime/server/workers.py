@@ -7,26 +7,34 @@ storage: SQLite in WAL mode takes several processes (writers wait for one anothe
 its busy timeout), PostgreSQL any number. The supervisor here only starts them, passes SIGTERM and
 SIGINT on (each drains as one process would), and starts again a worker that dies while the others
 serve; it loads no provider and serves nothing itself. On Linux, a supervisor killed outright
-(SIGKILL) takes its workers down with it: each gets SIGTERM from the kernel and drains.
+(SIGKILL) takes its workers down with it: each gets SIGTERM from the kernel and drains. It also
+makes the directory where the workers keep their metrics for one another, so that a scrape of any
+worker sees the whole server (runtime.observability.worker_metrics), and removes it at the end.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from types import FrameType
 
-__all__ = ["WORKER_ENV", "supervise"]
+__all__ = ["METRICS_ENV", "WORKER_ENV", "supervise", "worker_metrics"]
 
 log = logging.getLogger("stack")
 
 WORKER_ENV = "STACK_WORKER"
 """Set (to the worker's number) in each worker's environment: it binds with SO_REUSEPORT."""
+
+METRICS_ENV = "STACK_WORKER_METRICS"
+"""Set in each worker's environment: the directory the workers share their metrics in."""
 
 _RESTART_DELAY_S = 1.0
 _STOPPED = frozenset({0, 130, 143, -signal.SIGINT, -signal.SIGTERM})
@@ -47,9 +55,13 @@ def supervise(config: str, workers: int, host: str | None, port: int, grace_s: f
     stopping = False
 
     stop_with_me = _stop_with(os.getpid())
+    # Made whether or not metrics are on (the workers read the config, not the supervisor): an empty
+    # directory, private to this user, for the server's life.
+    metrics = tempfile.mkdtemp(prefix="stack-metrics-")
 
     def start(number: int) -> tuple[subprocess.Popen[bytes], float]:
-        return subprocess.Popen(argv, env={**os.environ, WORKER_ENV: str(number)}, preexec_fn=stop_with_me), time.monotonic()
+        env = {**os.environ, WORKER_ENV: str(number), METRICS_ENV: metrics}
+        return subprocess.Popen(argv, env=env, preexec_fn=stop_with_me), time.monotonic()
 
     def stop(_signum: int, _frame: FrameType | None) -> None:
         nonlocal stopping
@@ -91,7 +103,15 @@ def supervise(config: str, workers: int, host: str | None, port: int, grace_s: f
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         _reap([process for process, _ in running.values()], grace_s)
+        shutil.rmtree(metrics, ignore_errors=True)
     return 1 if failed else 0
+
+
+def worker_metrics() -> tuple[Path, int] | None:
+    """In a worker of `supervise`: the directory the workers share their metrics in, and this
+    worker's number (the same as the worker it replaces, if one died)."""
+    directory, number = os.environ.get(METRICS_ENV), os.environ.get(WORKER_ENV, "")
+    return (Path(directory), int(number)) if directory and number.isdigit() else None
 
 
 def _stop_with(supervisor: int) -> Callable[[], None] | None:

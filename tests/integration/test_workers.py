@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import json
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -44,6 +46,7 @@ def supervised(config: Path, port: int, *options: str) -> Iterator[tuple[subproc
     yields the supervisor and its workers' pids, and kills what is left at the end."""
     supervisor = subprocess.Popen([sys.executable, "-m", "runtime.cli", "run", str(config), "--port", str(port), *options],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    shared = ""
     try:
         deadline = time.monotonic() + 60
         while len(workers := children_of(supervisor.pid)) < 2 or not all(listening(pid, port) for pid in workers) \
@@ -51,6 +54,7 @@ def supervised(config: Path, port: int, *options: str) -> Iterator[tuple[subproc
             assert supervisor.poll() is None, "the supervisor exited"
             assert time.monotonic() < deadline, "the workers did not come up"
             time.sleep(0.1)
+        shared = _environ(workers[0]).get("STACK_WORKER_METRICS", "")
         yield supervisor, workers
     finally:
         left = children_of(supervisor.pid)
@@ -60,6 +64,8 @@ def supervised(config: Path, port: int, *options: str) -> Iterator[tuple[subproc
         for pid in left:  # had the kernel not stopped them with their supervisor
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+        if shared:  # what a supervisor killed outright leaves
+            shutil.rmtree(shared, ignore_errors=True)
 
 
 def test_two_workers_share_the_port_and_the_sqlite_file(tmp_path: Path, upstream: FakeUpstream) -> None:
@@ -207,3 +213,61 @@ def test_a_background_response_is_followed_from_either_worker_as_it_is_written(t
             assert [event.sequence_number for event in events] == list(range(1, len(events) + 1))
             assert "".join(event.delta for event in events if event.type == "response.output_text.delta") == " ".join(
                 f"tok{number}" for number in range(1, 13))
+
+
+def test_a_scrape_of_either_worker_counts_the_whole_server(tmp_path: Path, upstream: FakeUpstream) -> None:
+    # Issue 45, item 5: each scrape sums every worker's metrics, and a worker killed outright keeps
+    # its counts in the sum (a counter never goes back), its replacement going on from them.
+    config = run_yaml(tmp_path, upstream.base_url, providers="server:\n  metrics: {}\n", name="workers")
+    port = free_port()
+    base = f"http://127.0.0.1:{port}/v1"
+
+    def chats(clients: int, each: int) -> None:  # a connection per client: the kernel spreads them over the workers
+        def run(_: int) -> None:
+            with openai.OpenAI(base_url=base, api_key="none", max_retries=0, timeout=30) as client:
+                for _ in range(each):
+                    client.chat.completions.create(model="fake-model", messages=[{"role": "user", "content": "[tokens:2] hi"}])
+
+        with concurrent.futures.ThreadPoolExecutor(clients) as pool:
+            list(pool.map(run, range(clients)))
+
+    with supervised(config, port, "--workers", "2") as (supervisor, workers):
+        shared = Path(_environ(workers[0])["STACK_WORKER_METRICS"])
+        chats(16, 10)
+        for _ in range(6):  # each scrape on a connection of its own: either worker answers
+            assert _chats(httpx2.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text) == 160
+        own = [_chats_in(shared / f"{number}.json") for number in (0, 1)]  # what each worker counted itself
+        assert sum(own) == 160 and min(own) > 0, own
+        subprocess.run(["kill", "-9", str(workers[0])], check=True)
+        while Path(f"/proc/{workers[0]}").exists() and not _zombie(workers[0]):
+            time.sleep(0.02)
+        for _ in range(3):
+            assert _chats(httpx2.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text) == 160
+        deadline = time.monotonic() + 30
+        while len(replaced := children_of(supervisor.pid)) < 2 or not all(listening(pid, port) for pid in replaced):
+            assert time.monotonic() < deadline, "the dead worker was not replaced"
+            time.sleep(0.1)
+        chats(8, 5)
+        for _ in range(4):
+            assert _chats(httpx2.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text) == 200
+        supervisor.send_signal(signal.SIGTERM)
+        assert supervisor.wait(timeout=30) == 0
+    assert not shared.exists()  # the supervisor's to remove
+
+
+def _chats(exposition: str) -> float:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return sum(sample.value for family in text_string_to_metric_families(exposition) for sample in family.samples
+               if sample.name == "stack_requests_total" and sample.labels.get("route") == "/v1/chat/completions")
+
+
+def _chats_in(snapshot: Path) -> float:
+    from runtime.observability.metrics import merged
+
+    return _chats(merged([json.loads(snapshot.read_text())]).exposition().decode())
+
+
+def _environ(pid: int) -> dict[str, str]:
+    entries = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return dict(entry.decode().split("=", 1) for entry in entries if b"=" in entry)
