@@ -108,8 +108,7 @@ class Search:
     ranking: Ranking = field(default_factory=Ranking)
     rewrite_query: bool = False
     mode: str | None = None
-    """OGX's `search_mode`: keyword, vector or hybrid; by default hybrid where a store has
-    embeddings, keyword where it has none."""
+    """OGX's `search_mode`: keyword, vector or hybrid; by default hybrid where a store has embeddings, keyword where it has none."""
 
 
 def _invalid(message: str, param: str, code: str = "invalid_value") -> InvalidRequestError:
@@ -222,9 +221,9 @@ def _optional_str(body: Mapping[str, Any], key: str, limit: int) -> str | None:
 
 
 OGX_EXTENSIONS = frozenset({"embedding_model", "embedding_dimension", "provider_id"})
-"""Fields OGX's clients and conformance suite send (in `extra_body`): on a store's creation, the
-model that embeds its chunks and the size of its vectors. `provider_id` is accepted and unused
-(one vector stores provider serves the stack), and so are all three on a file's attach or a
+"""Fields OGX's clients and conformance suite send (in `extra_body`): on a store's creation, the model that embeds its
+chunks and the size of its vectors (an integer, or its decimal string as OGX's client sends it: "384"). `provider_id`
+is accepted and unused (one vector stores provider serves the stack), and so are all three on a file's attach or a
 batch, where OGX's clients repeat them: a store embeds every file with its own model."""
 
 
@@ -232,6 +231,8 @@ def _embedding(body: Mapping[str, Any]) -> tuple[str | None, int | None]:
     model, dimension = body.get("embedding_model"), body.get("embedding_dimension")
     if model is not None and (not isinstance(model, str) or not model.strip()):
         raise _invalid("Invalid 'embedding_model': expected a model id.", "embedding_model", "invalid_type")
+    if isinstance(dimension, str) and re.fullmatch("[0-9]{1,9}", dimension):  # a plain decimal: no sign, space, point or exponent
+        dimension = int(dimension)
     if dimension is not None and (not _is_int(dimension) or not 1 <= dimension <= 16_000):
         raise _invalid("Invalid 'embedding_dimension': expected an integer from 1 to 16000.", "embedding_dimension")
     return model, dimension

@@ -114,7 +114,7 @@ def create_app(stack: Stack) -> StackApp:
             stand_in = (NoModels if api is Api.inference else Unavailable)(unavailable_message(api, inactive))
             mounted.append((surface.router(stand_in, **{used.value: None for used in surface.uses}), "/v1", [api.value]))
     server = stack.plan.config.server
-    metrics = Metrics() if server.metrics is not None else None
+    metrics = state.metrics = Metrics() if server.metrics is not None else None
     if metrics is not None and server.metrics is not None:
         mounted.append((_metrics_routes(metrics, server.metrics.path), "", []))
     state.route_methods = [entry for routes, prefix, _ in mounted for entry in _route_methods(routes, prefix)]
@@ -155,7 +155,8 @@ def create_app(stack: Stack) -> StackApp:
     app.middleware_stack = RequestGuard(inner, max_body_bytes=server.max_request_bytes, route_limits=limits, form_paths=forms,
                                         draining=state.draining, metrics=metrics, tracing=state.tracing,
                                         log_context=server.logging is not None,
-                                        access_log=server.logging is not None and server.logging.access_log)
+                                        access_log=server.logging is not None and server.logging.access_log,
+                                        allowed_origins=frozenset(server.cors.allow_origins) if server.cors is not None else frozenset())
     return app
 
 
@@ -228,7 +229,7 @@ def _metrics_routes(metrics: Metrics, path: str) -> Routes:
 
     @routes.get(path, summary="Prometheus metrics", include_in_schema=False)
     async def exposition() -> Response:
-        return Response(metrics.exposition(), media_type=CONTENT_TYPE)
+        return Response(await metrics.scrape(), media_type=CONTENT_TYPE)
 
     return routes
 

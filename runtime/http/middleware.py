@@ -21,6 +21,7 @@ from runtime.observability import logs
 from runtime.http.direct_routes import replay_body
 from contract.errors import PayloadTooLargeError, error_body
 from runtime.http.forms import FormFields, form_document
+from runtime.http.origins import from_other_origin
 from runtime.observability.metrics import Metrics, route_template
 from runtime.observability.tracing import Tracing
 from contract.ids import random_hex
@@ -96,19 +97,22 @@ class Draining:
 
 class RequestGuard:
     """Tags every response with `x-request-id`, refuses bodies over `max_body_bytes` and bodies
-    that are neither JSON nor a multipart form (see `_takes`), refuses new
-    requests while the server shuts down, and turns an exception that escaped every handler (a
-    bug of ours) into a 500 naming the request id."""
+    that are neither JSON nor a form a route takes (see `_takes`; nor a form from a browser page of
+    another origin: runtime.http.origins), refuses new requests while the server shuts down, and
+    turns an exception that escaped every handler (a bug of ours) into a 500 naming the request id."""
 
     def __init__(self, app: ASGIApp, max_body_bytes: int, route_limits: Mapping[tuple[str, str], int] | None = None,
                  form_paths: Mapping[str, FormFields] | None = None, draining: Draining | None = None, metrics: Metrics | None = None,
-                 tracing: Tracing | None = None, log_context: bool = False, access_log: bool = False) -> None:
+                 tracing: Tracing | None = None, log_context: bool = False, access_log: bool = False,
+                 allowed_origins: frozenset[str] = frozenset()) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
         self.route_limits = dict(route_limits or {})
         """Limits of their own for some (method, path), such as file uploads."""
         self.form_paths = dict(form_paths or {})
         """POST paths whose body may also be a form, read as the JSON object it stands for."""
+        self.allowed_origins = frozenset(origin.encode("latin-1") for origin in allowed_origins)
+        """The CORS config's origins, whose pages' forms are read (runtime.http.origins)."""
         self.draining = draining or Draining()
         self.metrics = metrics
         """Set: every request is counted and timed here (a middleware of its own would cost a layer)."""
@@ -207,17 +211,17 @@ class RequestGuard:
         """What a request's body headers decide before any of it is read: the refusal to answer
         with (too large, a media type no route takes), the fields a form body is read as, or None:
         read on."""
-        declared, content_type, chunked, authorized = _body_headers(scope)
+        declared, content_type, chunked = _body_headers(scope)
         if declared is not None and declared > limit:
             return _too_large(limit)
-        if not (chunked or declared) or _takes(media := _media_type(content_type), authorized):
+        if not (chunked or declared) or _takes(media := _media_type(content_type)):
             return None
         if media == _MULTIPART:
-            return _MULTIPART_REFUSED
+            return _MULTIPART_REFUSED if from_other_origin(scope["headers"], self.allowed_origins) else None
         if media != _FORM:
             return _unsupported_content_type(content_type)
         fields = self.form_paths.get(scope["path"]) if scope["method"] == "POST" else None
-        if fields is None or not authorized:
+        if fields is None or from_other_origin(scope["headers"], self.allowed_origins):
             return _form_refused(self.form_paths)
         return fields
 
@@ -262,10 +266,10 @@ def _log_access(scope: Scope, status: int, elapsed_s: float) -> None:
     logs.log_access(scope["method"], scope["path"], status, round(elapsed_s * 1000, 2), principal.id if principal is not None else None)
 
 
-def _body_headers(scope: Scope) -> tuple[int | None, bytes | None, bool, bool]:
-    """The request's declared length (None if absent or unreadable), its content type, whether
-    its body comes in chunks, and whether it carries an Authorization header."""
-    length, content_type, chunked, authorized = None, None, False, False
+def _body_headers(scope: Scope) -> tuple[int | None, bytes | None, bool]:
+    """The request's declared length (None if absent or unreadable), its content type, and whether
+    its body comes in chunks."""
+    length, content_type, chunked = None, None, False
     for name, value in scope["headers"]:
         if name == b"content-length":
             try:
@@ -276,9 +280,7 @@ def _body_headers(scope: Scope) -> tuple[int | None, bytes | None, bool, bool]:
             content_type = value
         elif name == b"transfer-encoding":
             chunked = True
-        elif name == b"authorization":
-            authorized = True
-    return length, content_type, chunked, authorized
+    return length, content_type, chunked
 
 
 _FORM = b"application/x-www-form-urlencoded"
@@ -290,22 +292,17 @@ def _media_type(content_type: bytes | None) -> bytes | None:
     return content_type.split(b";", 1)[0].strip().lower() if content_type is not None else None
 
 
-def _takes(media: bytes | None, authorized: bool) -> bool:
-    """Whether a body of this media type is read: JSON, or a multipart form (file uploads) from a
-    request with an Authorization header.
+def _takes(media: bytes | None) -> bool:
+    """Whether a body of this media type is read whoever sends it: JSON.
 
     Nothing else, not even a body with no type that parses as JSON. A web page may make a
     browser send text/plain, a form (URL-encoded or multipart) or an untyped body to any address
     without asking first (no CORS preflight), so reading those would let any site a user visits
     run requests on a server on their machine or network (store files on it, when auth is off).
     FastAPI's `strict_content_type` refuses them for the same reason; this applies it to every
-    route, the hand-parsed ones too. Such a page cannot add an Authorization header without a
-    preflight, which this server does not grant, so a form is read only from a request with one."""
-    if media is None:
-        return False
-    if media == _MULTIPART:
-        return authorized
-    return media == b"application/json" or (media.startswith(b"application/") and media.endswith(b"+json"))
+    route, the hand-parsed ones too. A form (a file upload, or a form a route takes) is read
+    unless the browser says it comes from a page of another origin (runtime.http.origins)."""
+    return media is not None and (media == b"application/json" or (media.startswith(b"application/") and media.endswith(b"+json")))
 
 
 async def _form_as_json(scope: Scope, receive: Receive, fields: FormFields) -> Receive:
@@ -331,17 +328,19 @@ def _form_refused(form_paths: Mapping[str, FormFields]) -> tuple[int, dict[str, 
     where = ", ".join(f"POST {path}" for path in sorted(form_paths)) or "no route of this stack"
     return 415, error_body(
         "Unsupported content type: 'application/x-www-form-urlencoded'. A form body is read only on "
-        f"{where}, and only with an Authorization header (any value when auth is off): any web page can make a browser "
-        "send a form, but not that header. Send JSON (Content-Type: application/json) otherwise.",
+        f"{where}, and not from a browser page of another origin (an Origin header naming another host, or Sec-Fetch-Site "
+        "cross-site or same-site, with neither an Authorization header nor an origin server.cors.allow_origins allows): any "
+        "web page can make a browser send a form. Send JSON (Content-Type: application/json) otherwise.",
         "invalid_request_error",
         code="unsupported_content_type",
     )
 
 
 _MULTIPART_REFUSED = (415, error_body(
-    "Unsupported content type: 'multipart/form-data' without an Authorization header. A multipart body (a file upload) is read "
-    "only from a request with one (any value when auth is off, e.g. 'Authorization: Bearer none'): any web page can make a "
-    "browser send a multipart form, but not that header.",
+    "Unsupported content type: 'multipart/form-data' from a browser page of another origin (an Origin header naming another "
+    "host, or Sec-Fetch-Site cross-site or same-site). A multipart body (a file upload) is not read from one, since any web page "
+    "can make a browser send a multipart form. It is read from programs (which send neither header), from requests with an "
+    "Authorization header, and from the origins server.cors.allow_origins allows.",
     "invalid_request_error",
     code="unsupported_content_type",
 ))

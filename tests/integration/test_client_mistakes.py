@@ -14,6 +14,8 @@ MALFORMED_BODIES = [b"", b"null", b"[]", b"123", b"{", b'"text"', b"\xff\xfe",
                     # A lone surrogate: JSON's grammar takes it, but it is no Unicode text (no store or model can encode it).
                     b'{"model": "fake-model", "input": "a\\ud800", "messages": [{"role": "user", "content": "a\\ud800"}], "prompt": "\\udfff"}']
 JSON_ROUTES = ["/responses", "/chat/completions", "/completions", "/embeddings", "/conversations/conv_x/items", "/responses/input_tokens"]
+BROWSER_OF_ANOTHER_SITE = {"origin": "https://evil.example", "sec-fetch-site": "cross-site", "authorization": openai.Omit()}
+"""What a browser adds to the request a page of another site makes it send (and the key it cannot add)."""
 
 WRONG_TYPES: list[tuple[str, dict[str, Any]]] = [
     ("/responses", {"model": "fake-model", "input": 5}),
@@ -66,11 +68,11 @@ def test_a_lone_surrogate_is_not_json_text_on_any_route(openai_client: openai.Op
 @pytest.mark.parametrize("path", [*JSON_ROUTES, "/conversations", "/vector_stores"])
 def test_a_body_not_declared_json_is_a_415_and_nothing_runs(openai_client: openai.OpenAI, text_model: str, path: str,
                                                             content_type: str | None) -> None:
-    # What a web page can make a browser send anywhere without a CORS preflight (no Authorization
-    # header among it): the stored chat completion it asks for must not be made.
+    # What a web page of another site can make a browser send anywhere without a CORS preflight:
+    # the stored chat completion it asks for must not be made.
     body = json.dumps({"model": text_model, "messages": [{"role": "user", "content": "csrf"}], "store": True,
                        "metadata": {"probe": "csrf"}}).encode()
-    headers = {"content-type": content_type if content_type is not None else openai.Omit(), "authorization": openai.Omit()}
+    headers = {"content-type": content_type if content_type is not None else openai.Omit(), **BROWSER_OF_ANOTHER_SITE}
     with pytest.raises(openai.APIStatusError) as refused:
         openai_client.post(path, cast_to=httpx2.Response, content=body, options={"headers": headers})
     assert refused.value.status_code == 415
@@ -78,28 +80,33 @@ def test_a_body_not_declared_json_is_a_415_and_nothing_runs(openai_client: opena
     assert isinstance(body_error, dict) and (body_error["type"], body_error["param"], body_error["code"]) == (
         "invalid_request_error", None, "unsupported_content_type")
     if content_type == "application/x-www-form-urlencoded":
-        assert "only with an Authorization header" in body_error["message"]
+        assert "not from a browser page of another origin" in body_error["message"]
     else:
         assert body_error["message"] == (f"Unsupported content type: {repr(content_type) if content_type else 'none'}. A request "
                                          "body must be JSON (Content-Type: application/json), or multipart/form-data for file uploads.")
     assert not openai_client.chat.completions.list(metadata={"probe": "csrf"}).data
 
 
-def test_a_file_upload_without_an_authorization_header_is_refused_and_stores_nothing(openai_client: openai.OpenAI) -> None:
-    # A multipart form is what any web page can make a browser send to a server on the user's machine.
+@pytest.mark.parametrize("browser", [BROWSER_OF_ANOTHER_SITE, {"origin": "https://evil.example", "authorization": openai.Omit()},
+                                     {"origin": "http://localhost:3000", "sec-fetch-site": "same-site", "authorization": openai.Omit()}],
+                         ids=["cross-site", "origin-only", "same-site"])
+def test_a_file_upload_from_a_browser_page_of_another_origin_is_refused_and_stores_nothing(openai_client: openai.OpenAI,
+                                                                                           browser: dict[str, Any]) -> None:
+    # A multipart form is what any web page can make a browser send to a server on the user's machine;
+    # the browser says where the page is from (a program, which says nothing, is read: test_ogx_clients.py).
     before = {file.id for file in openai_client.files.list()}
     with pytest.raises(openai.APIStatusError) as refused:
         openai_client.post("/files", cast_to=httpx2.Response, body={"purpose": "assistants"},
                            files=[("file", ("csrf.txt", b"planted", "text/plain"))],
-                           options={"headers": {"authorization": openai.Omit(), "content-type": "multipart/form-data"}})
+                           options={"headers": {**browser, "content-type": "multipart/form-data"}})
     assert refused.value.status_code == 415 and refused.value.body["code"] == "unsupported_content_type"  # type: ignore[index]
+    assert "from a browser page of another origin" in refused.value.message
     assert {file.id for file in openai_client.files.list()} == before
     uploaded = openai_client.files.create(file=("fine.txt", b"fine"), purpose="assistants")  # the SDK sends its key
     assert uploaded.filename == "fine.txt" and openai_client.files.delete(uploaded.id).deleted
 
 
-def test_a_form_body_is_read_on_the_responses_routes_with_an_authorization_header(openai_client: openai.OpenAI,
-                                                                                   text_model: str) -> None:
+def test_a_form_body_is_read_on_the_responses_routes(openai_client: openai.OpenAI, text_model: str) -> None:
     form = {"content-type": "application/x-www-form-urlencoded"}
     body = urlencode({"model": text_model, "input": "[tokens:3] hi", "max_output_tokens": "16", "metadata": '{"via": "form"}',
                       "include": "reasoning.encrypted_content", "store": "true"}).encode()
@@ -110,11 +117,11 @@ def test_a_form_body_is_read_on_the_responses_routes_with_an_authorization_heade
     counted = openai_client.post("/responses/input_tokens", cast_to=httpx2.Response, options={"headers": form},
                                  content=urlencode({"model": text_model, "input": "42"}).encode())
     assert counted.json()["input_tokens"] > 0  # "42" read as the text it is
-    # Without an Authorization header a form is what any web page can make a browser send: refused.
+    # From a browser page of another site, a form is what any web page can make a browser send: refused.
     with pytest.raises(openai.APIStatusError) as refused:
         openai_client.post("/responses", cast_to=httpx2.Response, content=body,
-                           options={"headers": {**form, "authorization": openai.Omit()}})
-    assert refused.value.status_code == 415 and "only with an Authorization header" in refused.value.message
+                           options={"headers": {**form, **BROWSER_OF_ANOTHER_SITE}})
+    assert refused.value.status_code == 415 and "not from a browser page of another origin" in refused.value.message
     with pytest.raises(openai.APIStatusError) as elsewhere:  # and forms are read on those routes only
         openai_client.post("/conversations", cast_to=httpx2.Response, content=b"metadata=%7B%7D", options={"headers": form})
     assert elsewhere.value.status_code == 415 and "POST /v1/responses," in elsewhere.value.message

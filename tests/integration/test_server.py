@@ -109,6 +109,11 @@ def test_cors_headers_follow_the_config(tmp_path: Path) -> None:
         assert preflight.headers["access-control-allow-origin"] == "https://app.example.com"
         other = httpx2.get(f"{base_url}/health", headers={"origin": "https://evil.example.com"})
         assert "access-control-allow-origin" not in other.headers
+        # A form from an allowed origin's page is read (here, to find that no files API is served); another's is not.
+        uploads = {origin: httpx2.post(f"{base_url}/files", files={"file": ("a.txt", b"x")}, data={"purpose": "assistants"},
+                                       headers={"origin": origin, "sec-fetch-site": "cross-site"})
+                   for origin in ("https://app.example.com", "https://evil.example.com")}
+        assert uploads["https://app.example.com"].status_code != 415 and uploads["https://evil.example.com"].status_code == 415
 
 
 def test_no_cors_headers_without_cors_config(tmp_path: Path) -> None:

@@ -35,6 +35,10 @@ class McpConfig(BaseModel):
     servers: list[McpServerConfig] = Field(default_factory=list)
     allow_request_urls: bool = True
     """Whether a request may name a `server_url` of its own (else only the servers above)."""
+    default_require_approval: Literal["always", "never"] = "always"
+    """The approval policy of a request's own `server_url` when the request gives none: `always`
+    (OpenAI's default) or `never` (OGX's, for clients migrating from it). A request's own
+    `require_approval` wins; the servers above keep theirs."""
     allow_private: list[str] = Field(default_factory=list)
     """Hosts, addresses and networks (`10.0.0.0/8`) a request's `server_url` may reach although they
     are not public. Empty: request URLs reach the public internet only (the servers above are

@@ -126,7 +126,9 @@ class McpRuntime:
             return Server(endpoint, tool.get("server_description") or configured.server_description, tool.get("allowed_tools"),
                           approval, operator_tools=configured.allowed_tools)
         endpoint = Endpoint(label, str(tool["server_url"]), tuple(headers.items()))
-        return Server(endpoint, tool.get("server_description"), tool.get("allowed_tools"), tool.get("require_approval"))
+        approval = tool.get("require_approval")
+        return Server(endpoint, tool.get("server_description"), tool.get("allowed_tools"),
+                      self.config.default_require_approval if approval is None else approval)
 
     def _configured(self, tool: Mapping[str, Any]) -> McpServerConfig | None:
         if tool.get("connector_id") is not None:

@@ -36,8 +36,25 @@ def test_a_store_names_its_embedding_model_and_size() -> None:
 
 @pytest.mark.parametrize(("body", "param"), [({"embedding_model": ""}, "embedding_model"), ({"embedding_model": 3}, "embedding_model"),
                                              ({"embedding_dimension": 0}, "embedding_dimension"),
-                                             ({"embedding_dimension": "64"}, "embedding_dimension")])
+                                             ({"embedding_dimension": 64.0}, "embedding_dimension"),
+                                             ({"embedding_dimension": True}, "embedding_dimension")])
 def test_a_malformed_embedding_model_or_size_is_a_400_naming_it(body: dict[str, object], param: str) -> None:
     with pytest.raises(InvalidRequestError) as refused:
         parse_create_store(body)
     assert refused.value.param == param
+
+
+@pytest.mark.parametrize(("sent", "kept"), [("384", 384), ("1", 1), ("16000", 16_000), ("0064", 64)])
+def test_a_size_sent_as_a_decimal_string_is_taken_as_its_integer(sent: str, kept: int) -> None:
+    # OGX's client and its tests send embedding_dimension as a string.
+    store = parse_create_store({"embedding_model": "m", "embedding_dimension": sent})
+    assert store.embedding_dimension == kept and isinstance(store.embedding_dimension, int)
+
+
+@pytest.mark.parametrize("sent", ["0", "16001", "3.5", "1e3", " 384", "384 ", "384\n", "-1", "+384", "", "٣٨٤", "0x10", "1_000",
+                                  "9" * 5000])
+def test_a_size_string_that_is_no_plain_decimal_in_range_is_the_same_400(sent: str) -> None:
+    with pytest.raises(InvalidRequestError) as refused:
+        parse_create_store({"embedding_model": "m", "embedding_dimension": sent})
+    assert (refused.value.param, refused.value.message) == ("embedding_dimension",
+                                                            "Invalid 'embedding_dimension': expected an integer from 1 to 16000.")

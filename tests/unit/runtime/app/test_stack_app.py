@@ -30,7 +30,8 @@ class Body(BaseModel):
     temperature: float = 1.0
 
 
-def build_app(draining: Draining | None = None, more: Callable[[FastAPI], None] | None = None) -> ASGIApp:
+def build_app(draining: Draining | None = None, more: Callable[[FastAPI], None] | None = None,
+              allowed_origins: frozenset[str] = frozenset()) -> ASGIApp:
     """FastAPI (with the routes `more` adds) behind the stack's RequestGuard, as runtime.app.stack_app puts them together."""
     app = FastAPI()
     if more is not None:
@@ -53,7 +54,7 @@ def build_app(draining: Draining | None = None, more: Callable[[FastAPI], None] 
         raise KeyError("oops")
 
     install_error_handlers(app)
-    return RequestGuard(app, max_body_bytes=1024, draining=draining)
+    return RequestGuard(app, max_body_bytes=1024, draining=draining, allowed_origins=allowed_origins)
 
 
 @pytest.fixture
@@ -152,17 +153,32 @@ def test_json_in_any_of_its_forms_is_read(client: httpx2.Client, content_type: s
     assert client.post("/v1/things", content=b'{"model": "m"}', headers={"content-type": content_type}).json() == {"model": "m"}
 
 
-def test_a_multipart_form_with_an_authorization_header_and_a_request_without_a_body_pass(client: httpx2.Client) -> None:
-    form = client.post("/v1/things", files={"file": ("a.txt", b"x")}, headers={"authorization": "Bearer none"})
+@pytest.mark.parametrize("headers", [{}, {"authorization": "Bearer none"}, {"origin": "http://app", "sec-fetch-site": "same-origin"},
+                                     {"origin": "https://evil.example", "sec-fetch-site": "cross-site", "authorization": "Bearer k"}])
+def test_a_multipart_form_from_a_program_or_a_same_origin_page_and_a_request_without_a_body_pass(client: httpx2.Client,
+                                                                                                 headers: dict[str, str]) -> None:
+    # A program (llama-stack-client with no key sends no Authorization) or the server's own page.
+    form = client.post("/v1/things", files={"file": ("a.txt", b"x")}, headers=headers)
     assert form.status_code == 400 and form.json()["error"]["code"] != "unsupported_content_type"  # let through: the route says what it takes
     assert client.get("/v1/things/abc", headers={"content-type": "text/plain"}).status_code == 404
 
 
-def test_a_multipart_form_without_an_authorization_header_is_a_415(client: httpx2.Client) -> None:
-    # What a cross-site page can make a browser send (no preflight): it cannot add the header.
-    refused = client.post("/v1/things", files={"file": ("a.txt", b"x")})
+@pytest.mark.parametrize("headers", [{"origin": "https://evil.example", "sec-fetch-site": "cross-site"},
+                                     {"origin": "http://localhost:3000", "sec-fetch-site": "same-site"}, {"origin": "https://evil.example"}])
+def test_a_multipart_form_from_a_browser_page_of_another_origin_is_a_415(client: httpx2.Client, headers: dict[str, str]) -> None:
+    # What a page of another site can make a browser send (no preflight), with what the browser adds.
+    refused = client.post("/v1/things", files={"file": ("a.txt", b"x")}, headers=headers)
     assert refused.status_code == 415 and refused.json()["error"]["code"] == "unsupported_content_type"
-    assert "without an Authorization header" in refused.json()["error"]["message"]
+    assert "from a browser page of another origin" in refused.json()["error"]["message"]
+
+
+def test_a_multipart_form_from_an_origin_the_cors_config_allows_passes() -> None:
+    app = build_app(allowed_origins=frozenset({"https://app.example.com"}))
+    with BackgroundLoop() as loop, httpx2.Client(transport=ThreadedASGITransport(app, loop), base_url="http://app") as client:
+        browser = {"sec-fetch-site": "cross-site"}
+        allowed = client.post("/v1/things", files={"file": ("a.txt", b"x")}, headers={**browser, "origin": "https://app.example.com"})
+        refused = client.post("/v1/things", files={"file": ("a.txt", b"x")}, headers={**browser, "origin": "https://evil.example"})
+    assert allowed.json()["error"]["code"] != "unsupported_content_type" and refused.status_code == 415
 
 
 def test_requests_that_arrive_during_a_shutdown_are_a_503_in_openais_shape() -> None:

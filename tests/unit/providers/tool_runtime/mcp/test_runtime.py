@@ -8,6 +8,9 @@ from typing import Any
 import httpx2
 import pytest
 
+from builder.errors import ConfigError
+from builder.load import parse_config
+from builder.resolve import resolve
 from providers.tool_runtime.mcp.config import McpConfig
 from providers.tool_runtime.mcp.runtime import McpRuntime
 from providers.tool_runtime.mcp.session import pending_approvals
@@ -81,3 +84,40 @@ def test_an_approval_of_an_unknown_request_or_server_is_a_400() -> None:
     request = {"type": "mcp_approval_request", "id": "mcpr_9", "server_label": "gone", "name": "x", "arguments": "{}"}
     with pytest.raises(InvalidRequestError, match="'gone', which is not in 'tools'"):
         pending_approvals({"docs": object()}, ToolContext("r", [request], [approve]))  # type: ignore[dict-item]
+
+
+async def _asks_approval(mcp: McpRuntime, tool: dict[str, Any]) -> bool:
+    """Whether a call of the tool `roll` of this request's one MCP server waits for an approval."""
+    session = await mcp.open_session([{"type": "mcp", "server_label": "dice", **tool}], ToolContext("resp_1", [], []))
+    return session.approval_item(ModelCall("0:roll", "{}", "call_1")) is not None
+
+
+@pytest.mark.parametrize(("default", "tool", "asks"), [
+    (None, {}, True),  # OpenAI's default: always
+    ("always", {}, True),
+    ("never", {}, False),  # OGX's default, for the clients of a deployment that migrates from it
+    ("never", {"require_approval": None}, False),
+    ("never", {"require_approval": "always"}, True),  # the request's own policy wins
+    ("never", {"require_approval": {"always": {"tool_names": ["roll"]}}}, True),
+    ("always", {"require_approval": "never"}, False),
+])
+async def test_a_request_urls_approval_policy_defaults_to_the_operators_setting(default: str | None, tool: dict[str, Any],
+                                                                                 asks: bool) -> None:
+    mcp = runtime(**({"default_require_approval": default} if default else {}))
+    assert await _asks_approval(mcp, {"server_url": PUBLIC, **tool}) is asks
+
+
+@pytest.mark.parametrize(("configured", "asks"), [({}, True), ({"require_approval": "never"}, False)])
+async def test_a_configured_server_keeps_its_own_approval_policy(configured: dict[str, Any], asks: bool) -> None:
+    mcp = runtime(default_require_approval="never", servers=[{"server_label": "dice", "server_url": "http://10.0.0.5/mcp", **configured}])
+    assert await _asks_approval(mcp, {}) is asks
+
+
+def test_the_default_approval_policy_is_always_or_never_and_a_bad_one_names_its_yaml_path() -> None:
+    assert McpConfig().default_require_approval == "always"
+    document = {"version": 1, "name": "x", "providers": {"tool_runtime": [
+        {"provider_id": "mcp", "provider_type": "mcp", "config": {"default_require_approval": "sometimes"}}]}}
+    with pytest.raises(ConfigError) as refused:
+        resolve(parse_config(document, {}), {})
+    assert str(refused.value) == ("providers.tool_runtime[0].config.default_require_approval: Input should be 'always' or 'never' "
+                                  "(got 'sometimes')")
