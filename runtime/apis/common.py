@@ -71,16 +71,23 @@ async def unless_disconnected(request: Request, work: Awaitable[T]) -> T | None:
         forget()
 
 
-METADATA_SCHEMA: dict[str, Any] = {"type": ["object", "null"], "maxProperties": 16,
+METADATA_SCHEMA: dict[str, Any] = {"type": ["object", "null"], "maxProperties": 16, "propertyNames": {"maxLength": 64},
                                    "additionalProperties": {"type": "string", "maxLength": 512}}
+"""`contract.checks.validate_metadata`'s rules: at most 16 string pairs, keys up to 64 characters, values up to 512."""
 
 
-def json_body(required: list[str], properties: dict[str, Any], *, more: bool = True, optional: bool = False) -> dict[str, Any]:
+def json_body(required: list[str], properties: dict[str, Any], *, more: bool = True, optional: bool = False,
+              rules: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """A route's `openapi_extra` declaring its JSON body, for routes that read the bytes themselves
-    (to pass fields on untouched, or to stay fast): the document still says what a request looks
-    like and what the route checks. `more`: other fields are allowed (passed on, or ignored); `optional`: no body at all is fine."""
-    schema = {"type": "object", "required": required, "properties": properties, "additionalProperties": more}
+    (to pass fields on untouched, or to stay fast) or whose checks say more than their model: the
+    document still says what a request looks like and what the route checks, and replaces FastAPI's
+    schema of a body model (runtime.app.openapi). `more`: other fields are allowed (passed on, or
+    ignored); `optional`: no body at all is fine; `rules`: the checks that tie fields together
+    (JSON Schema's `if`/`then`, `not`, `anyOf`), all of which must hold."""
+    schema: dict[str, Any] = {"type": "object", "required": required, "properties": properties, "additionalProperties": more}
     if not required:
         del schema["required"]
+    if rules:
+        schema["allOf"] = rules
     return {"requestBody": {"required": not optional, "content": {"application/json": {"schema": schema}}}}
 

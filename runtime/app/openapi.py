@@ -5,7 +5,8 @@ in OpenAI's error shape), no error responses, and path and query parameters with
 bounds and enums the routes enforce. This fills that in from the tables below, which name what the
 routes check (runtime/apis/common.py), so a client generated from the document or a fuzzer walking
 it meets the behaviour it reads. (Routes that read their JSON themselves declare their bodies
-beside them: `runtime.apis.common.json_body`.)
+beside them, `runtime.apis.common.json_body`, and so do routes whose body model's schema says less
+than its checks: the declaration replaces FastAPI's schema of the model.)
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ _ERRORS = {
     "401": "No valid credentials (auth on)",
     "404": "No such object, or one the caller may not reach",
     "413": "The body is over the size limit",
-    "415": "The body is neither JSON nor, where the route takes one and with an Authorization header, a multipart or URL-encoded form",
+    "415": "The body is neither JSON nor, where the route takes one and not from a browser page of another origin, a multipart or URL-encoded form",
     "429": "A quota is exhausted (auth on), or the upstream's rate limit",
     "500": "An error of the server's own (the message carries the request id)",
     "502": "The upstream answered something that is not a valid answer",
@@ -66,9 +67,38 @@ def amend(document: Mapping[str, Any], *, auth: bool, quotas: bool, open_paths: 
             _amend_operation(path, method, operation, auth=auth and path not in open_paths, quotas=quotas,
                              limit=list_limits.get(path, 100))
             content = operation.get("requestBody", {}).get("content", {})
+            _own_body(content)
             if method == "post" and path in form_paths and "application/json" in content:
                 content["application/x-www-form-urlencoded"] = content["application/json"]
+    _drop_unused(schemas, amended.get("paths", {}))
     return amended
+
+
+def _own_body(content: dict[str, Any]) -> None:
+    """A body a route declares (`runtime.apis.common.json_body`) is the whole body: FastAPI merges
+    the declaration into the schema it made of the route's body model, a `$ref` the model's looser
+    schema would still apply through, so the `$ref` goes."""
+    schema = content.get("application/json", {}).get("schema", {})
+    if "$ref" in schema and "properties" in schema:
+        del schema["$ref"]
+
+
+def _drop_unused(schemas: dict[str, Any], paths: Any) -> None:
+    """The component schemas nothing refers to any more (the body models replaced above)."""
+    used: set[str] = set()
+    pending = [paths]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/components/schemas/") and ref[21:] not in used:
+                used.add(ref[21:])
+                pending.append(schemas.get(ref[21:]))
+            pending.extend(node.values())
+        elif isinstance(node, list):
+            pending.extend(node)
+    for name in [name for name in schemas if name not in used]:
+        del schemas[name]
 
 
 def _amend_operation(path: str, method: str, operation: dict[str, Any], *, auth: bool, quotas: bool, limit: int) -> None:

@@ -8,6 +8,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from runtime.apis.common import METADATA_SCHEMA, JSONBytes, json_body, include_query
+from runtime.apis.item_schema import item_schema
 from contract.checks import parse_json_object, validate_id, validate_limit, validate_order
 from contract.conversations.protocol import ConversationsProvider
 from contract.items import shown_item, shown_items
@@ -17,12 +18,15 @@ from runtime.http.routing import Routes
 
 __all__ = ["router"]
 
+_ITEM = item_schema(response=False)
+"""An item a conversation stores (contract.items.normalize_item; a reference to a stored item it takes none of)."""
+
 
 def router(impl: ConversationsProvider) -> Routes:
     routes = Routes()
 
     @routes.post("/conversations", summary="Create a conversation, with up to 20 initial items", openapi_extra=json_body([], {
-        "items": {"type": ["array", "null"], "maxItems": 20, "items": {"type": "object"}}, "metadata": METADATA_SCHEMA}, more=False, optional=True))
+        "items": {"type": ["array", "null"], "maxItems": 20, "items": _ITEM}, "metadata": METADATA_SCHEMA}, more=False, optional=True))
     async def create_conversation(request: Request) -> Response:
         body = await _body(request, ("items", "metadata"), allow_empty=True)
         return JSONBytes(await impl.create_conversation(body.get("items"), body.get("metadata")))
@@ -47,12 +51,15 @@ def router(impl: ConversationsProvider) -> Routes:
         return JSONBytes(await impl.delete_conversation(conversation_id))
 
     @routes.post("/conversations/{conversation_id}/items", summary="Add up to 20 items to a conversation", openapi_extra=json_body(
-        ["items"], {"items": {"type": "array", "minItems": 1, "maxItems": 20, "items": {"type": "object"}}}, more=False))
+        ["items"], {"items": {"type": "array", "minItems": 1, "maxItems": 20, "items": _ITEM}}, more=False))
     async def add_items(conversation_id: str, request: Request) -> Response:
         validate_id(conversation_id, "conversation_id", "conv")
         body = await _body(request, ("items",))
         if "items" not in body:
             raise InvalidRequestError("Missing required parameter: 'items'.", param="items", code="missing_required_parameter")
+        if body["items"] == []:
+            raise InvalidRequestError("Invalid 'items': empty array. Expected an array with minimum length 1, but got an empty array "
+                                      "instead.", param="items", code="empty_array")
         return JSONBytes(await impl.add_items(conversation_id, body["items"]))
 
     @routes.get("/conversations/{conversation_id}/items", summary="List a conversation's items")

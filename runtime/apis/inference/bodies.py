@@ -7,34 +7,14 @@ from typing import Any
 
 from contract.checks import MAX_STRING, validate_metadata
 from contract.errors import InvalidRequestError
-from runtime.apis.common import METADATA_SCHEMA, json_body
+from runtime.apis.common import json_body
+from runtime.apis.inference.chat_schema import CHAT_BODY
 from runtime.apis.inference.checks import COMMON_SHAPES, SHAPES, check_message, json_type_name
 
 __all__ = ["CHAT_BODY", "COMPLETIONS_BODY", "EMBEDDINGS_BODY", "check_chat_body", "check_completions_body", "check_embeddings_body"]
 
 _ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 
-# The numeric bounds below are _NUMBERS', which the route checks; other fields are forwarded.
-CHAT_BODY = json_body(["model", "messages"], {
-    "model": {"type": "string", "description": "provider_id/model, a bare model name, or a registered model id"},
-    "messages": {"type": "array", "minItems": 1, "items": {"type": "object", "required": ["role"], "properties": {
-        "role": {"type": "string", "enum": ["system", "developer", "user", "assistant", "tool", "function"]},
-        "content": {"anyOf": [{"type": "string", "maxLength": MAX_STRING}, {"type": "array", "minItems": 1, "items": {"type": "object"}},
-                              {"type": "null"}]}}}},
-    "stream": {"type": ["boolean", "null"]},
-    "store": {"type": ["boolean", "null"], "description": "keep the completion for GET /v1/chat/completions"},
-    "metadata": METADATA_SCHEMA,
-    "tools": {"type": "array", "items": {"type": "object", "required": ["type"]}},
-    "stream_options": {"type": "object"},
-    "temperature": {"type": ["number", "null"], "minimum": 0, "maximum": 2},
-    "top_p": {"type": ["number", "null"], "minimum": 0, "maximum": 1},
-    "presence_penalty": {"type": ["number", "null"], "minimum": -2, "maximum": 2},
-    "frequency_penalty": {"type": ["number", "null"], "minimum": -2, "maximum": 2},
-    "n": {"type": ["integer", "null"], "minimum": 1, "maximum": 128},
-    "max_tokens": {"type": ["integer", "null"], "minimum": 1},
-    "max_completion_tokens": {"type": ["integer", "null"], "minimum": 1},
-    "top_logprobs": {"type": ["integer", "null"], "minimum": 0, "maximum": 20},
-})
 COMPLETIONS_BODY = json_body(["model", "prompt"], {
     "model": {"type": "string", "description": "provider_id/model, a bare model name, or a registered model id"},
     "prompt": {"anyOf": [{"type": "string"}, {"type": "array", "minItems": 1, "items": {"type": "string"}},
@@ -81,7 +61,7 @@ def check_chat_body(body: dict[str, Any]) -> None:
                 raise InvalidRequestError(
                     f"Invalid 'messages[{index}].content': string too long. Expected a string with maximum length {MAX_STRING}, but got "
                     f"a string with length {len(content)} instead.", param=f"messages[{index}].content", code="string_above_max_length")
-            if message["role"] == "tool" and "tool_call_id" not in message:
+            if message["role"] == "tool" and message.get("tool_call_id").__class__ is not str:
                 check_message(message, index)
         else:  # parts, or none: the rarer shapes, checked in full
             check_message(message, index)

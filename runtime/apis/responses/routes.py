@@ -13,6 +13,7 @@ from contract.responses.models import CompactRequest, CreateResponse, shown_even
 from runtime.apis.common import JSONBytes, include_query, unless_disconnected
 from contract.checks import validate_id, validate_limit, validate_order
 from contract.responses.protocol import ResponsesProvider
+from runtime.apis.responses.schema import COMPACT_BODY, COUNT_BODY, CREATE_BODY
 from runtime.apis.responses.websocket import serve_connection
 from contract import fastjson
 from runtime.http.direct_routes import direct_with_body
@@ -26,7 +27,7 @@ __all__ = ["router"]
 def router(impl: ResponsesProvider) -> Routes:
     routes = Routes()
 
-    @routes.post("/responses", summary="Create a response (streamed as events with `stream: true`)")
+    @routes.post("/responses", summary="Create a response (streamed as events with `stream: true`)", openapi_extra=CREATE_BODY)
     @direct_with_body(CreateResponse)
     async def create_response(request: CreateResponse, http: Request) -> Response:
         include = frozenset(request.include or ())
@@ -42,12 +43,13 @@ def router(impl: ResponsesProvider) -> Routes:
     async def responses_socket(socket: WebSocket) -> None:
         await serve_connection(socket, impl)
 
-    @routes.post("/responses/compact", summary="Compact a context into its user messages and one compaction item")
+    @routes.post("/responses/compact", summary="Compact a context into its user messages and one compaction item",
+                 openapi_extra=COMPACT_BODY)
     @direct_with_body(CompactRequest)
     async def compact_response(request: CompactRequest) -> Response:
         return JSONBytes(await impl.compact_response(request))
 
-    @routes.post("/responses/input_tokens", summary="Count the input tokens a response would use")
+    @routes.post("/responses/input_tokens", summary="Count the input tokens a response would use", openapi_extra=COUNT_BODY)
     @direct_with_body(CreateResponse)
     async def count_input_tokens(request: CreateResponse) -> Response:
         return JSONBytes(await impl.count_input_tokens(request))
