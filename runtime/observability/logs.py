@@ -16,9 +16,11 @@ in its `traceparent` header, so lines can be joined to a gateway's traces either
 from __future__ import annotations
 
 import collections
+import contextlib
 import contextvars
 import datetime
 import logging
+import os
 import sys
 import threading
 import time
@@ -251,7 +253,8 @@ class BatchWriter(logging.Handler):
         super().__init__()
         self.setFormatter(formatter)
         self._formatter = formatter
-        self.stream = stream if stream is not None else sys.stderr
+        self._owned = stream is None
+        self.stream = stream if stream is not None else _lasting_stderr()
         self.interval_s = interval_s
         self._lines: collections.deque[str | AccessFacts] = collections.deque()
         self._stopping = threading.Event()
@@ -303,7 +306,22 @@ class BatchWriter(logging.Handler):
         self._stopping.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(timeout=5)
+        if self._owned and self.stream is not sys.stderr:
+            with contextlib.suppress(OSError, ValueError):
+                self.stream.close()
         super().close()
+
+
+def _lasting_stderr() -> Any:
+    """stderr through a descriptor of its own. llama.cpp's loader (llama-cpp-python with
+    `verbose=False`, as the local provider runs it) silences the process by putting /dev/null on
+    descriptors 1 and 2 for a moment, while it loads a model or compiles a grammar; lines this
+    thread wrote to descriptor 2 then were lost (the start-up's `serving ... on` line, now and
+    then). A duplicate made here keeps pointing at the real stderr."""
+    try:
+        return os.fdopen(os.dup(sys.stderr.fileno()), "w", buffering=1, encoding="utf-8", errors="backslashreplace")
+    except (AttributeError, OSError, ValueError):  # no descriptor behind sys.stderr (a test's capture)
+        return sys.stderr
 
 
 def configure(config: LoggingConfig, stream: Any = None) -> BatchWriter:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+from pathlib import Path
 
 from builder.config import LoggingConfig
 from runtime.observability import logs
@@ -161,3 +162,25 @@ def test_the_model_a_request_asked_for_is_in_its_access_line_and_nothing_is_note
         logs.leave_request(token)
     assert record_model == "local/m"
     assert logs.access_record("GET", "/x", 200, 1.0, None, "local/m").fields["model"] == "local/m"  # type: ignore[attr-defined]
+
+
+def test_lines_are_not_lost_while_a_library_silences_stderr() -> None:
+    """llama.cpp's loader puts /dev/null on descriptor 2 for a moment (llama-cpp-python, verbose=False):
+    a line logged meanwhile still reaches the real stderr (it was lost, now and then, at start-up)."""
+    import subprocess
+    import sys
+
+    script = """
+import logging, os
+from builder.config import LoggingConfig
+from runtime.observability import logs
+writer = logs.configure(LoggingConfig(format="console"))
+saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+os.dup2(null, 2)
+logging.getLogger("stack").info("said while silenced")
+writer.close()
+os.dup2(saved, 2)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30, cwd=Path(__file__).parents[4])
+    assert done.returncode == 0, done.stderr
+    assert "said while silenced" in done.stderr
