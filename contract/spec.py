@@ -76,6 +76,7 @@ class Api(str, enum.Enum):
     files = "files"
     safety = "safety"
     prompts = "prompts"
+    messages = "messages"
 
 
 MULTI_PROVIDER_APIS = frozenset({Api.inference, Api.tool_runtime})

@@ -28,6 +28,7 @@ from runtime.transports.asgi import AsyncThreadedASGITransport, BackgroundLoop, 
 from runtime.stack import Stack, open_stack
 
 if TYPE_CHECKING:
+    from anthropic import Anthropic, AsyncAnthropic
     from openai import AsyncOpenAI, OpenAI
 
 __all__ = ["BASE_URL", "LibraryClient", "NoWebSocketTransport"]
@@ -132,6 +133,20 @@ class LibraryClient:
         client = openai.AsyncOpenAI(base_url=BASE_URL, http_client=self.async_http_client(), **kwargs)
         client.responses.connect = _no_websocket  # type: ignore[method-assign]
         return client
+
+    def anthropic(self, **kwargs: Any) -> Anthropic:
+        """An `anthropic.Anthropic` client over the in-process app (the Messages API)."""
+        import anthropic
+
+        kwargs.setdefault("api_key", "none")
+        return anthropic.Anthropic(base_url=BASE_URL.removesuffix("/v1"), http_client=self.http_client(), **kwargs)
+
+    def async_anthropic(self, **kwargs: Any) -> AsyncAnthropic:
+        """An `anthropic.AsyncAnthropic` client over the in-process app, from any event loop."""
+        import anthropic
+
+        kwargs.setdefault("api_key", "none")
+        return anthropic.AsyncAnthropic(base_url=BASE_URL.removesuffix("/v1"), http_client=self.async_http_client(), **kwargs)
 
     def _running_loop(self) -> BackgroundLoop:
         if self._loop is None:

@@ -81,6 +81,13 @@ def _safety() -> ApiSurface:
     return ApiSurface(Api.safety, routes.router, protocol=SafetyProvider)
 
 
+def _messages() -> ApiSurface:
+    from runtime.apis.messages import routes
+    from contract.messages.protocol import MessagesProvider
+
+    return ApiSurface(Api.messages, routes.router, protocol=MessagesProvider)
+
+
 class _Surfaces(Mapping[Api, ApiSurface]):
     """Each API's surface, its modules imported the first time it is asked for: a stack imports
     the routes of the APIs its run.yaml lists, not the others' (which have none to serve)."""
@@ -104,7 +111,7 @@ class _Surfaces(Mapping[Api, ApiSurface]):
 
 SURFACES: Mapping[Api, ApiSurface] = _Surfaces({
     Api.inference: _inference, Api.responses: _responses, Api.conversations: _conversations, Api.tool_runtime: _tool_runtime,
-    Api.files: _files, Api.vector_stores: _vector_stores, Api.prompts: _prompts, Api.safety: _safety,
+    Api.files: _files, Api.vector_stores: _vector_stores, Api.prompts: _prompts, Api.safety: _safety, Api.messages: _messages,
 })
 
 ROUTE_PATHS: Mapping[Api, tuple[str, ...]] = {
@@ -121,6 +128,7 @@ ROUTE_PATHS: Mapping[Api, tuple[str, ...]] = {
                         "/vector_stores/{store_id}/file_batches/{batch_id}/cancel", "/vector_stores/{store_id}/file_batches/{batch_id}/files"),
     Api.prompts: ("/prompts", "/prompts/{prompt_id}", "/prompts/{prompt_id}/versions", "/prompts/{prompt_id}/set-default-version"),
     Api.safety: ("/moderations",),
+    Api.messages: ("/messages", "/messages/count_tokens"),
 }
 """The paths (under /v1) of each API's routes, every method alike: the same as its router declares
 (a unit test holds them together), listed here so that a stack answers the routes of an API it does

@@ -31,6 +31,7 @@ from runtime.security.quotas import Quotas
 from runtime.http.forms import FormFields
 from runtime.http.direct_routes import DirectRoutes, direct_routes
 from runtime.http.errors import install_error_handlers
+from runtime.http.anthropic import AnthropicErrors
 from runtime.http.middleware import Draining, RequestGuard
 from runtime.http.routing import Routes, fastapi_router
 from runtime.stack import Stack
@@ -99,10 +100,10 @@ class StackApp:
         await self.middleware_stack(scope, receive, send)
 
 
-def create_app(stack: Stack) -> StackApp:
-    """The ASGI app the server and the library client both run."""
-    state = State()
-    mounted: list[Mounted] = [(system_routes(stack, lambda: app.openapi()), "", [])]
+def _api_routes(stack: Stack) -> list[Mounted]:
+    """The routes of each API served, and of each whose providers are all inactive (a stand-in
+    that says what to set)."""
+    mounted: list[Mounted] = []
     for api in stack.plan.served_apis:
         surface = SURFACES.get(api)
         if surface is not None and surface.router is not None:
@@ -113,6 +114,13 @@ def create_app(stack: Stack) -> StackApp:
         if surface is not None and surface.router is not None:
             stand_in = (NoModels if api is Api.inference else Unavailable)(unavailable_message(api, inactive))
             mounted.append((surface.router(stand_in, **{used.value: None for used in surface.uses}), "/v1", [api.value]))
+    return mounted
+
+
+def create_app(stack: Stack) -> StackApp:
+    """The ASGI app the server and the library client both run."""
+    state = State()
+    mounted: list[Mounted] = [(system_routes(stack, lambda: app.openapi()), "", []), *_api_routes(stack)]
     server = stack.plan.config.server
     metrics = state.metrics = Metrics() if server.metrics is not None else None
     if metrics is not None and server.metrics is not None:
@@ -151,12 +159,14 @@ def create_app(stack: Stack) -> StackApp:
             allow_credentials=server.cors.allow_credentials,
             expose_headers=["x-request-id"],
         )
-    # Outermost, and it counts requests when metrics are on: refusals (401, 413, 429, 503) are counted too.
-    app.middleware_stack = RequestGuard(inner, max_body_bytes=server.max_request_bytes, route_limits=limits, form_paths=forms,
+    # Outermost but one, and it counts requests when metrics are on: refusals (401, 413, 429, 503) are counted too.
+    guard = RequestGuard(inner, max_body_bytes=server.max_request_bytes, route_limits=limits, form_paths=forms,
                                         draining=state.draining, metrics=metrics, tracing=state.tracing,
                                         log_context=server.logging is not None,
                                         access_log=server.logging is not None and server.logging.access_log,
                                         allowed_origins=frozenset(server.cors.allow_origins) if server.cors is not None else frozenset())
+    # Outermost where Anthropic's clients are served: every refusal in their envelope.
+    app.middleware_stack = AnthropicErrors(guard) if Api.messages in stack.plan.served_apis else guard
     return app
 
 

@@ -199,6 +199,8 @@ class Authenticator:
         authorization = headers.get("authorization", "")
         scheme, _, token = authorization.partition(" ")
         token = token.strip() if scheme.lower() == "bearer" else ""
+        if not token:  # Anthropic's clients send the key as x-api-key
+            token = headers.get("x-api-key", "").strip()
         refusal: AuthFailed | None = None
         if token:
             digest = key_hash(token)
@@ -227,7 +229,7 @@ class Authenticator:
         if refusal is not None:
             raise refusal
         if not token:
-            raise AuthFailed("You didn't provide an API key. Send it as a bearer token (Authorization: Bearer KEY).", invalid_token=False)
+            raise AuthFailed("You didn't provide an API key. Send it as a bearer token (Authorization: Bearer KEY), or as x-api-key.", invalid_token=False)
         raise AuthFailed("Incorrect API key provided.")
 
 

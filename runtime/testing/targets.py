@@ -20,6 +20,7 @@ import httpx2
 from runtime.library_client import LibraryClient
 
 if TYPE_CHECKING:
+    from anthropic import Anthropic, AsyncAnthropic
     from openai import AsyncOpenAI, OpenAI
 
 __all__ = ["StackTarget", "free_port", "open_target", "running_server"]
@@ -51,6 +52,23 @@ class StackTarget:
 
         kwargs.setdefault("api_key", "none")
         return openai.AsyncOpenAI(base_url=self.base_url, **kwargs)
+
+    def anthropic(self, **kwargs: Any) -> Anthropic:
+        """An `anthropic` SDK client of the stack's Messages API."""
+        if self.library is not None:
+            return self.library.anthropic(**kwargs)
+        import anthropic
+
+        kwargs.setdefault("api_key", "none")
+        return anthropic.Anthropic(base_url=self.base_url.removesuffix("/v1"), **kwargs)
+
+    def async_anthropic(self, **kwargs: Any) -> AsyncAnthropic:
+        if self.library is not None:
+            return self.library.async_anthropic(**kwargs)
+        import anthropic
+
+        kwargs.setdefault("api_key", "none")
+        return anthropic.AsyncAnthropic(base_url=self.base_url.removesuffix("/v1"), **kwargs)
 
 
 @contextmanager

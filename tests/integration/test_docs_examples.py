@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import openai
 import pytest
 
@@ -76,17 +77,25 @@ def _marker(lines: list[str], start: int) -> str | None:
 ALL = [example for page in PAGES for example in examples(page)]
 
 
+@dataclass(frozen=True)
+class Starter:
+    client: openai.OpenAI
+    claude: anthropic.Anthropic
+    """The same stack through Anthropic's SDK (the Messages API's examples)."""
+
+
 @pytest.fixture(scope="module")
-def starter(tmp_path_factory: pytest.TempPathFactory) -> Iterator[openai.OpenAI]:
+def starter(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Starter]:
     from runtime.library_client import LibraryClient
 
     state = tmp_path_factory.mktemp("docs-starter")
     os.environ["STACK_STATE_DIR"] = str(state)  # the starter's state, and that of a LibraryClient an example makes
     try:
         with LibraryClient("starter") as stack:
-            client = stack.openai(max_retries=0, timeout=120)
-            yield client
+            client, claude = stack.openai(max_retries=0, timeout=120), stack.anthropic(max_retries=0, timeout=120)
+            yield Starter(client, claude)
             client.close()
+            claude.close()
     finally:
         os.environ.pop("STACK_STATE_DIR", None)
 
@@ -101,8 +110,8 @@ def test_the_examples_are_found_and_each_one_not_run_says_why() -> None:
 
 @pytest.mark.parametrize("page", sorted({example.page for example in ALL if example.kind == "python" and example.not_run is None}),
                          ids=lambda page: page.name)
-def test_the_python_examples_of_a_page_run_as_written(page: Path, starter: openai.OpenAI) -> None:
-    namespace: dict[str, Any] = {"__name__": f"docs_{page.stem}", "client": starter, "model": MODEL}
+def test_the_python_examples_of_a_page_run_as_written(page: Path, starter: Starter) -> None:
+    namespace: dict[str, Any] = {"__name__": f"docs_{page.stem}", "client": starter.client, "claude": starter.claude, "model": MODEL}
     ran = 0
     for example in examples(page):
         if example.kind != "python" or example.not_run is not None:

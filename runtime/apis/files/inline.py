@@ -18,7 +18,7 @@ from typing import Any
 from contract.files.protocol import FilesProvider
 from contract.errors import InvalidRequestError
 
-__all__ = ["MAX_INLINE_BYTES", "Inlined", "chat_messages_with_files", "inline_file"]
+__all__ = ["MAX_INLINE_BYTES", "Inlined", "chat_messages_with_files", "inline_file", "pdf_text"]
 
 MAX_INLINE_BYTES = 32 * 1024 * 1024
 """The largest file given to a model inline (an image, or a document to read as text)."""
@@ -84,6 +84,11 @@ async def chat_messages_with_files(messages: list[Any], files: FilesProvider | N
 def _names_file(part: Any) -> bool:
     return (isinstance(part, dict) and part.get("type") == "file" and isinstance(part.get("file"), dict)
             and isinstance(part["file"].get("file_id"), str))
+
+
+async def pdf_text(data: bytes, name: str, param: str) -> str:
+    """The text of a PDF (sent inline, not by id), read on a thread; a 400 naming `param` if it is no PDF."""
+    return await asyncio.to_thread(_pdf_text, data, name, param)
 
 
 def _pdf_text(data: bytes, name: str, param: str) -> str:

@@ -17,6 +17,7 @@ from contract.files.protocol import FilesProvider
 from contract.safety.protocol import SafetyProvider
 from runtime.apis.common import JSONBytes, unless_disconnected
 from runtime.apis.files.inline import chat_messages_with_files
+from runtime.apis.inference.anthropic_models import anthropic_model, anthropic_models_page
 from runtime.apis.inference.answers import json_or_gone, new_messages, prompt_texts, refused, refused_text, sse_response
 from runtime.apis.inference.bodies import (
     CHAT_BODY, COMPLETIONS_BODY, EMBEDDINGS_BODY, check_chat_body, check_completions_body, check_embeddings_body,
@@ -85,11 +86,14 @@ def _add_embedding_and_model_routes(routes: Routes, impl: InferenceRouter) -> No
         check_embeddings_body(body)
         return json_or_gone(await unless_disconnected(request, impl.embeddings(body, raw)))
 
-    @routes.get("/models", summary="List models")
-    async def list_models() -> Response:
+    @routes.get("/models", summary="List models (in Anthropic's shape when the request has `anthropic-version`)")
+    async def list_models(request: Request) -> Response:
         await impl.refresh_if_stale()
+        if "anthropic-version" in request.headers:
+            return JSONBytes(anthropic_models_page([anthropic_model(entry) for entry in impl.models()]))
         return JSONBytes({"object": "list", "data": [entry.public() for entry in impl.models()]})
 
     @routes.get("/models/{model_id:path}", summary="Get a model")
-    async def get_model(model_id: str) -> Response:
-        return JSONBytes((await impl.resolve(model_id)).public())
+    async def get_model(model_id: str, request: Request) -> Response:
+        entry = await impl.resolve(model_id)
+        return JSONBytes(anthropic_model(entry) if "anthropic-version" in request.headers else entry.public())

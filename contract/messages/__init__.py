@@ -1,0 +1,1 @@
+"""The Messages API's contract (Anthropic's `POST /v1/messages`)."""

@@ -1,0 +1,1 @@
+"""Anthropic's Messages API (`POST /v1/messages`) served over any chat-completions model."""

@@ -1,0 +1,165 @@
+"""The built-in messages provider: Anthropic's Messages API over any chat-completions model the
+stack serves, by translating each request to a chat completion and its answer back
+(`request.py`, `response.py`, `stream.py`: pure functions, tested with golden pairs).
+
+Thinking blocks carry a `signature`: the thinking sealed with the server's reasoning key (the
+responses provider's, by default the same key file), so `redacted_thinking` handed back is read
+again and a forged one refused; a `thinking` block handed back is read by its text.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from contract import fastjson
+from contract.errors import APIError, InvalidRequestError
+from contract.files.protocol import FilesProvider
+from contract.spec import Api, ProviderContext, ProviderSpec
+from providers.messages.checks import check_request
+from providers.messages.request import chat_body
+from providers.messages.response import message_from_chat
+from providers.messages.stream import MessageStream, sse_frame
+from providers.responses.model_calls import Inference
+from providers.responses.sealing import ReasoningSeal, load_key
+from runtime.apis.files.inline import chat_messages_with_files, pdf_text
+from runtime.http.anthropic import anthropic_error
+
+__all__ = ["BUILTIN", "BuiltinMessages", "BuiltinMessagesConfig"]
+
+
+class BuiltinMessagesConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    reasoning_key: str | None = Field(default=None, description=(
+        "The key that signs thinking blocks (32 bytes in base64); default: the state directory's reasoning.key, which the "
+        "responses provider uses too"))
+
+
+class BuiltinMessages:
+    """See the module's docstring."""
+
+    def __init__(self, inference: Inference, files: FilesProvider | None, seal: ReasoningSeal | None) -> None:
+        self.inference = inference
+        self.files = files
+        self.seal = seal
+
+    async def create_message(self, body: dict[str, Any], raw: bytes) -> bytes:
+        chat = await self._chat(body, stream=False)
+        completion = json.loads(await self.inference.chat_completion(chat, echo_model=False))
+        return fastjson.dumps(message_from_chat(completion, body["model"], stop_sequences=_stops(body), sign=self._sign))
+
+    async def stream_message(self, body: dict[str, Any], raw: bytes) -> AsyncIterator[bytes]:
+        chat = await self._chat(body, stream=True)
+        chunks = aiter(await self.inference.stream_chat_completion(chat, echo_model=False))
+        first = await anext(chunks, None)  # the model server's refusal is raised here, before any event
+        stream = MessageStream(body["model"], stop_sequences=_stops(body), sign=self._sign)
+        return _frames(stream, first, chunks)
+
+    async def count_tokens(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Counted by the model's server: the prompt of a one-token completion, as Responses'
+        `input_tokens` counts (exact for the model, where an estimate would not be)."""
+        # max_tokens is not asked for here, and thinking changes what is answered, not what is read.
+        counted = {key: value for key, value in body.items() if key not in ("thinking", "stream")}
+        chat = await self._chat({**counted, "max_tokens": 1}, stream=False)
+        chat["max_completion_tokens"] = 1
+        completion = json.loads(await self.inference.chat_completion(chat, echo_model=False))
+        return {"input_tokens": int((completion.get("usage") or {}).get("prompt_tokens") or 0)}
+
+    async def _chat(self, body: dict[str, Any], *, stream: bool) -> dict[str, Any]:
+        check_request(body)
+        await self.inference.resolve(body["model"])  # an unknown model: a 404 before anything else
+        chat = chat_body(body, body["model"], stream=stream, reveal=self._reveal)
+        chat["messages"] = await _documents_read(chat["messages"], self.files)
+        return chat
+
+    def _sign(self, thinking: str) -> str:
+        return self.seal.seal({"type": "thinking", "text": thinking}) if self.seal is not None else ""
+
+    def _reveal(self, data: str) -> str | None:
+        if self.seal is None:
+            return None
+        return str(self.seal.open(data, "redacted_thinking.data").get("text") or "")
+
+
+def _stops(body: dict[str, Any]) -> Sequence[str]:
+    stops = body.get("stop_sequences")
+    return stops if isinstance(stops, list) else ()
+
+
+async def _frames(stream: MessageStream, first: bytes | None, chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """The events of the answer: the head (message_start, a ping, and the first chunk's) in one
+    frame, then the rest; an error past the head is Anthropic's `error` event, as its stream ends
+    when it breaks."""
+    try:
+        head = [*stream.start(), ("ping", {"type": "ping"})]
+        if first is not None:
+            head += stream.feed(fastjson.loads(first))
+        yield b"".join(sse_frame(name, data) for name, data in head)
+        async for chunk in chunks:
+            events = stream.feed(fastjson.loads(chunk))
+            if events:
+                yield b"".join(sse_frame(name, data) for name, data in events)
+        yield b"".join(sse_frame(name, data) for name, data in stream.finish())
+    except APIError as error:
+        _, envelope = anthropic_error(error.status, error.message)
+        yield sse_frame("error", {"type": "error", "error": envelope["error"]})
+    finally:
+        with contextlib.suppress(Exception):
+            await chunks.aclose()  # type: ignore[attr-defined]
+
+
+async def _documents_read(messages: list[dict[str, Any]], files: FilesProvider | None) -> list[dict[str, Any]]:
+    """PDF documents sent inline read as their text, and files named by id read in, as chat
+    completions reads them (few chat models take a PDF)."""
+    if any(_part_type(part) == "file" for message in messages for part in _parts(message)):
+        messages = await chat_messages_with_files(messages, files)
+        for message in messages:
+            content = message.get("content")
+            if isinstance(content, list):
+                message["content"] = [await _pdf_part(part, index) for index, part in enumerate(content)]
+    return messages
+
+
+def _parts(message: dict[str, Any]) -> list[Any]:
+    content = message.get("content")
+    return content if isinstance(content, list) else []
+
+
+def _part_type(part: Any) -> Any:
+    return part.get("type") if isinstance(part, dict) else None
+
+
+async def _pdf_part(part: Any, index: int) -> Any:
+    data_url = part.get("file", {}).get("file_data") if _part_type(part) == "file" else None
+    if not isinstance(data_url, str) or not data_url.startswith("data:application/pdf;base64,"):
+        return part
+    try:
+        data = base64.b64decode(data_url.split(",", 1)[1], validate=True)
+    except ValueError:
+        raise InvalidRequestError(f"messages.{index}: the document's base64 data is not valid base64.", param="messages") from None
+    name = str(part["file"].get("filename") or "document.pdf")
+    return {"type": "text", "text": f"{name}:\n{await pdf_text(data, name, 'messages')}"}
+
+
+@contextlib.asynccontextmanager
+async def create(context: ProviderContext[BuiltinMessagesConfig]) -> AsyncIterator[BuiltinMessages]:
+    config = context.config
+    seal = ReasoningSeal(lambda: load_key(config.reasoning_key, context.state_dir))
+    yield BuiltinMessages(context.deps[Api.inference], context.deps.get(Api.files), seal)
+
+
+BUILTIN = ProviderSpec(
+    api=Api.messages,
+    name="builtin",
+    config_model=BuiltinMessagesConfig,
+    factory=create,
+    requires=(Api.inference,),
+    optional=(Api.files,),
+    description="Anthropic's Messages API (Claude Code, the anthropic SDKs) over any chat-completions model",
+)

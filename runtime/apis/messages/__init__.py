@@ -1,0 +1,1 @@
+"""The Messages API's routes (Anthropic's `POST /v1/messages`)."""
