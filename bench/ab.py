@@ -12,7 +12,7 @@ request. Each checkout runs its own code (PYTHONPATH) with this virtual environm
 SQLite (`bench/stack-pg-run.yaml`, this checkout's if the other has none).
 
     git worktree add /tmp/base HEAD
-    .venv/bin/python bench/ab.py /tmp/base . [--stream] [--responses] [--conversations] [--lookups] [--postgres [ADMIN_DSN]] [--run-yaml PATH] [--windows 6]
+    .venv/bin/python bench/ab.py /tmp/base . [--stream] [--responses] [--messages A|B|both] [--conversations] [--lookups] [--postgres [ADMIN_DSN]] [--run-yaml PATH] [--windows 6]
 
 A feature's cost, on against off in one checkout: B runs its own run.yaml, and `--bearer` sends the
 same `Authorization` header to both stacks (a stack without auth ignores it):
@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -39,17 +40,35 @@ from common import (  # noqa: E402
     measure_throughput, percentile, progress, prompt_client, read_listening_url, sample_interleaved, spawn, stack_env,
     stop, wait_healthy,
 )
-from chat import chat_request  # noqa: E402
+from chat import EXPECT_CHAT, MESSAGE as CHAT_MESSAGE, MODEL as CHAT_MODEL, chat_request  # noqa: E402
 from responses import EXPECT_TEXT, MESSAGE, MODEL, create_response  # noqa: E402
 from smg import ADMIN_DSN, CONVERSATION_SIZE, conversation_of, fresh_database, items  # noqa: E402
+
+
+# A Messages request (Anthropic's) asking what chat_request asks: the same 64-token answer.
+MESSAGES_FIRST = re.compile(rb'"text_delta","text":"[^"]')
+MESSAGES_DONE = b"event: message_stop"
+
+
+def messages_request(port: int, stream: bool, headers: dict[str, str] | None) -> Request:
+    body: dict[str, object] = {"model": CHAT_MODEL, "max_tokens": 1024, "messages": [{"role": "user", "content": CHAT_MESSAGE}]}
+    if stream:
+        body["stream"] = True
+    return post(port, "/v1/messages", body, EXPECT_CHAT, first=MESSAGES_FIRST, done=MESSAGES_DONE, headers=headers)
 
 
 async def run(options: argparse.Namespace) -> None:
     headers = {"authorization": f"Bearer {options.bearer}"} if options.bearer else None
 
+    messages_ports: set[int] = set()
+
     def make(port: int, stream: bool) -> Request:
+        if port in messages_ports:
+            return messages_request(port, stream, headers)
         return (create_response(port, stream, headers=headers) if options.responses
                 else chat_request(port, stream, headers))
+
+    options.messages_ports = messages_ports
 
     async with contextlib.AsyncExitStack() as databases:
         with tempfile.TemporaryDirectory(prefix="stack-bench-ab-") as temp:
@@ -75,6 +94,8 @@ async def measure(options: argparse.Namespace, make: Callable[[int, bool], Reque
                 run_yaml = run_yaml if run_yaml.exists() else ROOT / "bench" / default
             stacks[name] = (spawn([STACK, "run", str(run_yaml), "--port", str(port)], STACK_CORE, stack,
                                   logs / f"{name}.log"), port)
+            if options.messages == "both" or options.messages == name:
+                options.messages_ports.add(port)
         os.sched_setaffinity(0, {CLIENT_CORE})
         for process, port in stacks.values():
             await wait_healthy(port, "/v1/health", process)
@@ -159,6 +180,8 @@ def main() -> None:
     parser.add_argument("b", type=Path, help="checkout B (the change)")
     parser.add_argument("--stream", action="store_true", help="streamed chat (c=1 measures the first content)")
     parser.add_argument("--responses", action="store_true", help="stored responses instead of chat completions")
+    parser.add_argument("--messages", choices=("A", "B", "both"), help="Anthropic Messages requests to that checkout's stack instead of "
+                        "chat completions asking the same (`ab.py . . --messages B`: /v1/messages against chat on one checkout)")
     parser.add_argument("--conversations", action="store_true", help="conversation items create and list(100), c=1 only")
     parser.add_argument("--lookups", action="store_true",
                         help="a conversation and a response read by id, a response continuing another: c=1 only")

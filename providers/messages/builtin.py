@@ -100,6 +100,10 @@ async def _frames(stream: MessageStream, first: bytes | None, chunks: AsyncItera
         head = [*stream.start(), ("ping", {"type": "ping"})]
         if first is not None:
             head += stream.feed(fastjson.loads(first))
+        # The head waits for the first content (the role chunk has none), and goes out with the
+        # status line: the first token does not wait for the producer task, as chat's does not.
+        while not any(name == "content_block_delta" for name, _ in head) and (chunk := await anext(chunks, None)) is not None:
+            head += stream.feed(fastjson.loads(chunk))
         yield b"".join(sse_frame(name, data) for name, data in head)
         async for chunk in chunks:
             events = stream.feed(fastjson.loads(chunk))

@@ -13,7 +13,7 @@ the error's `param`.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
 from contract.errors import InvalidRequestError
 
@@ -21,17 +21,36 @@ __all__ = ["ROOT", "Check", "Where", "anything", "boolean", "dictionary", "field
            "nullable", "number", "refuse", "str_or_list", "tagged", "text"]
 
 
-class Where(NamedTuple):
-    """Where a value is: Anthropic's location of it (with tags) and its path in the body."""
+class Where:
+    """Where a value is: Anthropic's location of it (with tags) and its path in the body. Both are
+    spelt out only when a refusal reads them: checking a valid request builds no strings."""
 
-    loc: str
-    param: str
+    __slots__ = ("_loc", "_param", "_parent", "_name", "_tag")
+
+    def __init__(self, loc: str | None = None, param: str | None = None, *, parent: Where | None = None, name: str | int = "",
+                 tag: bool = False) -> None:
+        self._loc, self._param = loc, param
+        self._parent, self._name, self._tag = parent, name, tag
 
     def key(self, name: str | int) -> Where:
-        return Where(f"{self.loc}.{name}" if self.loc else str(name), f"{self.param}.{name}" if self.param else str(name))
+        return Where(parent=self, name=name)
 
     def tagged(self, tag: str) -> Where:
-        return Where(f"{self.loc}.{tag}" if self.loc else tag, self.param)
+        return Where(parent=self, name=tag, tag=True)
+
+    @property
+    def loc(self) -> str:
+        if self._loc is None:
+            base = self._parent.loc if self._parent is not None else ""
+            self._loc = f"{base}.{self._name}" if base else str(self._name)
+        return self._loc
+
+    @property
+    def param(self) -> str:
+        if self._param is None:
+            base = self._parent.param if self._parent is not None else ""
+            self._param = base if self._tag else (f"{base}.{self._name}" if base else str(self._name))
+        return self._param
 
 
 ROOT = Where("", "")
