@@ -108,3 +108,12 @@ def _clock_at(now: float) -> Any:
             return real.datetime.fromtimestamp(now, tz)
 
     return Clock
+
+
+def test_anthropics_x_api_key_is_admitted_as_a_bearer_token_is() -> None:
+    """Claude Code and the anthropic SDKs send the key as x-api-key (issue 46)."""
+    keys = Authenticator(AuthConfig.model_validate({"api_keys": [{"key": "sk-one-0001", "principal": "ann"}]}))
+    assert asyncio.run(keys.principal(Headers({"x-api-key": "sk-one-0001"}))).id == "ann"
+    assert asyncio.run(keys.principal(Headers({"authorization": "Bearer sk-one-0001", "x-api-key": "other"}))).id == "ann"  # the bearer first
+    with pytest.raises(AuthFailed):
+        asyncio.run(keys.principal(Headers({"x-api-key": "sk-two-0002"})))
