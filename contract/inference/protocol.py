@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
-__all__ = ["InferenceProvider", "TextCompletionProvider", "UpstreamModel", "UpstreamRequest"]
+__all__ = ["InferenceProvider", "MessagesPassthrough", "TextCompletionProvider", "UpstreamModel", "UpstreamRequest"]
 
 
 @dataclass(frozen=True)
@@ -73,4 +73,23 @@ class TextCompletionProvider(Protocol):
 
     def stream_completion(self, request: UpstreamRequest) -> AsyncIterator[bytes]:
         """The data payload of each streamed Completion event, without the final `[DONE]`."""
+        ...
+
+
+@runtime_checkable
+class MessagesPassthrough(Protocol):
+    """A provider whose upstream speaks Anthropic's Messages API, and takes a Messages request as
+    it is (`POST /v1/messages` of a model it serves is then forwarded, not translated to chat).
+
+    Optional: the messages API translates the request of a model whose provider lacks these
+    methods. Bodies are bytes both ways, untouched; errors are `APIError`s with the upstream's
+    status and Anthropic's error type (`error_type`: a 529 stays a 529 `overloaded_error`)."""
+
+    async def messages(self, body: bytes) -> bytes:
+        """The upstream's `Message` JSON for a non-streamed request."""
+        ...
+
+    def stream_messages(self, body: bytes) -> AsyncIterator[bytes]:
+        """The upstream's server-sent events for a streamed request, one whole event (its
+        `event:` and `data:` lines and the blank line) a piece."""
         ...

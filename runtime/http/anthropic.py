@@ -23,7 +23,7 @@ _MODELS = "/v1/models"
 
 # Anthropic's error types by status (docs.anthropic.com, "Errors"); a status it has no type for
 # is an api_error, as Anthropic's own 5xx are.
-_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error", 404: "not_found_error",
+_TYPES = {400: "invalid_request_error", 401: "authentication_error", 402: "billing_error", 403: "permission_error", 404: "not_found_error",
           413: "request_too_large", 429: "rate_limit_error", 504: "timeout_error", 529: "overloaded_error"}
 
 

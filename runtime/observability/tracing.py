@@ -27,6 +27,9 @@ __all__ = ["Tracing", "current_tracing"]
 T = TypeVar("T")
 
 _FINISH = re.compile(rb'"finish_reason"\s*:\s*"([a-z_]+)"')
+# Anthropic's stop reasons (a Messages request passed through), read when an answer has no finish
+# reason: by name, since a chat answer may have a `stop_reason` of its own (vLLM's: the stop string).
+_STOP = re.compile(rb'"stop_reason"\s*:\s*"(end_turn|max_tokens|stop_sequence|tool_use|pause_turn|refusal|model_context_window_exceeded)"')
 _CONTENT_LIMIT = 16_000
 
 
@@ -129,7 +132,7 @@ class Tracing:
             if isinstance(usage.get(key), int):
                 span.set_attribute(attribute, usage[key])
         if answer is not None:
-            reasons = [match.decode() for match in _FINISH.findall(answer)]
+            reasons = [match.decode() for match in _FINISH.findall(answer) or _STOP.findall(answer)]
             if reasons:
                 span.set_attribute("gen_ai.response.finish_reasons", reasons)
             if self.config.capture_content:

@@ -21,12 +21,14 @@ CREATED_AT = "2025-02-19T00:00:00Z"
 
 @dataclass(frozen=True, slots=True)
 class RecordedRequest:
-    """A request the fake received: its method, path (with its query), JSON body and headers."""
+    """A request the fake received: its method, path (with its query), JSON body and headers, and
+    the body's bytes as they came."""
 
     method: str
     path: str
     body: Any
     headers: dict[str, str]
+    raw: bytes = b""
 
 
 def _error(error: WireError) -> Response:
@@ -44,7 +46,7 @@ class FakeAnthropicApp:
         except ValueError:
             body = raw.decode(errors="replace") if raw else None
         query = f"?{request.url.query}" if request.url.query else ""
-        self.recorded.append(RecordedRequest(request.method, request.url.path + query, body, dict(request.headers)))
+        self.recorded.append(RecordedRequest(request.method, request.url.path + query, body, dict(request.headers), raw or b""))
         if self.api_key is not None and request.headers.get("x-api-key") != self.api_key:
             raise WireError(401, "invalid x-api-key")
         if not request.headers.get("anthropic-version"):

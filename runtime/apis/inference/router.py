@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -14,7 +14,8 @@ from builder.config import ModelConfig
 from contract import fastjson
 from runtime.apis.inference.chunks import ChunkAccumulator, upstream_shape
 from runtime.apis.inference.guarded import guard_completion, guard_stream, guard_text_completion
-from contract.inference.protocol import InferenceProvider, TextCompletionProvider, UpstreamRequest
+from contract.inference.protocol import InferenceProvider, MessagesPassthrough, TextCompletionProvider, UpstreamRequest
+from runtime.apis.inference.anthropic_passthrough import account_message, metered_events, renamed, usage_of_message
 from runtime.apis.inference.catalog import ModelCatalog, ModelEntry
 from runtime.apis.inference.store import ChatCompletionStore, new_completion_id
 from runtime.apis.inference.upstream import (
@@ -53,6 +54,7 @@ class InferenceRouter:
         self.refresh_models = self.catalog.refresh_models
         self.refresh_if_stale = self.catalog.refresh_if_stale
         self.health = self.catalog.health
+        self._messages_providers = {pid for pid, provider in self.providers.items() if isinstance(provider, MessagesPassthrough)}
 
     async def _route(self, body: Mapping[str, Any], raw: bytes | None) -> tuple[str, UpstreamRequest, str | None]:
         """The provider, the request for it, and the client's model id when the upstream knows
@@ -216,8 +218,52 @@ class InferenceRouter:
             return reshaped_embeddings(result, base64_vectors=wants_base64, model=requested)
         return result
 
+    # --- Anthropic's Messages, passed through -------------------------------------------------
+
+    async def passes_messages(self, model: Any) -> bool:
+        """Whether `model` is served by a provider that takes Messages requests as they are
+        (`MessagesPassthrough`); False for a model not served at all, as for any other."""
+        if not self._messages_providers:
+            return False
+        try:
+            entry = await self.resolve(model)
+        except APIError:
+            return False
+        return entry.provider_id in self._messages_providers
+
+    async def messages(self, body: Mapping[str, Any], raw: bytes) -> bytes:
+        """The upstream's `Message` JSON for a Messages request (`body`, and `raw`, its bytes),
+        forwarded untouched but for the model id where the upstream knows the model by another
+        name; the answer as it came, with the client's model id. Traced, metered and counted
+        against the quota as a chat completion is."""
+        provider_id, request, requested = await self._route(body, raw)
+        provider = self._messages_provider(provider_id, body["model"])
+        payload = raw if requested is None else renamed(raw, requested, str(request.body["model"]))
+        metrics, started = current_metrics(), time.perf_counter()
+        result = await self._call(provider_id, provider.messages(payload), "chat", request, requested, usage_of_message)
+        if metrics is not None or token_meter() is not None:
+            await account_message(result, provider_id, request, metrics, started)
+        return result if requested is None else renamed(result, str(request.body["model"]), requested)
+
+    async def stream_messages(self, body: Mapping[str, Any], raw: bytes) -> AsyncIterator[bytes]:
+        """The upstream's server-sent events for a streamed Messages request (forwarded as for
+        `messages`), one whole event a piece, as they come; message_start's `model` the client's."""
+        provider_id, request, requested = await self._route(body, raw)
+        provider = self._messages_provider(provider_id, body["model"])
+        payload = raw if requested is None else renamed(raw, requested, str(request.body["model"]))
+        return metered_events(provider.stream_messages(payload), provider_id, request, requested, current_metrics(), current_tracing(),
+                              self.catalog.unreachable)
+
+    def _messages_provider(self, provider_id: str, model: str) -> MessagesPassthrough:
+        provider = self.providers[provider_id]
+        if not isinstance(provider, MessagesPassthrough):
+            raise InvalidRequestError(f"The model '{model}' is not served by an Anthropic Messages upstream (its provider, "
+                                      f"'{provider_id}', does not take Messages requests as they are).", param="model",
+                                      code="unsupported_model")
+        return provider
+
     async def _call(self, provider_id: str, call: Awaitable[bytes], operation: str, request: UpstreamRequest,
-                    requested: str | None = None) -> bytes:
+                    requested: str | None = None, usage: Callable[[bytes], Mapping[str, Any]] = usage_counts) -> bytes:
         """`call`, traced; an error that names the model names it as the client did (`requested`,
         where the upstream knows it by another name: `local/smollm2...` is `smollm2...` there)."""
         tracing = current_tracing()
@@ -226,7 +272,7 @@ class InferenceRouter:
                 return await call
             with tracing.model_call(operation, provider_id, str(request.body.get("model")), request.body) as span:
                 result = await call
-                tracing.finished(span, usage_counts(result), result)
+                tracing.finished(span, usage(result), result)
                 return result
         except APIError as error:
             if error.code == "upstream_unreachable":
