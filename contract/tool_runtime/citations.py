@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["MarkerCitations", "Source", "numbered_sources"]
+__all__ = ["MarkerCitations", "Source", "numbered_sources", "sentence_start"]
 
 Annotation = dict[str, Any]
 
@@ -127,15 +127,17 @@ class MarkerCitations:
         it closes (`start_index`, `end_index`) for a web page; the whole answer for a fallback."""
         if annotation.get("type") != "url_citation":
             return {**annotation, "index": self._length}
-        start = 0 if whole else _sentence_start("".join(self._emitted))
+        start = 0 if whole else sentence_start("".join(self._emitted))
         return {**annotation, "start_index": start, "end_index": self._length}
 
 
 _SENTENCE_END = re.compile(r"[.!?;:](?=\s)|\n")
 
 
-def _sentence_start(text: str) -> int:
-    """Where the sentence ending `text` begins (past the whitespace after the previous one)."""
+def sentence_start(text: str) -> int:
+    """Where the sentence ending `text` begins (past the whitespace after the previous one): a
+    `url_citation` placed now starts there, and one placed later, when `text` has grown, never
+    before it (a front end that splits the text at citations relies on it)."""
     body = text.rstrip()
     ends = [match.end() for match in _SENTENCE_END.finditer(body[:-1])]
     start = ends[-1] if ends else 0

@@ -1,10 +1,11 @@
 """The shapes of a message's content blocks, as anthropic's `*BlockParam` types give them, each
 refused as Anthropic refuses it (`fields.py`).
 
-A role takes the blocks the translation to chat has a place for: a user's text, images,
-documents, search results and tool results; an assistant's text, thinking and tool uses; a
-system message's text. Any other block (a server tool's `server_tool_use` or
-`web_search_tool_result`, a `container_upload`...) is refused with the tags this server expects,
+A role takes the blocks the translation has a place for: a user's text, images, documents,
+search results and tool results; an assistant's text, thinking and tool uses, and the server
+tools' calls and results it hands back (`server_tool_use` and `web_search_tool_result`,
+`mcp_tool_use` and `mcp_tool_result`); a system message's text. Any other block (a
+`container_upload`, a `web_fetch_tool_result`...) is refused with the tags this server expects,
 as Anthropic refuses a tag it does not know.
 
 `cache_control`, `citations` and a tool use's `caller` are dropped by the translation, so their
@@ -31,7 +32,7 @@ from providers.messages.fields import (
     text,
 )
 
-__all__ = ["ROLES", "check_message", "check_system", "text_block"]
+__all__ = ["ROLES", "SERVER_BLOCK_TYPES", "check_message", "check_system", "text_block"]
 
 ROLES = ("user", "assistant", "system")
 """The roles of anthropic 2.14's `MessageParam` (`UserMessageParam`, `AssistantMessageParam`,
@@ -81,6 +82,33 @@ def _tool_result(value: Any, where: Where) -> None:
         raise refuse(where, "content cannot be empty if is_error is true")
 
 
+_SERVER_TOOL_NAMES = ("web_search", "web_fetch", "code_execution", "bash_code_execution", "text_editor_code_execution",
+                      "tool_search_tool_regex", "tool_search_tool_bm25")
+_SEARCH_ERRORS = ("invalid_tool_input", "unavailable", "max_uses_exceeded", "too_many_requests", "query_too_long", "request_too_large")
+_WEB_RESULT = fields({"encrypted_content": text, "title": text, "type": literal("web_search_result"), "url": text},
+                     {"page_age": nullable(text)})
+_WEB_ERROR = fields({"error_code": literal(*_SEARCH_ERRORS), "type": literal("web_search_tool_result_error")})
+
+
+def _search_content(value: Any, where: Where) -> None:
+    """A web search's results, or its error (anthropic's `WebSearchToolResultBlockParamContentParam`)."""
+    (_WEB_ERROR if isinstance(value, dict) else list_of(_WEB_RESULT))(value, where)
+
+
+_SERVER_BLOCKS: dict[str, Check] = {
+    "server_tool_use": fields({"id": text, "input": dictionary, "name": literal(*_SERVER_TOOL_NAMES), "type": literal("server_tool_use")},
+                              {"cache_control": _CACHE, "caller": anything}),
+    "web_search_tool_result": fields({"content": _search_content, "tool_use_id": text, "type": literal("web_search_tool_result")},
+                                     {"cache_control": _CACHE, "caller": anything}),
+    "mcp_tool_use": fields({"id": text, "input": dictionary, "name": text, "server_name": text, "type": literal("mcp_tool_use")},
+                           {"cache_control": _CACHE}),
+    "mcp_tool_result": fields({"tool_use_id": text, "type": literal("mcp_tool_result")},
+                              {"cache_control": _CACHE, "content": str_or_list(_text_block), "is_error": boolean}),
+}
+SERVER_BLOCK_TYPES = frozenset(_SERVER_BLOCKS)
+"""The blocks of server tools' calls and results an assistant's turn may hand back (answered
+through the responses provider: `server_tools.py`)."""
+
 _BLOCKS: dict[str, dict[str, Check]] = {
     "user": {"text": _text_block, "image": _IMAGE, "document": _DOCUMENT, "search_result": _SEARCH_RESULT, "tool_result": _tool_result},
     "assistant": {
@@ -89,6 +117,7 @@ _BLOCKS: dict[str, dict[str, Check]] = {
         "redacted_thinking": fields({"data": text, "type": literal("redacted_thinking")}),
         "tool_use": fields({"id": text, "input": dictionary, "name": text, "type": literal("tool_use")},
                            {"cache_control": _CACHE, "caller": anything, "toolset_name": nullable(text)}),
+        **_SERVER_BLOCKS,
     },
     "system": {"text": _text_block},
 }

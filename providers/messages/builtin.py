@@ -1,6 +1,8 @@
 """The built-in messages provider: Anthropic's Messages API over any chat-completions model the
 stack serves, by translating each request to a chat completion and its answer back
-(`request.py`, `response.py`, `stream.py`: pure functions, tested with golden pairs).
+(`request.py`, `response.py`, `stream.py`: pure functions, tested with golden pairs). A request
+with server tools (`mcp_servers`, web search) is answered by the responses provider's tool loop
+instead (`via_responses.py`).
 
 Thinking blocks carry a `signature`: the thinking sealed with the server's reasoning key (the
 responses provider's, by default the same key file), so `redacted_thinking` handed back is read
@@ -20,11 +22,15 @@ from pydantic import BaseModel, ConfigDict, Field
 from contract import fastjson
 from contract.errors import APIError, InvalidRequestError
 from contract.files.protocol import FilesProvider
+from contract.responses.protocol import ResponsesProvider
 from contract.spec import Api, ProviderContext, ProviderSpec
+from providers.messages import passthrough
 from providers.messages.checks import check_request
 from providers.messages.request import chat_body
 from providers.messages.response import message_from_chat
+from providers.messages.server_tools import uses_server_tools
 from providers.messages.stream import MessageStream, sse_frame
+from providers.messages.via_responses import ViaResponses
 from providers.responses.model_calls import Inference
 from providers.responses.sealing import ReasoningSeal, load_key
 from runtime.apis.files.inline import chat_messages_with_files, pdf_text
@@ -44,17 +50,30 @@ class BuiltinMessagesConfig(BaseModel):
 class BuiltinMessages:
     """See the module's docstring."""
 
-    def __init__(self, inference: Inference, files: FilesProvider | None, seal: ReasoningSeal | None) -> None:
+    def __init__(self, inference: Inference, files: FilesProvider | None, seal: ReasoningSeal | None,
+                 responses: ResponsesProvider | None = None) -> None:
         self.inference = inference
         self.files = files
         self.seal = seal
+        # A stack with an Anthropic upstream passes its models' requests through (passthrough.py).
+        self.upstream = inference if isinstance(inference, passthrough.MessagesUpstream) else None
+        # Server tools (mcp_servers, web search) run in the responses provider's tool loop (via_responses.py).
+        self.server_tools = ViaResponses(responses, seal, sign=self._sign, reveal=self._reveal)
 
     async def create_message(self, body: dict[str, Any], raw: bytes) -> bytes:
+        if self.upstream is not None and await self.upstream.passes_messages(body.get("model")):  # first: Anthropic runs its own tools
+            return await passthrough.message(self.upstream, body, raw)
+        if uses_server_tools(body):
+            return await self.server_tools.create_message(body)
         chat = await self._chat(body, stream=False)
         completion = json.loads(await self.inference.chat_completion(chat, echo_model=False))
         return fastjson.dumps(message_from_chat(completion, body["model"], stop_sequences=_stops(body), sign=self._sign))
 
     async def stream_message(self, body: dict[str, Any], raw: bytes) -> AsyncIterator[bytes]:
+        if self.upstream is not None and await self.upstream.passes_messages(body.get("model")):
+            return await passthrough.message_events(self.upstream, body, raw)
+        if uses_server_tools(body):
+            return await self.server_tools.stream_message(body)
         chat = await self._chat(body, stream=True)
         chunks = aiter(await self.inference.stream_chat_completion(chat, echo_model=False))
         first = await anext(chunks, None)  # the model server's refusal is raised here, before any event
@@ -64,6 +83,8 @@ class BuiltinMessages:
     async def count_tokens(self, body: dict[str, Any]) -> dict[str, Any]:
         """Counted by the model's server: the prompt of a one-token completion, as Responses'
         `input_tokens` counts (exact for the model, where an estimate would not be)."""
+        if uses_server_tools(body):
+            return await self.server_tools.count_tokens(body)
         # max_tokens is not asked for here, and thinking changes what is answered, not what is read.
         counted = {key: value for key, value in body.items() if key not in ("thinking", "stream")}
         chat = await self._chat({**counted, "max_tokens": 1}, stream=False)
@@ -79,12 +100,14 @@ class BuiltinMessages:
         return chat
 
     def _sign(self, thinking: str) -> str:
-        return self.seal.seal({"type": "thinking", "text": thinking}) if self.seal is not None else ""
+        """The thinking sealed as a reasoning item's content is (the seal keeps `content` and `summary` only)."""
+        return self.seal.seal({"content": [{"type": "reasoning_text", "text": thinking}]}) if self.seal is not None else ""
 
     def _reveal(self, data: str) -> str | None:
         if self.seal is None:
             return None
-        return str(self.seal.open(data, "redacted_thinking.data").get("text") or "")
+        parts = self.seal.open(data, "redacted_thinking.data").get("content") or []
+        return "".join(str(part.get("text") or "") for part in parts if isinstance(part, dict))
 
 
 def _stops(body: dict[str, Any]) -> Sequence[str]:
@@ -155,7 +178,7 @@ async def _pdf_part(part: Any, index: int) -> Any:
 async def create(context: ProviderContext[BuiltinMessagesConfig]) -> AsyncIterator[BuiltinMessages]:
     config = context.config
     seal = ReasoningSeal(lambda: load_key(config.reasoning_key, context.state_dir))
-    yield BuiltinMessages(context.deps[Api.inference], context.deps.get(Api.files), seal)
+    yield BuiltinMessages(context.deps[Api.inference], context.deps.get(Api.files), seal, context.deps.get(Api.responses))
 
 
 BUILTIN = ProviderSpec(
@@ -164,6 +187,6 @@ BUILTIN = ProviderSpec(
     config_model=BuiltinMessagesConfig,
     factory=create,
     requires=(Api.inference,),
-    optional=(Api.files,),
+    optional=(Api.files, Api.responses),
     description="Anthropic's Messages API (Claude Code, the anthropic SDKs) over any chat-completions model",
 )

@@ -43,7 +43,7 @@ from providers.messages.fields import (
     text,
 )
 
-__all__ = ["SERVER_TOOL_TYPES", "check_request"]
+__all__ = ["SERVER_TOOL_TYPES", "WEB_SEARCH_TYPES", "check_request"]
 
 _NAME = re.compile(r"[a-zA-Z0-9_-]+")
 _NAME_PATTERN = "^[a-zA-Z0-9_-]{1,128}$"  # Anthropic's: "tools.0.custom.name: String should match pattern '...'"
@@ -56,7 +56,31 @@ SERVER_TOOL_TYPES = (
     "tool_search_tool_regex_20251119", "tool_search_tool_regex",
 )
 """The tool types of anthropic 2.14's `ToolUnionParam` other than a custom tool: Anthropic's own
-tools, accepted here and left to the caller (`chat_body` offers the model custom tools only)."""
+tools. The web search ones (`WEB_SEARCH_TYPES`) and `mcp_servers` are run by this server
+(`server_tools.py`); the others are accepted here and left to the caller (the model is offered
+custom tools only)."""
+
+WEB_SEARCH_TYPES = ("web_search_20250305", "web_search_20260209", "web_search_20260318")
+"""The versions of Anthropic's web search tool (anthropic 2.14's `WebSearchTool*Param`)."""
+
+_CALLERS = ("direct", "code_execution_20250825", "code_execution_20260120", "code_execution_20260521")
+_LOCATION = fields({"type": literal("approximate")}, {key: nullable(text) for key in ("city", "country", "region", "timezone")})
+
+
+def _web_search_tool(kind: str) -> Check:
+    optional: dict[str, Check] = {
+        "allowed_callers": list_of(literal(*_CALLERS)), "allowed_domains": nullable(list_of(text)),
+        "blocked_domains": nullable(list_of(text)), "cache_control": nullable(dictionary), "defer_loading": boolean,
+        "max_uses": nullable(integer(1)), "strict": boolean, "user_location": nullable(_LOCATION)}
+    if kind == "web_search_20260318":
+        optional["response_inclusion"] = literal("full", "excluded")
+    return fields({"name": literal("web_search"), "type": literal(kind)}, optional)
+
+
+_MCP_SERVER = fields({"name": text, "type": literal("url"), "url": text}, {
+    "authorization_token": nullable(text),
+    "tool_configuration": nullable(fields({}, {"allowed_tools": nullable(list_of(text)), "enabled": nullable(boolean)}))})
+"""An entry of `mcp_servers` (anthropic's `BetaRequestMCPServerURLDefinitionParam`)."""
 
 
 def _tool_name(value: Any, where: Where) -> None:
@@ -82,7 +106,8 @@ _CUSTOM_TOOL = fields({"input_schema": _input_schema, "name": _tool_name}, {
     "allowed_callers": list_of(text), "cache_control": nullable(dictionary), "defer_loading": boolean, "description": text,
     "eager_input_streaming": nullable(boolean), "input_examples": list_of(dictionary), "strict": boolean,
     "type": nullable(literal("custom"))})
-_TOOL = tagged({"custom": _CUSTOM_TOOL, **{kind: dictionary for kind in SERVER_TOOL_TYPES}}, default="custom")
+_TOOL = tagged({"custom": _CUSTOM_TOOL, **{kind: dictionary for kind in SERVER_TOOL_TYPES},
+                **{kind: _web_search_tool(kind) for kind in WEB_SEARCH_TYPES}}, default="custom")
 
 _PARALLEL = {"disable_parallel_tool_use": boolean}
 _TOOL_CHOICE = tagged({
@@ -141,7 +166,7 @@ _FIELDS: dict[str, Check] = {
     "user_profile_id": text,
     "workspace_id": text,
     "context_management": nullable(dictionary),
-    "mcp_servers": list_of(dictionary),
+    "mcp_servers": list_of(_MCP_SERVER),
 }
 
 
@@ -170,6 +195,9 @@ def _check_tools(body: dict[str, Any]) -> None:
     named = [name for name in names if name is not None]
     if len(set(named)) != len(named):
         raise refuse(ROOT.key("tools"), "Tool names must be unique.")
+    servers = [server["name"] for server in body.get("mcp_servers") or ()]
+    if len(set(servers)) != len(servers):
+        raise refuse(ROOT.key("mcp_servers"), "MCP server names must be unique.")
     choice = body.get("tool_choice")
     if choice is not None and choice["type"] == "tool" and choice["name"] not in named:
         # Anthropic's wording of this one is not on record; the field is named as it names fields.

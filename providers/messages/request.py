@@ -26,7 +26,8 @@
 Left out: `cache_control` (a chat upstream has no prompt cache to mark), `service_tier` ("auto" and
 "standard_only" both mean the one tier a chat upstream has), `speed`, `container`, `diagnostics`,
 `inference_geo`, `context_management`, and the tools of Anthropic's own types
-(`checks.SERVER_TOOL_TYPES`) with `mcp_servers`, which are the caller's to run or refuse.
+(`checks.SERVER_TOOL_TYPES`), which are the caller's to run or refuse. A request with `mcp_servers`
+or a web search tool never comes here: the responses provider runs them (`via_responses.py`).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from typing import Any
 from contract import fastjson
 from providers.messages.parts import ToolResult, user_parts
 
-__all__ = ["chat_body", "chat_messages"]
+__all__ = ["chat_body", "chat_messages", "reasoning_effort"]
 
 _EFFORTS = {"low": "low", "medium": "medium", "high": "high", "xhigh": "high", "max": "high"}
 _CHOICES = {"auto": "auto", "any": "required", "none": "none"}
@@ -59,7 +60,7 @@ def chat_body(body: dict[str, Any], model: str, *, stream: bool, reveal: Callabl
     if isinstance(user, str):
         chat["user"] = user
     chat.update(_tools(body))
-    effort = _effort(body)
+    effort = reasoning_effort(body)
     if effort is not None:
         chat["reasoning_effort"] = effort
     output_format = (body.get("output_config") or {}).get("format")
@@ -132,7 +133,7 @@ def _assistant(blocks: Iterable[dict[str, Any]], reveal: Callable[[str], str | N
         elif kind == "redacted_thinking":
             revealed = reveal(block["data"]) if reveal is not None else None
             thoughts.append(revealed or "")
-        else:
+        elif kind == "tool_use":  # a server tool's blocks go through the responses provider (server_tools.py), never here
             calls.append({"id": block["id"], "type": "function",
                           "function": {"name": block["name"], "arguments": fastjson.dumps(block["input"]).decode()}})
     message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts or not calls else None}
@@ -171,7 +172,8 @@ def _function(tool: Mapping[str, Any]) -> dict[str, Any]:
     return {"type": "function", "function": function}
 
 
-def _effort(body: Mapping[str, Any]) -> str | None:
+def reasoning_effort(body: Mapping[str, Any]) -> str | None:
+    """The reasoning effort `thinking` and `output_config.effort` ask for (None: no reasoning asked)."""
     thinking = body.get("thinking") or {}
     kind = thinking.get("type")
     if kind == "disabled":

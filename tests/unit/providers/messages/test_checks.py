@@ -36,6 +36,10 @@ def tool_turns() -> list[dict[str, Any]]:
     ]
 
 
+MCP = {"type": "url", "url": "https://mcp.example.com/mcp", "name": "docs"}
+SEARCH = {"type": "web_search_20250305", "name": "web_search"}
+
+
 def refusal(body: dict[str, Any]) -> tuple[str, str | None]:
     with pytest.raises(InvalidRequestError) as caught:
         check_request(body)
@@ -80,6 +84,31 @@ def test_every_field_of_the_sdks_message_create_params_is_accepted() -> None:
     params = message_create_params.MessageCreateParamsStreaming
     assert set(samples) == params.__required_keys__ | params.__optional_keys__  # a field the SDK adds fails here first
     check_request(samples)
+
+
+def test_server_tools_and_their_blocks_pass() -> None:
+    search = {**SEARCH, "max_uses": 2, "allowed_domains": ["example.org"], "blocked_domains": None, "cache_control": {"type": "ephemeral"},
+              "user_location": {"type": "approximate", "city": "Bristol", "country": "GB", "region": None, "timezone": "Europe/London"},
+              "allowed_callers": ["direct"], "defer_loading": False, "strict": True}
+    check_request(request(
+        tools=[search], mcp_servers=[{**MCP, "authorization_token": "tok", "tool_configuration": {"allowed_tools": ["a"], "enabled": True}},
+                                     {**MCP, "name": "other", "authorization_token": None, "tool_configuration": None}],
+        messages=[{"role": "user", "content": "Find it"}, {"role": "assistant", "content": [
+            {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {"query": "q"}, "cache_control": None},
+            {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1", "content": [
+                {"type": "web_search_result", "url": "https://example.org", "title": "T", "encrypted_content": "e", "page_age": None}]},
+            {"type": "server_tool_use", "id": "srvtoolu_2", "name": "web_search", "input": {"query": "q"}},
+            {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_2", "content": {"type": "web_search_tool_result_error",
+                                                                                          "error_code": "unavailable"}},
+            {"type": "mcp_tool_use", "id": "mcptoolu_1", "name": "echo", "server_name": "docs", "input": {"text": "hi"}},
+            {"type": "mcp_tool_result", "tool_use_id": "mcptoolu_1", "is_error": False, "content": [{"type": "text", "text": "hi"}]},
+            {"type": "mcp_tool_result", "tool_use_id": "mcptoolu_1", "content": "hi"},
+            {"type": "text", "text": "Found", "citations": [{"type": "web_search_result_location", "url": "https://example.org",
+                                                             "title": "T", "encrypted_index": "i", "cited_text": "c"}]}]},
+                  {"role": "user", "content": "Thanks"}]))
+    for kind in ("web_search_20260209", "web_search_20260318"):
+        check_request(request(tools=[{**SEARCH, "type": kind}]))
+    check_request(request(tools=[{**SEARCH, "type": "web_search_20260318", "response_inclusion": "full"}]))
 
 
 @pytest.mark.parametrize("messages", [
@@ -140,7 +169,8 @@ REFUSALS: list[tuple[str, Callable[[dict[str, Any]], None], str, str]] = [
      "messages.0.content.0"),
     ("assistant-block-tag", in_turns(lambda m: m[1]["content"].append({"type": "tool_result", "tool_use_id": "toolu_1"})),
      "messages.1.content.3: Input tag 'tool_result' found using 'type' does not match any of the expected tags: 'text', 'thinking', "
-     "'redacted_thinking', 'tool_use'", "messages.1.content.3"),
+     "'redacted_thinking', 'tool_use', 'server_tool_use', 'web_search_tool_result', 'mcp_tool_use', 'mcp_tool_result'",
+     "messages.1.content.3"),
     ("block-untagged", setting(messages=[{"role": "user", "content": [{"text": "x"}]}]),
      "messages.0.content.0: Unable to extract tag using discriminator 'type'", "messages.0.content.0"),
     ("image-media-type", setting(messages=[{"role": "user", "content": [
@@ -214,6 +244,36 @@ REFUSALS: list[tuple[str, Callable[[dict[str, Any]], None], str, str]] = [
     ("metadata-extra", setting(metadata={"session": "s"}), "metadata.session: Extra inputs are not permitted", "metadata.session"),
     ("service_tier", setting(service_tier="priority"), "service_tier: Input should be 'auto' or 'standard_only'", "service_tier"),
     ("extra", setting(response_format={"type": "json_object"}), "response_format: Extra inputs are not permitted", "response_format"),
+    ("mcp-url", setting(mcp_servers=[{"type": "url", "name": "docs"}]), "mcp_servers.0.url: Field required", "mcp_servers.0.url"),
+    ("mcp-type", setting(mcp_servers=[{**MCP, "type": "stdio"}]), "mcp_servers.0.type: Input should be 'url'", "mcp_servers.0.type"),
+    ("mcp-extra", setting(mcp_servers=[{**MCP, "headers": {}}]), "mcp_servers.0.headers: Extra inputs are not permitted",
+     "mcp_servers.0.headers"),
+    ("mcp-allowed", setting(mcp_servers=[{**MCP, "tool_configuration": {"allowed_tools": "search"}}]),
+     "mcp_servers.0.tool_configuration.allowed_tools: Input should be a valid list", "mcp_servers.0.tool_configuration.allowed_tools"),
+    ("mcp-names", setting(mcp_servers=[MCP, MCP]), "mcp_servers: MCP server names must be unique.", "mcp_servers"),
+    ("web-search-name", setting(tools=[{**SEARCH, "name": "search"}]),
+     "tools.0.web_search_20250305.name: Input should be 'web_search'", "tools.0.name"),
+    ("web-search-max-uses", setting(tools=[{**SEARCH, "max_uses": 0}]),
+     "tools.0.web_search_20250305.max_uses: Input should be greater than or equal to 1", "tools.0.max_uses"),
+    ("web-search-location", setting(tools=[{**SEARCH, "user_location": {"type": "exact"}}]),
+     "tools.0.web_search_20250305.user_location.type: Input should be 'approximate'", "tools.0.user_location.type"),
+    ("web-search-extra", setting(tools=[{**SEARCH, "filters": {}}]),
+     "tools.0.web_search_20250305.filters: Extra inputs are not permitted", "tools.0.filters"),
+    ("server-tool-name", in_turns(lambda m: m[1]["content"].append({"type": "server_tool_use", "id": "s", "name": "x", "input": {}})),
+     "messages.1.content.3.server_tool_use.name: Input should be 'web_search', 'web_fetch', 'code_execution', 'bash_code_execution', "
+     "'text_editor_code_execution', 'tool_search_tool_regex' or 'tool_search_tool_bm25'", "messages.1.content.3.name"),
+    ("web-result-error", in_turns(lambda m: m[1]["content"].append({"type": "web_search_tool_result", "tool_use_id": "s", "content": {
+        "type": "web_search_tool_result_error", "error_code": "broken"}})),
+     "messages.1.content.3.web_search_tool_result.content.error_code: Input should be 'invalid_tool_input', 'unavailable', "
+     "'max_uses_exceeded', 'too_many_requests', 'query_too_long' or 'request_too_large'", "messages.1.content.3.content.error_code"),
+    ("web-result-url", in_turns(lambda m: m[1]["content"].append({"type": "web_search_tool_result", "tool_use_id": "s", "content": [
+        {"type": "web_search_result", "title": "t", "encrypted_content": "e"}]})),
+     "messages.1.content.3.web_search_tool_result.content.0.url: Field required", "messages.1.content.3.content.0.url"),
+    ("mcp-use-server", in_turns(lambda m: m[1]["content"].append({"type": "mcp_tool_use", "id": "m", "name": "x", "input": {}})),
+     "messages.1.content.3.mcp_tool_use.server_name: Field required", "messages.1.content.3.server_name"),
+    ("mcp-result-content", in_turns(lambda m: m[1]["content"].append({"type": "mcp_tool_result", "tool_use_id": "m", "content": [
+        {"type": "image"}]})),
+     "messages.1.content.3.mcp_tool_result.content.0.text: Field required", "messages.1.content.3.content.0.text"),
 ]
 
 
