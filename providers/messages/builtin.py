@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import json
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -66,7 +65,7 @@ class BuiltinMessages:
         if uses_server_tools(body):
             return await self.server_tools.create_message(body)
         chat = await self._chat(body, stream=False)
-        completion = json.loads(await self.inference.chat_completion(chat, echo_model=False))
+        completion = fastjson.loads(await self.inference.chat_completion(chat, echo_model=False))
         return fastjson.dumps(message_from_chat(completion, body["model"], stop_sequences=_stops(body), sign=self._sign))
 
     async def stream_message(self, body: dict[str, Any], raw: bytes) -> AsyncIterator[bytes]:
@@ -89,7 +88,7 @@ class BuiltinMessages:
         counted = {key: value for key, value in body.items() if key not in ("thinking", "stream")}
         chat = await self._chat({**counted, "max_tokens": 1}, stream=False)
         chat["max_completion_tokens"] = 1
-        completion = json.loads(await self.inference.chat_completion(chat, echo_model=False))
+        completion = fastjson.loads(await self.inference.chat_completion(chat, echo_model=False))
         return {"input_tokens": int((completion.get("usage") or {}).get("prompt_tokens") or 0)}
 
     async def _chat(self, body: dict[str, Any], *, stream: bool) -> dict[str, Any]:
