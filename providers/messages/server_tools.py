@@ -69,16 +69,22 @@ def uses_server_tools(body: Mapping[str, Any]) -> bool:
     if body.get("mcp_servers"):
         return True
     tools, messages = body.get("tools"), body.get("messages")
-    if isinstance(tools, list) and any(isinstance(tool, dict) and tool.get("type") in WEB_SEARCH_TYPES for tool in tools):
+    if isinstance(tools, list) and any(isinstance(tool, dict) and _kind(tool) in WEB_SEARCH_TYPES for tool in tools):
         return True
     if not isinstance(messages, list):
         return False
     for message in messages:  # plain loops: a long conversation's blocks are read on every chat request
         if message.__class__ is dict and message.get("role") == "assistant" and (content := message.get("content")).__class__ is list:
             for block in content:
-                if block.__class__ is dict and block.get("type") in SERVER_BLOCK_TYPES:
+                if block.__class__ is dict and _kind(block) in SERVER_BLOCK_TYPES:
                     return True
     return False
+
+
+def _kind(block: Mapping[str, Any]) -> str | None:
+    """A block's or tool's `type` when it is a string (an unchecked body may hold any value there)."""
+    kind = block.get("type")
+    return kind if kind.__class__ is str else None
 
 
 def server_tools_field(body: Mapping[str, Any]) -> str:

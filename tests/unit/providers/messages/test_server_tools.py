@@ -142,3 +142,11 @@ def test_a_424_stays_a_424() -> None:
     renamed = in_messages_terms(error, result)
     assert isinstance(renamed, FailedDependencyError) and renamed.status == 424 and renamed.param == "mcp_servers.0"
     assert in_messages_terms(error, result) is not error and error.param == "tools[0]"
+
+
+@pytest.mark.parametrize("kind", [["web_search_20250305"], {"type": "x"}, None, 5])
+def test_a_type_of_any_shape_is_read_before_the_checks_not_a_500(kind: object) -> None:
+    """Found by mutating valid requests: `uses_server_tools` reads the body before it is checked."""
+    body = {"model": "m", "max_tokens": 16, "tools": [{"type": kind, "name": "t"}],
+            "messages": [{"role": "assistant", "content": [{"type": kind}]}, {"role": "user", "content": "hi"}]}
+    assert uses_server_tools(body) is False
