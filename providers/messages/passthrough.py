@@ -105,9 +105,8 @@ def request_as_checked(body: dict[str, Any]) -> dict[str, Any]:
     stood_in: dict[str, Any] = {}
     if isinstance(messages, list) and any(_anthropic_block(block) for message in messages for block in _blocks(message)):
         stood_in["messages"] = [_message_as_checked(message) for message in messages]
-    if isinstance(tools, list) and any(isinstance(tool, dict) and tool.get("type") in ANTHROPIC_TOOL_TYPES for tool in tools):
-        stood_in["tools"] = [{**tool, "type": _STAND_IN_TOOL} if isinstance(tool, dict) and tool.get("type") in ANTHROPIC_TOOL_TYPES
-                             else tool for tool in tools]
+    if isinstance(tools, list) and any(_typed(tool, ANTHROPIC_TOOL_TYPES) for tool in tools):
+        stood_in["tools"] = [{**tool, "type": _STAND_IN_TOOL} if _typed(tool, ANTHROPIC_TOOL_TYPES) else tool for tool in tools]
     if body.get("max_tokens") == 0 and type(body.get("max_tokens")) is int:
         stood_in["max_tokens"] = 1
     return {**body, **stood_in} if stood_in else body
@@ -119,7 +118,12 @@ def _blocks(message: Any) -> list[Any]:
 
 
 def _anthropic_block(block: Any) -> bool:
-    return isinstance(block, dict) and block.get("type") in ANTHROPIC_BLOCK_TYPES
+    return _typed(block, ANTHROPIC_BLOCK_TYPES)
+
+
+def _typed(value: Any, types: frozenset[str]) -> bool:
+    """Whether `value` is an object whose `type` is one of `types` (read before the checks: any shape)."""
+    return isinstance(value, dict) and isinstance(kind := value.get("type"), str) and kind in types
 
 
 def _message_as_checked(message: Any) -> Any:

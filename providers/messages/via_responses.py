@@ -27,6 +27,7 @@ from providers.messages.from_response import message_from_response
 from providers.messages.response_stream import ResponseStream
 from providers.messages.server_tools import Translated, in_messages_terms, response_request, server_tools_field
 from providers.messages.stream import Event, sse_frame
+from providers.responses.failures import RESPONSE_ERROR_CODES
 from providers.responses.sealing import ReasoningSeal
 from runtime.apis.files.inline import pdf_text
 from runtime.http.anthropic import anthropic_error
@@ -36,6 +37,12 @@ __all__ = ["ViaResponses"]
 _RESULT = "web_search_result"
 _PDF = "data:application/pdf;base64,"
 _STATUSES = {"rate_limit_exceeded": 429, "invalid_prompt": 400, "context_length_exceeded": 400, "service_unavailable": 503}
+_CLIENTS = frozenset(code for code in RESPONSE_ERROR_CODES if "image" in code)
+"""A response's failure codes that are the request's mistake (an image the model cannot take): a 400."""
+
+
+def _status(code: str) -> int:
+    return _STATUSES.get(code) or (400 if code in _CLIENTS else 502)
 
 
 class ViaResponses:
@@ -73,7 +80,7 @@ class ViaResponses:
                 head += stream.feed(event)
                 if stream.failure is not None:  # failed before any block was shown: the request's error
                     code, message = stream.failure
-                    raise UpstreamError(message, status_code=_STATUSES.get(code, 502))
+                    raise UpstreamError(message, status_code=_status(code))
         except APIError as error:
             await _close(events)
             raise in_messages_terms(error, translated) from None

@@ -131,3 +131,11 @@ def test_count_tokens_and_an_inline_pdf_read_as_text() -> None:
     [message] = responses.requests[-1].input
     assert isinstance(message, dict) and message["content"][0] == {"type": "input_text", "text": "[Document: tides.pdf]"}
     assert message["content"][1]["type"] == "input_text" and "The tide turns at noon." in message["content"][1]["text"]
+
+
+def test_an_image_the_model_cannot_take_is_the_requests_400_not_a_502() -> None:
+    """Found by mutating valid requests: a streamed response failing `invalid_image_format` before any block."""
+    from providers.messages.via_responses import _status
+
+    assert _status("invalid_image_format") == 400 and _status("invalid_base64_image") == 400
+    assert _status("rate_limit_exceeded") == 429 and _status("server_error") == 502
