@@ -159,6 +159,8 @@ def normalize_item(item: Any, where: str) -> dict[str, Any]:
     if not isinstance(item, Mapping):
         raise InvalidRequestError(f"Invalid type for '{where}': expected an object.", param=where, code="invalid_type")
     kind = item.get("type", "message" if "role" in item else None)
+    if not isinstance(kind, str):  # (a list or an object is no key of the tables below)
+        raise InvalidRequestError(f"Invalid type for '{where}.type': expected a string.", param=f"{where}.type", code="invalid_type")
     if kind == "message":
         return _normalize_message(item, where)
     if kind == "function_call":
@@ -250,7 +252,7 @@ def _normalize_part(part: Any, where: str) -> dict[str, Any]:
     if not isinstance(part, Mapping):
         raise InvalidRequestError(f"Invalid type for '{where}': expected a content part object.", param=where, code="invalid_type")
     kind = part.get("type")
-    if kind not in _PART_TYPES:
+    if not isinstance(kind, str) or kind not in _PART_TYPES:
         raise InvalidRequestError(
             f"Invalid value for '{where}.type': unknown content part type {kind!r} (expected one of: {', '.join(_PART_TYPES)}).",
             param=f"{where}.type", code="invalid_value",

@@ -119,16 +119,16 @@ def check_call_outputs(history: Sequence[dict[str, Any]], input_items: Sequence[
     the calls are out of sight, so outputs that follow one are taken as they are."""
     if not any(item.get("type") in _ANSWERS for item in input_items):
         return
-    made: set[tuple[str, Any]] = set()
+    made: set[tuple[str, str]] = set()
     compacted = False
     for item in itertools.chain(history, input_items):
-        kind = item.get("type")
+        kind, call_id = item.get("type"), item.get("call_id")
         if kind == "compaction":
             compacted = True
-        elif kind in ("function_call", "custom_tool_call"):
-            made.add((kind, item.get("call_id")))
+        elif kind in ("function_call", "custom_tool_call") and isinstance(call_id, str):  # (an id of another shape names no call)
+            made.add((kind, call_id))
         elif kind in _ANSWERS and not compacted:
             call_type, words = _ANSWERS[kind]
-            if (call_type, item.get("call_id")) not in made:
+            if not isinstance(call_id, str) or (call_type, call_id) not in made:
                 raise InvalidRequestError(f"No tool call found for {words} output with call_id {str(item.get('call_id'))[:100]}.",
                                           param="input")

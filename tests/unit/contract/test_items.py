@@ -75,3 +75,14 @@ def test_items_kept_as_text_are_parsed_only_when_they_may_have_fields_to_leave_o
     assert shown[1] == {"id": "ws_1", "type": "web_search_call", "status": "completed",
                         "action": {"type": "search", "query": "q", "sources": None}}
     assert shown_items([search], frozenset({"web_search_call.action.sources"})) == [search.parsed()]
+
+
+@pytest.mark.parametrize("kind", [["message"], {"type": "message"}, 5])
+def test_an_item_or_part_type_of_another_shape_is_a_400_not_a_500(kind: object) -> None:
+    """Found by mutating valid requests: a list or object as `type` was looked up in a table."""
+    with pytest.raises(InvalidRequestError) as refused:
+        normalize_input([{"type": kind}])
+    assert refused.value.param == "input[0].type"
+    with pytest.raises(InvalidRequestError) as refused:
+        normalize_input([{"role": "user", "content": [{"type": kind, "text": "x"}]}])
+    assert refused.value.param == "input[0].content[0].type"

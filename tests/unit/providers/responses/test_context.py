@@ -43,3 +43,9 @@ def test_outputs_after_a_compaction_are_taken_their_calls_being_out_of_sight() -
 
 def test_a_history_with_outputs_of_its_own_is_not_read_again() -> None:
     check_call_outputs([output("old, before any compaction")], [{"type": "message", "role": "user", "content": "hi"}])
+
+
+def test_a_call_id_of_another_shape_names_no_call_and_is_no_500() -> None:
+    """Found by mutating valid requests: a list as a call's id made an unhashable set member."""
+    with pytest.raises(InvalidRequestError):
+        check_call_outputs([], [{"type": "function_call", "call_id": ["a"], "name": "f", "arguments": "{}"}, output(["a"])])  # type: ignore[arg-type]
