@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
-__all__ = ["InferenceProvider", "MessagesPassthrough", "TextCompletionProvider", "UpstreamModel", "UpstreamRequest"]
+__all__ = ["InferenceProvider", "MessagesPassthrough", "MessagesTokenCount", "TextCompletionProvider", "UpstreamModel", "UpstreamRequest"]
 
 
 @dataclass(frozen=True)
@@ -92,4 +92,15 @@ class MessagesPassthrough(Protocol):
     def stream_messages(self, body: bytes) -> AsyncIterator[bytes]:
         """The upstream's server-sent events for a streamed request, one whole event (its
         `event:` and `data:` lines and the blank line) a piece."""
+        ...
+
+
+@runtime_checkable
+class MessagesTokenCount(Protocol):
+    """A `MessagesPassthrough` provider whose upstream also counts a request's tokens (Anthropic's
+    `POST /v1/messages/count_tokens`). Optional: without it a count is a one-token completion."""
+
+    async def count_message_tokens(self, body: bytes) -> bytes:
+        """The upstream's `{"input_tokens": N}` for a `count_tokens` request (a Messages request
+        without `max_tokens`)."""
         ...

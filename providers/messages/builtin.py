@@ -82,6 +82,10 @@ class BuiltinMessages:
     async def count_tokens(self, body: dict[str, Any]) -> dict[str, Any]:
         """Counted by the model's server: the prompt of a one-token completion, as Responses'
         `input_tokens` counts (exact for the model, where an estimate would not be)."""
+        if self.upstream is not None and await self.upstream.passes_messages(body.get("model")):
+            counted = await passthrough.token_count(self.upstream, body)
+            if counted is not None:
+                return counted
         if uses_server_tools(body):
             return await self.server_tools.count_tokens(body)
         # max_tokens is not asked for here, and thinking changes what is answered, not what is read.

@@ -16,6 +16,7 @@ import contextlib
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, Protocol, runtime_checkable
 
+from contract import fastjson
 from contract.errors import APIError
 from providers.messages.checks import SERVER_TOOL_TYPES, check_request
 from providers.messages.stream import sse_frame
@@ -57,6 +58,21 @@ async def message(upstream: MessagesUpstream, body: dict[str, Any], raw: bytes) 
     """The upstream's `Message`, as it answered (with the client's model id)."""
     check_request(request_as_checked(body))
     return await upstream.messages(body, raw)
+
+
+async def token_count(upstream: MessagesUpstream, body: dict[str, Any]) -> dict[str, Any] | None:
+    """Anthropic's own count (its `count_tokens` route costs nothing; a one-token completion would
+    be a billed call), the body forwarded as the client sent it but for the model id; None when
+    the router or the model's provider does not count."""
+    count = getattr(upstream, "count_message_tokens", None)
+    if count is None:
+        return None
+    check_request(request_as_checked({**body, "max_tokens": 1}))  # a count names no max_tokens
+    answer = await count(body, fastjson.dumps(body))
+    if answer is None:
+        return None
+    counted = fastjson.loads(answer)
+    return counted if isinstance(counted, dict) else {"input_tokens": 0}
 
 
 async def message_events(upstream: MessagesUpstream, body: dict[str, Any], raw: bytes) -> AsyncIterator[bytes]:

@@ -1,4 +1,5 @@
-"""The fake Anthropic upstream as a Starlette app: POST /v1/messages (streamed or not) and GET
+"""The fake Anthropic upstream as a Starlette app: POST /v1/messages (streamed or not), POST
+/v1/messages/count_tokens and GET
 /v1/models (paginated, two models a page whatever `limit` asks, so clients must follow pages)."""
 
 from __future__ import annotations
@@ -71,6 +72,19 @@ class FakeAnthropicApp:
 
         return StreamingResponse(stream(), media_type="text/event-stream", headers={"cache-control": "no-cache"})
 
+    async def count_tokens(self, request: Request) -> Response:
+        """`{"input_tokens": N}`: the words of the system prompt and the messages' texts (no
+        max_tokens is asked for, as Anthropic's route asks none)."""
+        raw = await request.body()
+        try:
+            body = self._admit(request, raw)
+        except WireError as error:
+            return _error(error)
+        if not isinstance(body, dict) or "max_tokens" in body:
+            return _error(WireError(400, "max_tokens: Extra inputs are not permitted" if isinstance(body, dict) else "body: not an object"))
+        return Response(json.dumps({"input_tokens": len(json.dumps([body.get("system"), body.get("messages")]).split())}), 200,
+                        media_type="application/json")
+
     async def models(self, request: Request) -> Response:
         try:
             self._admit(request, None)
@@ -88,4 +102,5 @@ class FakeAnthropicApp:
 def create_app(api_key: str | None = None, recorded: list[RecordedRequest] | None = None) -> Starlette:
     handlers = FakeAnthropicApp(api_key, recorded if recorded is not None else [])
     return Starlette(routes=[Route("/v1/messages", handlers.messages, methods=["POST"]),
+                             Route("/v1/messages/count_tokens", handlers.count_tokens, methods=["POST"]),
                              Route("/v1/models", handlers.models, methods=["GET"])])

@@ -227,3 +227,13 @@ def test_its_tokens_count_against_the_quota(stack: Stack, streamed: bool) -> Non
         client.messages.create(model=MODEL, max_tokens=16, messages=[{"role": "user", "content": "[tokens:1] more"}])
     assert "TPM" in refused.value.body["error"]["message"]  # type: ignore[index]
     client.close()
+
+
+def test_count_tokens_is_anthropics_own_count_not_a_billed_completion(stack: Stack, claude: anthropic.Anthropic) -> None:
+    """Anthropic's count_tokens route costs nothing; a one-token completion would be a billed call."""
+    before = len([request for request in stack.upstream.requests if request.path == "/v1/messages"])
+    counted = claude.messages.count_tokens(model=MODEL, system="Be brief.", messages=[{"role": "user", "content": "count these words"}])
+    assert counted.input_tokens > 0
+    sent = [request for request in stack.upstream.requests if request.path == "/v1/messages/count_tokens"][-1]
+    assert sent.body["model"] == UPSTREAM_MODEL and sent.body["system"] == "Be brief." and "max_tokens" not in sent.body
+    assert len([request for request in stack.upstream.requests if request.path == "/v1/messages"]) == before  # no completion made

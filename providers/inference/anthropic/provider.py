@@ -94,16 +94,21 @@ class AnthropicProvider:
 
     # --- the Messages API as it is --------------------------------------------------------------
 
-    async def messages(self, body: bytes, *, openai_shaped: bool = False) -> bytes:
+    async def messages(self, body: bytes, *, openai_shaped: bool = False, path: str = "messages") -> bytes:
         """The upstream's answer to a Messages request, both as bytes, untouched; its errors raised
         with their status (a 529 kept, unless `openai_shaped`)."""
-        response = await self._send("messages", body, self._timeout, openai_shaped=openai_shaped)
+        response = await self._send(path, body, self._timeout, openai_shaped=openai_shaped)
         try:
             return await response.aread()
         except httpx2.HTTPError as error:
             raise self._broken(error) from error
         finally:
             await response.aclose()
+
+    async def count_message_tokens(self, body: bytes) -> bytes:
+        """Anthropic's own count of a Messages request's input tokens (`POST /v1/messages/count_tokens`,
+        which costs nothing), as it answers it."""
+        return await self.messages(body, path="messages/count_tokens")
 
     async def stream_messages(self, body: bytes) -> AsyncIterator[bytes]:
         """The upstream's SSE answer to a streamed Messages request, untouched, one whole event a piece."""

@@ -14,7 +14,7 @@ from builder.config import ModelConfig
 from contract import fastjson
 from runtime.apis.inference.chunks import ChunkAccumulator, upstream_shape
 from runtime.apis.inference.guarded import guard_completion, guard_stream, guard_text_completion
-from contract.inference.protocol import InferenceProvider, MessagesPassthrough, TextCompletionProvider, UpstreamRequest
+from contract.inference.protocol import InferenceProvider, MessagesPassthrough, MessagesTokenCount, TextCompletionProvider, UpstreamRequest
 from runtime.apis.inference.anthropic_passthrough import account_message, metered_events, renamed, usage_of_message
 from runtime.apis.inference.catalog import ModelCatalog, ModelEntry
 from runtime.apis.inference.store import ChatCompletionStore, new_completion_id
@@ -253,6 +253,17 @@ class InferenceRouter:
         payload = raw if requested is None else renamed(raw, requested, str(request.body["model"]))
         return metered_events(provider.stream_messages(payload), provider_id, request, requested, current_metrics(), current_tracing(),
                               self.catalog.unreachable)
+
+    async def count_message_tokens(self, body: Mapping[str, Any], raw: bytes) -> bytes | None:
+        """The upstream's own count of a Messages request's input tokens, the body forwarded as for
+        `messages` (a count is no model call: nothing is metered); None when its provider does
+        not count (`MessagesTokenCount`)."""
+        provider_id, request, requested = await self._route(body, raw)
+        provider = self.providers[provider_id]
+        if not isinstance(provider, MessagesTokenCount):
+            return None
+        payload = raw if requested is None else renamed(raw, requested, str(request.body["model"]))
+        return await self._call(provider_id, provider.count_message_tokens(payload), "count_tokens", request, requested)
 
     def _messages_provider(self, provider_id: str, model: str) -> MessagesPassthrough:
         provider = self.providers[provider_id]
