@@ -8,8 +8,9 @@ tools' calls and results it hands back (`server_tool_use` and `web_search_tool_r
 `container_upload`, a `web_fetch_tool_result`...) is refused with the tags this server expects,
 as Anthropic refuses a tag it does not know.
 
-`cache_control`, `citations` and a tool use's `caller` are dropped by the translation, so their
-shape is not held against a request beyond being objects.
+`cache_control`, a text block's `citations` and a tool use's `caller` are dropped by the
+translation, so their shape is not held against a request beyond being objects; a document's
+`citations.enabled` asks for citations (`citations.py`).
 """
 
 from __future__ import annotations

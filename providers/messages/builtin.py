@@ -7,6 +7,9 @@ instead (`via_responses.py`).
 Thinking blocks carry a `signature`: the thinking sealed with the server's reasoning key (the
 responses provider's, by default the same key file), so `redacted_thinking` handed back is read
 again and a forged one refused; a `thinking` block handed back is read by its text.
+
+Documents with citations enabled are shown to the model in numbered sentences (a PDF's pages read
+here first) and its markers turned into citations (`citations.py`).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from contract.responses.protocol import ResponsesProvider
 from contract.spec import Api, ProviderContext, ProviderSpec
 from providers.messages import passthrough
 from providers.messages.checks import check_request
+from providers.messages.citations import CitedDocuments, citable_pdfs, cited_documents
 from providers.messages.request import chat_body
 from providers.messages.response import message_from_chat
 from providers.messages.server_tools import uses_server_tools
@@ -32,7 +36,7 @@ from providers.messages.stream import MessageStream, sse_frame
 from providers.messages.via_responses import ViaResponses
 from providers.responses.model_calls import Inference
 from providers.responses.sealing import ReasoningSeal, load_key
-from runtime.apis.files.inline import chat_messages_with_files, pdf_text
+from runtime.apis.files.inline import chat_messages_with_files, pdf_pages, pdf_text
 from runtime.http.anthropic import anthropic_error
 
 __all__ = ["BUILTIN", "BuiltinMessages", "BuiltinMessagesConfig"]
@@ -64,19 +68,19 @@ class BuiltinMessages:
             return await passthrough.message(self.upstream, body, raw)
         if uses_server_tools(body):
             return await self.server_tools.create_message(body)
-        chat = await self._chat(body, stream=False)
+        chat, cited = await self._chat(body, stream=False)
         completion = fastjson.loads(await self.inference.chat_completion(chat, echo_model=False))
-        return fastjson.dumps(message_from_chat(completion, body["model"], stop_sequences=_stops(body), sign=self._sign))
+        return fastjson.dumps(message_from_chat(completion, body["model"], stop_sequences=_stops(body), sign=self._sign, cited=cited))
 
     async def stream_message(self, body: dict[str, Any], raw: bytes) -> AsyncIterator[bytes]:
         if self.upstream is not None and await self.upstream.passes_messages(body.get("model")):
             return await passthrough.message_events(self.upstream, body, raw)
         if uses_server_tools(body):
             return await self.server_tools.stream_message(body)
-        chat = await self._chat(body, stream=True)
+        chat, cited = await self._chat(body, stream=True)
         chunks = aiter(await self.inference.stream_chat_completion(chat, echo_model=False))
         first = await anext(chunks, None)  # the model server's refusal is raised here, before any event
-        stream = MessageStream(body["model"], stop_sequences=_stops(body), sign=self._sign)
+        stream = MessageStream(body["model"], stop_sequences=_stops(body), sign=self._sign, cited=cited)
         return _frames(stream, first, chunks)
 
     async def count_tokens(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -90,17 +94,20 @@ class BuiltinMessages:
             return await self.server_tools.count_tokens(body)
         # max_tokens is not asked for here, and thinking changes what is answered, not what is read.
         counted = {key: value for key, value in body.items() if key not in ("thinking", "stream")}
-        chat = await self._chat({**counted, "max_tokens": 1}, stream=False)
+        chat, _ = await self._chat({**counted, "max_tokens": 1}, stream=False)
         chat["max_completion_tokens"] = 1
         completion = fastjson.loads(await self.inference.chat_completion(chat, echo_model=False))
         return {"input_tokens": int((completion.get("usage") or {}).get("prompt_tokens") or 0)}
 
-    async def _chat(self, body: dict[str, Any], *, stream: bool) -> dict[str, Any]:
+    async def _chat(self, body: dict[str, Any], *, stream: bool) -> tuple[dict[str, Any], CitedDocuments | None]:
+        """The chat body, and the state of the request's cited documents (None: it cites none)."""
         check_request(body)
         await self.inference.resolve(body["model"])  # an unknown model: a 404 before anything else
-        chat = chat_body(body, body["model"], stream=stream, reveal=self._reveal)
+        pages = {data: await pdf_pages(_pdf_data(data, "messages"), "document.pdf", "messages") for data in citable_pdfs(body)}
+        cited = cited_documents(body, pages)
+        chat = chat_body(body, body["model"], stream=stream, reveal=self._reveal, cited=cited)
         chat["messages"] = await _documents_read(chat["messages"], self.files)
-        return chat
+        return chat, cited
 
     def _sign(self, thinking: str) -> str:
         """The thinking sealed as a reasoning item's content is (the seal keeps `content` and `summary` only)."""
@@ -169,12 +176,16 @@ async def _pdf_part(part: Any, index: int) -> Any:
     data_url = part.get("file", {}).get("file_data") if _part_type(part) == "file" else None
     if not isinstance(data_url, str) or not data_url.startswith("data:application/pdf;base64,"):
         return part
-    try:
-        data = base64.b64decode(data_url.split(",", 1)[1], validate=True)
-    except ValueError:
-        raise InvalidRequestError(f"messages.{index}: the document's base64 data is not valid base64.", param="messages") from None
+    data = _pdf_data(data_url.split(",", 1)[1], f"messages.{index}")
     name = str(part["file"].get("filename") or "document.pdf")
     return {"type": "text", "text": f"{name}:\n{await pdf_text(data, name, 'messages')}"}
+
+
+def _pdf_data(data: str, where: str) -> bytes:
+    try:
+        return base64.b64decode(data, validate=True)
+    except ValueError:
+        raise InvalidRequestError(f"{where}: the document's base64 data is not valid base64.", param="messages") from None
 
 
 @contextlib.asynccontextmanager

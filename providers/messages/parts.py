@@ -8,7 +8,9 @@
   shape), named by its title; a URL as a `file` part whose `file_data` is the URL, as the
   Responses translation passes an `input_file`'s `file_url` on (a chat part has no URL field); a
   file named by id as a `file` part with its `file_id`; a plain text source, or a content source's
-  text blocks, as text parts. A document's title and context go before it as text.
+  text blocks, as text parts. A document's title and context go before it as text. A document
+  with citations enabled is shown in numbered sentences instead, when the caller has its state
+  (`citations.py`).
 - search_result: a text part: its title, its source, its texts.
 """
 

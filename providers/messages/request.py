@@ -22,6 +22,8 @@
     output_config                         `effort` as `reasoning_effort` (xhigh and max as high); `format` as a
                                           `json_schema` `response_format`
     stream                                `stream`, with `stream_options.include_usage` for the usage of the last chunk
+    documents with citations enabled      numbered sentences, and the system message asking for their markers, when
+                                          `cited` (`citations.cited_documents`) is given (`citations.py`)
 
 Left out: `cache_control` (a chat upstream has no prompt cache to mark), `service_tier` ("auto" and
 "standard_only" both mean the one tier a chat upstream has), `speed`, `container`, `diagnostics`,
@@ -37,6 +39,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from contract import fastjson
+from providers.messages.citations import INSTRUCTION, CitedDocuments
 from providers.messages.parts import ToolResult, user_parts
 
 __all__ = ["chat_body", "chat_messages", "reasoning_effort"]
@@ -45,9 +48,11 @@ _EFFORTS = {"low": "low", "medium": "medium", "high": "high", "xhigh": "high", "
 _CHOICES = {"auto": "auto", "any": "required", "none": "none"}
 
 
-def chat_body(body: dict[str, Any], model: str, *, stream: bool, reveal: Callable[[str], str | None] | None = None) -> dict[str, Any]:
-    """The chat completions body for a checked Messages request, `model` being the model id to call."""
-    chat: dict[str, Any] = {"model": model, "messages": chat_messages(body, reveal), "max_completion_tokens": body["max_tokens"]}
+def chat_body(body: dict[str, Any], model: str, *, stream: bool, reveal: Callable[[str], str | None] | None = None,
+              cited: CitedDocuments | None = None) -> dict[str, Any]:
+    """The chat completions body for a checked Messages request, `model` being the model id to call;
+    `cited`: the state of its cited documents, built from this `body`."""
+    chat: dict[str, Any] = {"model": model, "messages": chat_messages(body, reveal, cited), "max_completion_tokens": body["max_tokens"]}
     if stream:
         chat["stream"] = True
         chat["stream_options"] = {"include_usage": True}
@@ -69,11 +74,14 @@ def chat_body(body: dict[str, Any], model: str, *, stream: bool, reveal: Callabl
     return chat
 
 
-def chat_messages(body: Mapping[str, Any], reveal: Callable[[str], str | None] | None = None) -> list[dict[str, Any]]:
+def chat_messages(body: Mapping[str, Any], reveal: Callable[[str], str | None] | None = None,
+                  cited: CitedDocuments | None = None) -> list[dict[str, Any]]:
     """The request's `system` and `messages` as chat messages."""
     messages: list[dict[str, Any]] = []
     if body.get("system"):
         messages.append(_system(body["system"]))
+    if cited is not None:
+        _instruct(messages)
     for role, run in itertools.groupby(body["messages"], key=lambda message: str(message["role"])):
         group = list(run)
         if role == "system":
@@ -81,7 +89,7 @@ def chat_messages(body: Mapping[str, Any], reveal: Callable[[str], str | None] |
             continue
         blocks = [block for message in group for block in _blocks(message["content"])]
         if role == "user":
-            messages += _user(blocks)
+            messages += _user(blocks, cited)
         else:
             messages.append(_assistant(blocks, reveal))
     return messages
@@ -103,7 +111,17 @@ def _content(parts: list[dict[str, Any]]) -> str | list[dict[str, Any]]:
     return parts[0]["text"] if len(parts) == 1 and parts[0]["type"] == "text" else parts
 
 
-def _user(blocks: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+def _instruct(messages: list[dict[str, Any]]) -> None:
+    """The citation instruction at the end of the system message (one made for it when there is none)."""
+    if not messages:
+        messages.append({"role": "system", "content": INSTRUCTION})
+    elif isinstance(messages[0]["content"], str):
+        messages[0]["content"] += f"\n\n{INSTRUCTION}"
+    else:
+        messages[0]["content"].append({"type": "text", "text": INSTRUCTION})
+
+
+def _user(blocks: Iterable[dict[str, Any]], cited: CitedDocuments | None = None) -> list[dict[str, Any]]:
     tools: list[dict[str, Any]] = []
     parts: list[dict[str, Any]] = []
     rest: list[dict[str, Any]] = []
@@ -113,7 +131,7 @@ def _user(blocks: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
             tools.append(result.message)
             parts += result.parts
         else:
-            rest += user_parts(block)
+            rest += (cited.parts(block) if cited is not None else None) or user_parts(block)
     parts += rest
     if parts or not tools:
         tools.append({"role": "user", "content": _content(parts)})

@@ -2,7 +2,8 @@
 translation (`stream.py`) shares with it: ids, blocks, the stop reason and the usage. Pure: no I/O.
 
     reasoning_content (or reasoning)   a first `thinking` block, signed by `sign` ("" without it)
-    content (and a refusal's text)     a `text` block, left out when empty
+    content (and a refusal's text)     a `text` block, left out when empty; with `cited` (cited documents), the
+                                       content's blocks split at its citation markers (`citations.cited_blocks`)
     tool_calls                         `tool_use` blocks: the call's id as a `toolu_` id, the arguments parsed (`{}`
                                        when they are not a JSON object)
     finish_reason stop / length /      stop_reason end_turn / max_tokens / tool_use / refusal; stop_sequence when
@@ -19,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from contract.ids import random_hex
+from providers.messages.citations import CitedDocuments, cited_blocks
 
 __all__ = ["REFUSAL_DETAILS", "message_from_chat", "message_usage", "new_message_id", "stop_reason", "thinking_block", "tool_input",
            "tool_use_id", "usage_counts"]
@@ -108,8 +110,8 @@ def message_usage(usage: Any, *, input_tokens: int | None = None, output_tokens:
 
 
 def message_from_chat(completion: dict[str, Any], model: str, *, stop_sequences: Sequence[str] = (),
-                      sign: Callable[[str], str] | None = None) -> dict[str, Any]:
-    """The Anthropic Message for a ChatCompletion JSON (already parsed)."""
+                      sign: Callable[[str], str] | None = None, cited: CitedDocuments | None = None) -> dict[str, Any]:
+    """The Anthropic Message for a ChatCompletion JSON (already parsed); `cited`: the request's cited documents."""
     choices = completion.get("choices") or [{}]
     choice = choices[0] if isinstance(choices[0], dict) else {}
     message = choice.get("message") or {}
@@ -120,7 +122,7 @@ def message_from_chat(completion: dict[str, Any], model: str, *, stop_sequences:
     refusal = message.get("refusal") if isinstance(message.get("refusal"), str) else ""
     for text in (message.get("content"), refusal):
         if isinstance(text, str) and text:
-            content.append({"type": "text", "text": text})
+            content += [{"type": "text", "text": text}] if cited is None else cited_blocks(text, cited)
     calls = [call for call in message.get("tool_calls") or () if isinstance(call, dict)]
     for call in calls:
         function = call.get("function") or {}

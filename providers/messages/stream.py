@@ -10,6 +10,10 @@ it is the caller's.
               text (text_delta; empty deltas are skipped), tool_use (opened with `input: {}` once
               the call's name is known, then input_json_delta as the arguments arrive; parallel
               calls told apart by their chunk `index`)
+    cited     with `cited` (the request's cited documents), text is held from the start of its sentence
+              until a citation marker run or the end of the text decides it (`citations.CitedText`):
+              a cited sentence is a block of its own, opened with a citations_delta per citation
+              then its text_delta; text not cited goes out as above
     finish()  the open block's content_block_stop, message_delta (stop_reason, stop_sequence,
               usage: output_tokens, and the input and cache counts when the chunks reported
               usage), message_stop
@@ -26,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from contract import fastjson
+from providers.messages.citations import CitedDocuments, CitedText, Span
 from providers.messages.response import REFUSAL_DETAILS, message_usage, new_message_id, stop_reason, tool_use_id, usage_counts
 
 __all__ = ["Event", "MessageStream", "sse_frame"]
@@ -60,7 +65,7 @@ class MessageStream:
     """See the module's docstring."""
 
     def __init__(self, model: str, *, input_tokens: int = 0, stop_sequences: Sequence[str] = (),
-                 sign: Callable[[str], str] | None = None) -> None:
+                 sign: Callable[[str], str] | None = None, cited: CitedDocuments | None = None) -> None:
         self.id = new_message_id()
         self.model = model
         self.input_tokens = input_tokens
@@ -73,6 +78,7 @@ class MessageStream:
         self._matched: Any = None
         self._refused = False
         self._usage: Any = None
+        self._cited = CitedText(cited) if cited is not None else None
 
     def start(self) -> list[Event]:
         message: dict[str, Any] = {
@@ -112,6 +118,8 @@ class MessageStream:
         for call in self._calls.values():
             if call.block is None:  # a call whose name never came: still the model's, so still shown
                 events += self._open_call(call)
+        if self._cited is not None:
+            events += self._spans(self._cited.flush())
         events += self._close()
         reason, sequence = stop_reason(self._finish, self._matched, tool_use=bool(self._calls), refused=self._refused,
                                        stop_sequences=self.stop_sequences)
@@ -126,8 +134,9 @@ class MessageStream:
 
     # --- blocks ----------------------------------------------------------------------------
 
-    def _start(self, kind: str, content_block: dict[str, Any]) -> tuple[_Block, list[Event]]:
-        events = self._close()
+    def _start(self, kind: str, content_block: dict[str, Any], *, held: bool = True) -> tuple[_Block, list[Event]]:
+        """A new block, the open one closed (and held text sent first, unless `held` is False: the held text's own blocks)."""
+        events = self._close() if self._cited is None or not held else [*self._spans(self._cited.flush()), *self._close()]
         block = _Block(kind, self._next_index)
         self._next_index += 1
         self._open = block
@@ -146,6 +155,8 @@ class MessageStream:
         return events
 
     def _append(self, kind: str, text: str) -> list[Event]:
+        if self._cited is not None and kind == "text":
+            return self._spans(self._cited.feed(text))
         events: list[Event] = []
         block = self._open
         if block is None or block.kind != kind:
@@ -154,6 +165,22 @@ class MessageStream:
         block.texts.append(text)
         body = {"type": "thinking_delta", "thinking": text} if kind == "thinking" else {"type": "text_delta", "text": text}
         events.append(_delta(block.index, body))
+        return events
+
+    def _spans(self, spans: list[Span]) -> list[Event]:
+        """The events of cut text: a cited span in a block of its own (kind `cited`), the rest as text."""
+        events: list[Event] = []
+        for text, citations in spans:
+            block = self._open
+            if not text and not (citations and block is not None and block.kind == "cited"):
+                continue  # a run with no text before it and no cited block to add to: nothing to show
+            if text and (citations or block is None or block.kind != "text"):
+                block, opened = self._start("cited" if citations else "text", {"type": "text", "text": ""}, held=False)
+                events += opened
+            assert block is not None
+            events += [_delta(block.index, {"type": "citations_delta", "citation": citation}) for citation in citations]
+            if text:
+                events.append(_delta(block.index, {"type": "text_delta", "text": text}))
         return events
 
     def _tool_call(self, chunk: dict[str, Any]) -> list[Event]:

@@ -4,14 +4,17 @@ handed back, count_tokens, models in Anthropic's shape, and every refusal in Ant
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterator
+from typing import Any
 
 import anthropic
 import httpx2
 import pytest
-
 from fake_upstream.server import FakeUpstream
+from support.documents import pdf_with_pages
+
 from runtime.testing.targets import StackTarget
 
 WEATHER = {"name": "get_weather", "description": "The weather in a city",
@@ -124,3 +127,33 @@ def _post(live: StackTarget, path: str, body: object) -> httpx2.Response:
         with live.library.http_client() as http:
             return http.post(path.lstrip("/"), content=json.dumps(body), headers={"content-type": "application/json"})
     return httpx2.post(live.base_url + path, content=json.dumps(body), headers={"content-type": "application/json"})
+
+
+FACTS = "The grass is green. The sky is blue."
+CITED_ANSWER = 'Grass is green [0.1]. And the page says hello.[1.1][1.2][9.9]'
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+def test_cited_documents_are_answered_with_citations(claude: anthropic.Anthropic, upstream: FakeUpstream, stream: bool) -> None:
+    pdf = base64.b64encode(pdf_with_pages("Page one says hello.", "Page two says goodbye.")).decode()
+    content = [
+        {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": FACTS}, "title": "Facts",
+         "citations": {"enabled": True}},
+        {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": pdf}, "title": "Pages",
+         "citations": {"enabled": True}},
+        {"type": "text", "text": f"[answer {json.dumps({'text': CITED_ANSWER})}] What do they say?"},
+    ]
+    ask: dict[str, Any] = {"model": "fake-model", "max_tokens": 64, "messages": [{"role": "user", "content": content}]}
+    if stream:
+        with claude.messages.stream(**ask) as events:
+            message = events.get_final_message()
+    else:
+        message = claude.messages.create(**ask)
+    blocks = [(block.text, [(c.type, c.cited_text, c.document_index) for c in block.citations or ()])  # type: ignore[union-attr]
+              for block in message.content]
+    assert blocks == [("Grass is green", [("char_location", "The grass is green. ", 0)]), (". ", []),
+                      ("And the page says hello.", [("page_location", "Page one says hello.", 1), ("page_location", "Page two says goodbye.", 1)])]
+    page = message.content[2].citations[1]  # type: ignore[union-attr]
+    assert (page.start_page_number, page.end_page_number, page.document_title) == (2, 3, "Pages")  # type: ignore[union-attr]
+    sent = upstream.bodies("/v1/chat/completions")[-1]["messages"]
+    assert "[0.1]" in sent[0]["content"] and "[1.2] Page two says goodbye." in sent[1]["content"][1]["text"]

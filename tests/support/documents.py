@@ -1,8 +1,22 @@
-"""Small real documents for tests: a PDF with a line of text, built byte by byte."""
+"""Small real documents for tests: a PDF with a line of text, built byte by byte; one of several pages."""
 
 from __future__ import annotations
 
-__all__ = ["pdf_with_text"]
+import io
+
+__all__ = ["pdf_with_pages", "pdf_with_text"]
+
+
+def pdf_with_pages(*texts: str) -> bytes:
+    """A PDF of a page per text, each as `pdf_with_text` shows it (joined with pypdf's writer)."""
+    from pypdf import PdfReader, PdfWriter
+
+    writer = PdfWriter()
+    for text in texts:
+        writer.add_page(PdfReader(io.BytesIO(pdf_with_text(text))).pages[0])
+    out = io.BytesIO()
+    writer.write(out)
+    return out.getvalue()
 
 
 def pdf_with_text(text: str) -> bytes:
