@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import socket
-import ssl
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, Literal, Protocol
 
@@ -17,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from contract.spec import ProviderContext
 from contract.inference.protocol import UpstreamModel, UpstreamRequest
 from contract.errors import UpstreamError
+from providers.inference.upstream_errors import default_type, reason, unreachable
 from runtime.http.sse import iter_sse_data
 
 __all__ = ["OpenAICompatAdapter", "OpenAICompatConfig", "open_adapter"]
@@ -99,7 +97,7 @@ class OpenAICompatAdapter:
             ) from error
         except httpx2.HTTPError as error:
             raise UpstreamError(
-                f"inference provider '{self.provider_id}': its stream broke off: {_reason(error)}",
+                f"inference provider '{self.provider_id}': its stream broke off: {reason(error)}",
                 code="upstream_stream_error",
             ) from error
         finally:
@@ -120,7 +118,7 @@ class OpenAICompatAdapter:
             return parts[0] if len(parts) == 1 else b"".join(parts)
         except httpx2.HTTPError as error:
             raise UpstreamError(
-                f"inference provider '{self.provider_id}': its answer broke off: {_reason(error)}",
+                f"inference provider '{self.provider_id}': its answer broke off: {reason(error)}",
                 code="upstream_stream_error",
             ) from error
         finally:
@@ -134,7 +132,7 @@ class OpenAICompatAdapter:
         try:
             status, headers, stream = await self.transport.send_prepared(prepared[path], payload, timeout)  # type: ignore[attr-defined]
         except httpx2.HTTPError as error:
-            raise self._unreachable(error) from error
+            raise unreachable(self.provider_id, error, self.timeout_s) from error
         if status < 400 and not any(name.lower() == b"content-encoding" for name, _ in headers):
             return stream  # type: ignore[no-any-return]
         return _ResponseBody(await self._checked(httpx2.Response(status, headers=headers, stream=stream)))
@@ -153,15 +151,8 @@ class OpenAICompatAdapter:
         try:
             response = await self.transport.handle_async_request(request)
         except httpx2.HTTPError as error:
-            raise self._unreachable(error) from error
+            raise unreachable(self.provider_id, error, self.timeout_s) from error
         return await self._checked(response)
-
-    def _unreachable(self, error: httpx2.HTTPError) -> UpstreamError:
-        if isinstance(error, httpx2.TimeoutException):
-            return UpstreamError(f"inference provider '{self.provider_id}' did not answer within {self.timeout_s:g} s",
-                                 status_code=504, code="upstream_timeout")
-        return UpstreamError(f"inference provider '{self.provider_id}' could not be reached: {_reason(error)}",
-                             code="upstream_unreachable")
 
     async def _checked(self, response: httpx2.Response) -> httpx2.Response:
         if response.status_code >= 400:
@@ -229,36 +220,11 @@ def _upstream_error(provider_id: str, response: httpx2.Response) -> UpstreamErro
     return UpstreamError(
         str(detail.get("message") or f"inference provider '{provider_id}' answered HTTP {response.status_code}"),
         status_code=response.status_code,
-        error_type=str(detail.get("type") or _default_type(response.status_code)),
+        error_type=str(detail.get("type") or default_type(response.status_code)),
         param=detail.get("param") if isinstance(detail.get("param"), str) else None,
         code=str(detail["code"]) if detail.get("code") is not None else None,
         headers=headers,
     )
-
-
-def _os_reason(error: OSError) -> str:
-    # Not its own text, which names the address (asyncio's "Connect call failed ('10.0.0.5', 8000)").
-    if isinstance(error, ssl.SSLError):
-        return f"TLS: {error.reason or type(error).__name__}"
-    if isinstance(error, socket.gaierror):
-        return str(error.strerror)  # "Name or service not known"
-    return os.strerror(error.errno) if error.errno and error.errno > 0 else type(error).__name__
-
-
-def _default_type(status: int) -> str:
-    return {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-            404: "not_found_error", 429: "rate_limit_error"}.get(status, "server_error" if status >= 500 else "invalid_request_error")
-
-
-def _reason(error: BaseException) -> str:
-    """Why an exchange failed, in words a client may read: not where the upstream is (its address,
-    which a connection error names, is the operator's, and a URL may carry credentials)."""
-    if isinstance(error, httpx2.ConnectTimeout):
-        return "timed out connecting"
-    if isinstance(error, httpx2.ConnectError):
-        cause = error.__cause__
-        return f"cannot connect ({_os_reason(cause)})" if isinstance(cause, OSError) else "cannot connect"
-    return str(error) or type(error).__name__
 
 
 def _model(item: Mapping[str, Any]) -> UpstreamModel:

@@ -14,7 +14,6 @@ here first) and its markers turned into citations (`citations.py`).
 
 from __future__ import annotations
 
-import base64
 import contextlib
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -22,7 +21,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from contract import fastjson
-from contract.errors import APIError, InvalidRequestError
+from contract.errors import APIError
 from contract.files.protocol import FilesProvider
 from contract.responses.protocol import ResponsesProvider
 from contract.spec import Api, ProviderContext, ProviderSpec
@@ -30,14 +29,14 @@ from providers.messages import passthrough
 from providers.messages.checks import check_request
 from providers.messages.citations import CitedDocuments, citable_pdfs, cited_documents
 from providers.messages.request import chat_body
+from providers.messages.pdfs import PDF_DATA_URL, pdf_as_text, pdf_bytes
 from providers.messages.response import message_from_chat
 from providers.messages.server_tools import uses_server_tools
-from providers.messages.stream import MessageStream, sse_frame
+from providers.messages.stream import MessageStream, error_frame, frames
 from providers.messages.via_responses import ViaResponses
 from providers.responses.model_calls import Inference
 from providers.responses.sealing import ReasoningSeal, load_key
-from runtime.apis.files.inline import chat_messages_with_files, pdf_pages, pdf_text
-from runtime.http.anthropic import anthropic_error
+from runtime.apis.files.inline import chat_messages_with_files, pdf_pages
 
 __all__ = ["BUILTIN", "BuiltinMessages", "BuiltinMessagesConfig"]
 
@@ -103,7 +102,7 @@ class BuiltinMessages:
         """The chat body, and the state of the request's cited documents (None: it cites none)."""
         check_request(body)
         await self.inference.resolve(body["model"])  # an unknown model: a 404 before anything else
-        pages = {data: await pdf_pages(_pdf_data(data, "messages"), "document.pdf", "messages") for data in citable_pdfs(body)}
+        pages = {data: await pdf_pages(pdf_bytes(data, "messages"), "document.pdf", "messages") for data in citable_pdfs(body)}
         cited = cited_documents(body, pages)
         chat = chat_body(body, body["model"], stream=stream, reveal=self._reveal, cited=cited)
         chat["messages"] = await _documents_read(chat["messages"], self.files)
@@ -137,15 +136,14 @@ async def _frames(stream: MessageStream, first: bytes | None, chunks: AsyncItera
         # status line: the first token does not wait for the producer task, as chat's does not.
         while not any(name == "content_block_delta" for name, _ in head) and (chunk := await anext(chunks, None)) is not None:
             head += stream.feed(fastjson.loads(chunk))
-        yield b"".join(sse_frame(name, data) for name, data in head)
+        yield frames(head)
         async for chunk in chunks:
             events = stream.feed(fastjson.loads(chunk))
             if events:
-                yield b"".join(sse_frame(name, data) for name, data in events)
-        yield b"".join(sse_frame(name, data) for name, data in stream.finish())
+                yield frames(events)
+        yield frames(stream.finish())
     except APIError as error:
-        _, envelope = anthropic_error(error.status, error.message)
-        yield sse_frame("error", {"type": "error", "error": envelope["error"]})
+        yield error_frame(error)
     finally:
         with contextlib.suppress(Exception):
             await chunks.aclose()  # type: ignore[attr-defined]
@@ -174,18 +172,10 @@ def _part_type(part: Any) -> Any:
 
 async def _pdf_part(part: Any, index: int) -> Any:
     data_url = part.get("file", {}).get("file_data") if _part_type(part) == "file" else None
-    if not isinstance(data_url, str) or not data_url.startswith("data:application/pdf;base64,"):
+    if not isinstance(data_url, str) or not data_url.startswith(PDF_DATA_URL):
         return part
-    data = _pdf_data(data_url.split(",", 1)[1], f"messages.{index}")
     name = str(part["file"].get("filename") or "document.pdf")
-    return {"type": "text", "text": f"{name}:\n{await pdf_text(data, name, 'messages')}"}
-
-
-def _pdf_data(data: str, where: str) -> bytes:
-    try:
-        return base64.b64decode(data, validate=True)
-    except ValueError:
-        raise InvalidRequestError(f"{where}: the document's base64 data is not valid base64.", param="messages") from None
+    return {"type": "text", "text": await pdf_as_text(data_url[len(PDF_DATA_URL):], name, f"messages.{index}")}
 
 
 @contextlib.asynccontextmanager

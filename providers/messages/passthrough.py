@@ -19,8 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 from contract import fastjson
 from contract.errors import APIError
 from providers.messages.checks import SERVER_TOOL_TYPES, check_request
-from providers.messages.stream import sse_frame
-from runtime.http.anthropic import anthropic_error
+from providers.messages.stream import error_frame
 
 __all__ = ["ANTHROPIC_BLOCK_TYPES", "ANTHROPIC_TOOL_TYPES", "MessagesUpstream", "message", "message_events", "request_as_checked"]
 
@@ -98,8 +97,7 @@ async def _events(first: bytes | None, events: AsyncIterator[bytes]) -> AsyncIte
         async for event in events:
             yield event
     except APIError as error:
-        _, envelope = anthropic_error(error.status, error.message)
-        yield b"".join(head) + sse_frame("error", {"type": "error", "error": envelope["error"]})
+        yield b"".join(head) + error_frame(error)
     finally:
         with contextlib.suppress(Exception):
             await events.aclose()  # type: ignore[attr-defined]

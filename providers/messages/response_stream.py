@@ -29,13 +29,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from contract.tool_runtime.citations import sentence_start
 from providers.messages.from_response import ResultSeal, citation, item_blocks, item_pages, stop_reason, usage
-from providers.messages.response import REFUSAL_DETAILS, message_usage, new_message_id, tool_use_id
-from providers.messages.stream import Event
+from providers.messages.response import new_message_id, tool_use_id
+from providers.messages.stream import Blocks, Event, delta, message_end, message_start
 
 __all__ = ["ResponseStream", "error_event"]
 
@@ -43,19 +43,15 @@ _ERROR_TYPES = {"rate_limit_exceeded": "rate_limit_error", "invalid_prompt": "in
                 "context_length_exceeded": "invalid_request_error", "service_unavailable": "overloaded_error"}
 
 
+_SHOWN_USAGE = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens", "output_tokens", "output_tokens_details",
+                "server_tool_use")
+"""The usage a stream's message_delta carries."""
+
+
 def error_event(code: Any, message: Any) -> Event:
     """Anthropic's `error` event for a Responses error code and message."""
     kind = _ERROR_TYPES.get(str(code), "api_error")
     return "error", {"type": "error", "error": {"type": kind, "message": str(message or "The response failed.")}}
-
-
-@dataclass
-class _Block:
-    kind: str
-    index: int
-    texts: list[str] = field(default_factory=list)
-    span: tuple[int, int] | None = None
-    """A cited text block: the span of the part's text it holds."""
 
 
 @dataclass
@@ -73,10 +69,8 @@ class ResponseStream:
         self.id = new_message_id()
         self.model = model
         self.web_search = web_search
-        self.sign = sign
         self.seal_result = seal_result
-        self._next = 0
-        self._open: _Block | None = None
+        self._blocks = Blocks(sign)
         self._calls: dict[str, int] = {}
         """A function_call item's id: its tool_use block's index."""
         self._part = _Part()
@@ -87,10 +81,7 @@ class ResponseStream:
         """The code and message of the failure that ended the response, if one did."""
 
     def start(self) -> list[Event]:
-        message: dict[str, Any] = {
-            "id": self.id, "type": "message", "role": "assistant", "model": self.model, "content": [], "stop_reason": None,
-            "stop_sequence": None, "stop_details": None, "usage": message_usage(None, input_tokens=0, output_tokens=1)}
-        return [("message_start", {"type": "message_start", "message": message})]
+        return [message_start(self.id, self.model, 0)]
 
     def feed(self, event: Mapping[str, Any]) -> list[Event]:
         """The events of one Responses stream event."""
@@ -100,10 +91,10 @@ class ResponseStream:
         if kind == "response.output_text.annotation.added":
             return self._citation(event.get("annotation") or {})
         if kind == "response.reasoning_text.delta":
-            return self._append("thinking", str(event.get("delta") or ""))
+            return self._blocks.append("thinking", str(event.get("delta") or ""))
         if kind == "response.refusal.delta":
             self._refused = True
-            return self._append("text", str(event.get("delta") or ""))
+            return self._blocks.append("text", str(event.get("delta") or ""))
         if kind == "response.function_call_arguments.delta":
             return self._arguments(str(event.get("item_id")), str(event.get("delta") or ""))
         if kind == "response.output_text.done":
@@ -121,47 +112,17 @@ class ResponseStream:
             return [error_event(*self.failure)]
         return []
 
-    # --- blocks ----------------------------------------------------------------------------
-
-    def _start(self, kind: str, content_block: dict[str, Any]) -> tuple[_Block, list[Event]]:
-        events = self._close()
-        block = self._open = _Block(kind, self._next)
-        self._next += 1
-        return block, [*events, ("content_block_start", {"type": "content_block_start", "index": block.index,
-                                                         "content_block": content_block})]
-
-    def _close(self) -> list[Event]:
-        block, self._open = self._open, None
-        if block is None:
-            return []
-        events: list[Event] = []
-        if block.kind == "thinking" and self.sign is not None:
-            events.append(_delta(block.index, {"type": "signature_delta", "signature": self.sign("".join(block.texts))}))
-        return [*events, ("content_block_stop", {"type": "content_block_stop", "index": block.index})]
-
-    def _append(self, kind: str, text: str) -> list[Event]:
-        if not text:
-            return []
-        events: list[Event] = []
-        block = self._open
-        if block is None or block.kind != kind or block.span is not None:  # cited text is a block of its own
-            opening = {"type": "thinking", "thinking": "", "signature": ""} if kind == "thinking" else {"type": "text", "text": ""}
-            block, events = self._start(kind, opening)
-        block.texts.append(text)
-        body = {"type": "thinking_delta", "thinking": text} if kind == "thinking" else {"type": "text_delta", "text": text}
-        return [*events, _delta(block.index, body)]
-
     # --- text and its citations ----------------------------------------------------------------
 
-    def _text(self, delta: str) -> list[Event]:
+    def _text(self, piece: str) -> list[Event]:
         if not self.web_search:
-            return self._append("text", delta)
-        # What came before this delta and no citation took is sent up to where a citation could
-        # still begin (the annotations of a delta's text follow it at once). Read from what is
-        # unsent: a sentence, not the whole answer, per delta.
+            return self._blocks.append("text", piece)
+        # What came before this piece and no citation took is sent up to where a citation could
+        # still begin (the annotations of a piece's text follow it at once). Read from what is
+        # unsent: a sentence, not the whole answer, per piece.
         part = self._part
         events = self._flush(part.sent + sentence_start(part.text[part.sent:]))
-        part.text += delta
+        part.text += piece
         return events
 
     def _flush(self, end: int) -> list[Event]:
@@ -169,7 +130,7 @@ class ResponseStream:
         if end <= part.sent:
             return []
         text, part.sent = part.text[part.sent:end], end
-        return self._append("text", text)
+        return self._blocks.append("text", text)
 
     def _citation(self, annotation: Mapping[str, Any]) -> list[Event]:
         if annotation.get("type") != "url_citation" or not self.web_search:  # only web search cites (its text is kept for it)
@@ -177,20 +138,20 @@ class ResponseStream:
         part = self._part
         start, end = int(annotation.get("start_index") or 0), min(int(annotation.get("end_index") or 0), len(part.text))
         cited = citation(annotation, part.text, self._pages)
-        block = self._open
+        block = self._blocks.open
         if block is not None and block.span == (start, end):  # another source of the same span
-            return [_delta(block.index, {"type": "citations_delta", "citation": cited})]
+            return [delta(block.index, {"type": "citations_delta", "citation": cited})]
         if start < part.sent:  # over text already sent: on the block that holds its end
             events = self._flush(end)
-            target = self._open.index if self._open is not None else self._next - 1
-            return [*events, _delta(target, {"type": "citations_delta", "citation": cited})] if target >= 0 else events
+            target = self._blocks.open.index if self._blocks.open is not None else self._blocks.next - 1
+            return [*events, delta(target, {"type": "citations_delta", "citation": cited})] if target >= 0 else events
         events = self._flush(start)
-        block, opened = self._start("text", {"type": "text", "text": ""})
+        block, opened = self._blocks.start("text", {"type": "text", "text": ""})
         block.span = (start, end)
-        events += [*opened, _delta(block.index, {"type": "citations_delta", "citation": cited})]
+        events += [*opened, delta(block.index, {"type": "citations_delta", "citation": cited})]
         if end > start:
             block.texts.append(part.text[start:end])
-            events.append(_delta(block.index, {"type": "text_delta", "text": part.text[start:end]}))
+            events.append(delta(block.index, {"type": "text_delta", "text": part.text[start:end]}))
         part.sent = max(part.sent, end)
         return events
 
@@ -202,31 +163,31 @@ class ResponseStream:
         if item.get("type") != "function_call":
             return []
         self._tool_use = True
-        block, events = self._start("tool_use", {"type": "tool_use", "id": tool_use_id(item.get("call_id")),
+        block, events = self._blocks.start("tool_use", {"type": "tool_use", "id": tool_use_id(item.get("call_id")),
                                                  "name": str(item.get("name") or ""), "input": {}})
         self._calls[str(item.get("id"))] = block.index
         return events
 
-    def _arguments(self, item_id: str, delta: str) -> list[Event]:
+    def _arguments(self, item_id: str, arguments: str) -> list[Event]:
         index = self._calls.get(item_id)
-        if index is None or not delta:
+        if index is None or not arguments:
             return []
-        return [_delta(index, {"type": "input_json_delta", "partial_json": delta})]
+        return [delta(index, {"type": "input_json_delta", "partial_json": arguments})]
 
     def _done(self, item: Mapping[str, Any]) -> list[Event]:
         kind = item.get("type")
         if kind == "message":
-            return [*self._flush(len(self._part.text)), *self._close()]
+            return [*self._flush(len(self._part.text)), *self._blocks.close()]
         if kind in ("reasoning", "function_call"):
-            mine = self._open is not None and (self._open.kind == "thinking" if kind == "reasoning"
-                                                else self._open.index == self._calls.get(str(item.get("id"))))
-            return self._close() if mine else []
+            mine = self._blocks.open is not None and (self._blocks.open.kind == "thinking" if kind == "reasoning"
+                                                else self._blocks.open.index == self._calls.get(str(item.get("id"))))
+            return self._blocks.close() if mine else []
         self._pages.update(item_pages(item))
         blocks = item_blocks(item, self.seal_result)
         if not blocks:
             return []
         self._searches += kind == "web_search_call"
-        events = self._close()
+        events = self._blocks.close()
         for block in blocks:
             events += self._whole(block)
         return events
@@ -234,24 +195,15 @@ class ResponseStream:
     def _whole(self, block: dict[str, Any]) -> list[Event]:
         """A server tool's block, opened and closed at once (a use's input in one delta)."""
         has_input = "input" in block
-        opened, events = self._start(block["type"], {**block, "input": {}} if has_input else block)
+        opened, events = self._blocks.start(block["type"], {**block, "input": {}} if has_input else block)
         if has_input:
-            events.append(_delta(opened.index, {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}))
-        return [*events, *self._close()]
+            events.append(delta(opened.index, {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}))
+        return [*events, *self._blocks.close()]
 
     def _end(self, response: Mapping[str, Any]) -> list[Event]:
         self.ended = True
-        events = [*self._flush(len(self._part.text)), *self._close()]
+        events = [*self._flush(len(self._part.text)), *self._blocks.close()]
         reason = stop_reason(response.get("status"), response.get("incomplete_details"), tool_use=self._tool_use, refused=self._refused)
-        delta: dict[str, Any] = {"stop_reason": reason, "stop_sequence": None}
-        if reason == "refusal":
-            delta["stop_details"] = dict(REFUSAL_DETAILS)
         counts = usage(response.get("usage"), self._searches if self.web_search else None)
-        shown = {key: counts[key] for key in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens", "output_tokens",
-                                               "output_tokens_details", "server_tool_use") if key in counts}
-        return [*events, ("message_delta", {"type": "message_delta", "delta": delta, "usage": shown}),
-                ("message_stop", {"type": "message_stop"})]
-
-
-def _delta(index: int, delta: dict[str, Any]) -> Event:
-    return "content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}
+        shown: dict[str, Any] = {key: counts[key] for key in _SHOWN_USAGE if key in counts}
+        return [*events, *message_end(reason, None, shown)]

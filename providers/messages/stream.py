@@ -25,15 +25,17 @@ events.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from contract import fastjson
+from contract.errors import APIError
 from providers.messages.citations import CitedDocuments, CitedText, Span
+from runtime.http.anthropic import anthropic_error
 from providers.messages.response import REFUSAL_DETAILS, message_usage, new_message_id, stop_reason, tool_use_id, usage_counts
 
-__all__ = ["Event", "MessageStream", "sse_frame"]
+__all__ = ["Block", "Blocks", "Event", "MessageStream", "delta", "error_frame", "frames", "message_end", "message_start", "sse_frame"]
 
 Event = tuple[str, dict[str, Any]]
 """An SSE event: its name, and its data."""
@@ -44,11 +46,96 @@ def sse_frame(event: str, data: dict[str, Any]) -> bytes:
     return b"event: " + event.encode() + b"\ndata: " + fastjson.dumps(data) + b"\n\n"
 
 
+def frames(events: list[Event]) -> bytes:
+    """Events as one write."""
+    return b"".join(sse_frame(name, data) for name, data in events)
+
+
+def error_frame(error: APIError) -> bytes:
+    """Anthropic's `error` event for an error past a stream's head, as its stream ends when it breaks."""
+    _, envelope = anthropic_error(error.status, error.message)
+    return sse_frame("error", {"type": "error", "error": envelope["error"]})
+
+
+def message_start(message_id: str, model: str, input_tokens: int) -> Event:
+    """The first event: the message with no content yet, output_tokens 1 as Anthropic's counts it."""
+    message: dict[str, Any] = {
+        "id": message_id, "type": "message", "role": "assistant", "model": model, "content": [], "stop_reason": None,
+        "stop_sequence": None, "stop_details": None, "usage": message_usage(None, input_tokens=input_tokens, output_tokens=1)}
+    return "message_start", {"type": "message_start", "message": message}
+
+
+def message_end(reason: str, sequence: str | None, usage: Mapping[str, Any]) -> list[Event]:
+    """The last events: message_delta (the stop reason, a refusal's details, the usage), message_stop."""
+    ending: dict[str, Any] = {"stop_reason": reason, "stop_sequence": sequence}
+    if reason == "refusal":
+        ending["stop_details"] = dict(REFUSAL_DETAILS)
+    return [("message_delta", {"type": "message_delta", "delta": ending, "usage": usage}), ("message_stop", {"type": "message_stop"})]
+
+
+def delta(index: int, body: dict[str, Any]) -> Event:
+    return "content_block_delta", {"type": "content_block_delta", "index": index, "delta": body}
+
+
 @dataclass
-class _Block:
+class Block:
+    """A content block of a stream: its kind, its index, the text it was given."""
+
     kind: str
     index: int
     texts: list[str] = field(default_factory=list)
+    span: tuple[int, int] | None = None
+    """A cited text block of a Responses part: the span of the part's text it holds (response_stream.py)."""
+
+
+_OPENINGS = {"thinking": {"type": "thinking", "thinking": "", "signature": ""}, "text": {"type": "text", "text": ""}}
+
+
+class Blocks:
+    """A stream's content blocks (this module's and `response_stream.py`'s): one open at a time,
+    indexed from 0 in the order they open, each opened by a content_block_start and closed by a
+    content_block_stop, a thinking block signed first (a signature_delta) when `sign` is given."""
+
+    def __init__(self, sign: Callable[[str], str] | None) -> None:
+        self.sign = sign
+        self.open: Block | None = None
+        self.next = 0
+
+    def start(self, kind: str, content_block: dict[str, Any]) -> tuple[Block, list[Event]]:
+        """A new block, the open one closed first."""
+        events = self.close()
+        block = self.open = Block(kind, self.next)
+        self.next += 1
+        return block, [*events, ("content_block_start", {"type": "content_block_start", "index": block.index,
+                                                         "content_block": content_block})]
+
+    def close(self) -> list[Event]:
+        block, self.open = self.open, None
+        if block is None:
+            return []
+        events: list[Event] = []
+        if block.kind == "thinking" and self.sign is not None:
+            events.append(delta(block.index, {"type": "signature_delta", "signature": self.sign("".join(block.texts))}))
+        events.append(("content_block_stop", {"type": "content_block_stop", "index": block.index}))
+        return events
+
+    def takes(self, kind: str) -> bool:
+        """Whether the open block goes on with text of `kind` (a cited block holds its span only)."""
+        return self.open is not None and self.open.kind == kind and self.open.span is None
+
+    def append(self, kind: str, text: str) -> list[Event]:
+        """Text (`kind` text) or thinking, on the open block if it takes it, else on a new one."""
+        if not text:
+            return []
+        block = self.open
+        if block is None or block.kind != kind or block.span is not None:  # (`takes`, inline: once per chunk)
+            block, events = self.start(kind, dict(_OPENINGS[kind]))
+        else:
+            events = []
+        block.texts.append(text)
+        body = {"type": "thinking_delta", "thinking": text} if kind == "thinking" else {"type": "text_delta", "text": text}
+        events.append(("content_block_delta", {"type": "content_block_delta", "index": block.index, "delta": body}))
+        return events
 
 
 @dataclass
@@ -70,9 +157,7 @@ class MessageStream:
         self.model = model
         self.input_tokens = input_tokens
         self.stop_sequences = stop_sequences
-        self.sign = sign
-        self._next_index = 0
-        self._open: _Block | None = None
+        self._blocks = Blocks(sign)
         self._calls: dict[int, _Call] = {}
         self._finish: Any = None
         self._matched: Any = None
@@ -81,10 +166,7 @@ class MessageStream:
         self._cited = CitedText(cited) if cited is not None else None
 
     def start(self) -> list[Event]:
-        message: dict[str, Any] = {
-            "id": self.id, "type": "message", "role": "assistant", "model": self.model, "content": [], "stop_reason": None,
-            "stop_sequence": None, "stop_details": None, "usage": message_usage(None, input_tokens=self.input_tokens, output_tokens=1)}
-        return [("message_start", {"type": "message_start", "message": message})]
+        return [message_start(self.id, self.model, self.input_tokens)]
 
     def feed(self, chunk: dict[str, Any]) -> list[Event]:
         """The events of one parsed ChatCompletionChunk."""
@@ -120,67 +202,42 @@ class MessageStream:
                 events += self._open_call(call)
         if self._cited is not None:
             events += self._spans(self._cited.flush())
-        events += self._close()
+        events += self._blocks.close()
         reason, sequence = stop_reason(self._finish, self._matched, tool_use=bool(self._calls), refused=self._refused,
                                        stop_sequences=self.stop_sequences)
-        delta: dict[str, Any] = {"stop_reason": reason, "stop_sequence": sequence}
-        if reason == "refusal":
-            delta["stop_details"] = dict(REFUSAL_DETAILS)
         counts = usage_counts(self._usage)
-        usage = counts if self._usage else {"output_tokens": counts["output_tokens"]}
-        events.append(("message_delta", {"type": "message_delta", "delta": delta, "usage": usage}))
-        events.append(("message_stop", {"type": "message_stop"}))
-        return events
+        return [*events, *message_end(reason, sequence, counts if self._usage else {"output_tokens": counts["output_tokens"]})]
 
     # --- blocks ----------------------------------------------------------------------------
 
-    def _start(self, kind: str, content_block: dict[str, Any], *, held: bool = True) -> tuple[_Block, list[Event]]:
-        """A new block, the open one closed (and held text sent first, unless `held` is False: the held text's own blocks)."""
-        events = self._close() if self._cited is None or not held else [*self._spans(self._cited.flush()), *self._close()]
-        block = _Block(kind, self._next_index)
-        self._next_index += 1
-        self._open = block
-        return block, [*events, ("content_block_start", {"type": "content_block_start", "index": block.index,
-                                                         "content_block": content_block})]
-
-    def _close(self) -> list[Event]:
-        block, self._open = self._open, None
-        if block is None:
-            return []
-        events: list[Event] = []
-        if block.kind == "thinking" and self.sign is not None:
-            signature = self.sign("".join(block.texts))
-            events.append(_delta(block.index, {"type": "signature_delta", "signature": signature}))
-        events.append(("content_block_stop", {"type": "content_block_stop", "index": block.index}))
-        return events
+    def _start(self, kind: str, content_block: dict[str, Any]) -> tuple[Block, list[Event]]:
+        """A new block, the held text sent first (in blocks of its own)."""
+        held = self._spans(self._cited.flush()) if self._cited is not None else []
+        block, events = self._blocks.start(kind, content_block)
+        return block, [*held, *events]
 
     def _append(self, kind: str, text: str) -> list[Event]:
-        if self._cited is not None and kind == "text":
+        if self._cited is None:
+            return self._blocks.append(kind, text)
+        if kind == "text":
             return self._spans(self._cited.feed(text))
-        events: list[Event] = []
-        block = self._open
-        if block is None or block.kind != kind:
-            opening = {"type": "thinking", "thinking": "", "signature": ""} if kind == "thinking" else {"type": "text", "text": ""}
-            block, events = self._start(kind, opening)
-        block.texts.append(text)
-        body = {"type": "thinking_delta", "thinking": text} if kind == "thinking" else {"type": "text_delta", "text": text}
-        events.append(_delta(block.index, body))
-        return events
+        held = [] if self._blocks.takes(kind) else self._spans(self._cited.flush())  # held text goes out before a new block
+        return [*held, *self._blocks.append(kind, text)]
 
     def _spans(self, spans: list[Span]) -> list[Event]:
         """The events of cut text: a cited span in a block of its own (kind `cited`), the rest as text."""
         events: list[Event] = []
         for text, citations in spans:
-            block = self._open
+            block = self._blocks.open
             if not text and not (citations and block is not None and block.kind == "cited"):
                 continue  # a run with no text before it and no cited block to add to: nothing to show
             if text and (citations or block is None or block.kind != "text"):
-                block, opened = self._start("cited" if citations else "text", {"type": "text", "text": ""}, held=False)
+                block, opened = self._blocks.start("cited" if citations else "text", {"type": "text", "text": ""})
                 events += opened
             assert block is not None
-            events += [_delta(block.index, {"type": "citations_delta", "citation": citation}) for citation in citations]
+            events += [delta(block.index, {"type": "citations_delta", "citation": citation}) for citation in citations]
             if text:
-                events.append(_delta(block.index, {"type": "text_delta", "text": text}))
+                events.append(delta(block.index, {"type": "text_delta", "text": text}))
         return events
 
     def _tool_call(self, chunk: dict[str, Any]) -> list[Event]:
@@ -200,7 +257,7 @@ class MessageStream:
         elif call.block is not None and call.pending:
             # To its own block, even one closed since: calls interleaved by a server that streams
             # them so keep all their arguments (Anthropic's blocks never interleave).
-            events.append(_delta(call.block, {"type": "input_json_delta", "partial_json": "".join(call.pending)}))
+            events.append(delta(call.block, {"type": "input_json_delta", "partial_json": "".join(call.pending)}))
             call.pending.clear()
         return events
 
@@ -208,10 +265,6 @@ class MessageStream:
         block, events = self._start("tool_use", {"type": "tool_use", "id": tool_use_id(call.id), "name": call.name, "input": {}})
         call.block = block.index
         if call.pending:
-            events.append(_delta(block.index, {"type": "input_json_delta", "partial_json": "".join(call.pending)}))
+            events.append(delta(block.index, {"type": "input_json_delta", "partial_json": "".join(call.pending)}))
             call.pending.clear()
         return events
-
-
-def _delta(index: int, delta: dict[str, Any]) -> Event:
-    return "content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}

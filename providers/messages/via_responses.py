@@ -26,16 +26,14 @@ from providers.messages.checks import check_request
 from providers.messages.from_response import message_from_response
 from providers.messages.response_stream import ResponseStream
 from providers.messages.server_tools import Translated, in_messages_terms, response_request, server_tools_field
-from providers.messages.stream import Event, sse_frame
+from providers.messages.stream import Event, error_frame, frames
 from providers.responses.failures import RESPONSE_ERROR_CODES
 from providers.responses.sealing import ReasoningSeal
-from runtime.apis.files.inline import pdf_text
-from runtime.http.anthropic import anthropic_error
+from providers.messages.pdfs import PDF_DATA_URL, pdf_as_text
 
 __all__ = ["ViaResponses"]
 
 _RESULT = "web_search_result"
-_PDF = "data:application/pdf;base64,"
 _STATUSES = {"rate_limit_exceeded": 429, "invalid_prompt": 400, "context_length_exceeded": 400, "service_unavailable": 503}
 _CLIENTS = frozenset(code for code in RESPONSE_ERROR_CODES if "image" in code)
 """A response's failure codes that are the request's mistake (an image the model cannot take): a 400."""
@@ -129,16 +127,15 @@ class ViaResponses:
 
 async def _frames(head: list[Event], stream: ResponseStream, events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
     try:
-        yield b"".join(sse_frame(name, data) for name, data in head)
+        yield frames(head)
         async for event in events:
             translated = stream.feed(event)
             if translated:
-                yield b"".join(sse_frame(name, data) for name, data in translated)
+                yield frames(translated)
             if stream.ended:
                 break
     except APIError as error:
-        _, envelope = anthropic_error(error.status, error.message)
-        yield sse_frame("error", {"type": "error", "error": envelope["error"]})
+        yield error_frame(error)
     finally:
         await _close(events)
 
@@ -154,7 +151,7 @@ def _parts(item: Mapping[str, Any]) -> list[Any]:
 
 
 def _pdf(part: Any) -> bool:
-    return isinstance(part, dict) and part.get("type") == "input_file" and str(part.get("file_data") or "").startswith(_PDF)
+    return isinstance(part, dict) and part.get("type") == "input_file" and str(part.get("file_data") or "").startswith(PDF_DATA_URL)
 
 
 async def _pdfs_read(item: dict[str, Any], index: int) -> dict[str, Any]:
@@ -166,10 +163,6 @@ async def _pdfs_read(item: dict[str, Any], index: int) -> dict[str, Any]:
         if not _pdf(part):
             read.append(part)
             continue
-        try:
-            data = base64.b64decode(part["file_data"][len(_PDF):], validate=True)
-        except ValueError:
-            raise InvalidRequestError(f"messages.{index}: the document's base64 data is not valid base64.", param="messages") from None
         name = str(part.get("filename") or "document.pdf")
-        read.append({"type": "input_text", "text": f"{name}:\n{await pdf_text(data, name, 'messages')}"})
+        read.append({"type": "input_text", "text": await pdf_as_text(part["file_data"][len(PDF_DATA_URL):], name, f"messages.{index}")})
     return {**item, "content" if item.get("type") == "message" else "output": read}

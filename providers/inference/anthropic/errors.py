@@ -9,17 +9,15 @@ Anthropic's own error type, which its clients know."""
 from __future__ import annotations
 
 import json
-import os
-import socket
-import ssl
 from collections.abc import Mapping
 from typing import Any
 
 import httpx2
 
 from contract.errors import UpstreamError
+from providers.inference.upstream_errors import default_type
 
-__all__ = ["STATUS_OF_TYPE", "from_envelope", "from_response", "reason", "unreachable"]
+__all__ = ["STATUS_OF_TYPE", "from_envelope", "from_response"]
 
 PASSED_HEADERS = ("retry-after", "retry-after-ms")
 
@@ -60,7 +58,7 @@ def from_envelope(provider_id: str, document: Any, status: int | None = None, he
         status, code = 503, "overloaded"
     elif kind == "request_too_large":
         code = "request_too_large"
-    return UpstreamError(message, status_code=status, error_type=_OPENAI_TYPES.get(kind) or _default_type(status), param=param,
+    return UpstreamError(message, status_code=status, error_type=_OPENAI_TYPES.get(kind) or default_type(status), param=param,
                          code=code, headers=kept)
 
 
@@ -71,34 +69,3 @@ def from_response(provider_id: str, response: httpx2.Response, *, openai_shaped:
     except ValueError:
         document = {"error": {"message": response.text[:500] or f"HTTP {response.status_code}"}}
     return from_envelope(provider_id, document, response.status_code, response.headers, openai_shaped=openai_shaped)
-
-
-def unreachable(provider_id: str, error: httpx2.HTTPError, timeout_s: float) -> UpstreamError:
-    if isinstance(error, httpx2.TimeoutException):
-        return UpstreamError(f"inference provider '{provider_id}' did not answer within {timeout_s:g} s",
-                             status_code=504, code="upstream_timeout")
-    return UpstreamError(f"inference provider '{provider_id}' could not be reached: {reason(error)}", code="upstream_unreachable")
-
-
-def reason(error: BaseException) -> str:
-    """Why an exchange failed, in words a client may read: never the upstream's address (the
-    operator's, perhaps on a private network, perhaps in a URL with credentials)."""
-    if isinstance(error, httpx2.ConnectTimeout):
-        return "timed out connecting"
-    if isinstance(error, httpx2.ConnectError):
-        cause = error.__cause__
-        return f"cannot connect ({_os_reason(cause)})" if isinstance(cause, OSError) else "cannot connect"
-    return str(error) or type(error).__name__
-
-
-def _os_reason(error: OSError) -> str:
-    if isinstance(error, ssl.SSLError):
-        return f"TLS: {error.reason or type(error).__name__}"
-    if isinstance(error, socket.gaierror):
-        return str(error.strerror)
-    return os.strerror(error.errno) if error.errno and error.errno > 0 else type(error).__name__
-
-
-def _default_type(status: int) -> str:
-    return {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error", 404: "not_found_error",
-            429: "rate_limit_error"}.get(status, "server_error" if status >= 500 else "invalid_request_error")

@@ -18,7 +18,8 @@ from contract import fastjson
 from contract.errors import InvalidRequestError, UpstreamError
 from contract.inference.protocol import UpstreamModel, UpstreamRequest
 from providers.inference.anthropic.config import AnthropicConfig
-from providers.inference.anthropic.errors import from_response, reason, unreachable
+from providers.inference.anthropic.errors import from_response
+from providers.inference.upstream_errors import reason, unreachable
 from providers.inference.anthropic.request import Settings, messages_request
 from providers.inference.anthropic.response import chat_completion
 from providers.inference.anthropic.stream import StreamTranslator
