@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from contract.ids import random_hex
@@ -74,22 +74,28 @@ def stop_reason(finish: Any, matched: Any, *, tool_use: bool, refused: bool, sto
 
 
 def _count(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+    # type(), not isinstance(): a bool is no count (and this runs a few times a request).
+    return value if type(value) is int and value > 0 else 0
+
+
+_NONE: dict[str, Any] = {}
 
 
 def usage_counts(usage: Any) -> dict[str, Any]:
     """A chat usage's counts as Anthropic's: the cached and cache-written prompt tokens apart from
     `input_tokens` (Anthropic's three add up to the prompt), and the reasoning tokens as
     `output_tokens_details.thinking_tokens` when the upstream reports them."""
-    usage = usage if isinstance(usage, Mapping) else {}
+    usage = usage if isinstance(usage, dict) else _NONE  # parsed JSON: a dict, never another Mapping
     prompt_details = usage.get("prompt_tokens_details")
-    prompt_details = prompt_details if isinstance(prompt_details, Mapping) else {}
-    cached, written = _count(prompt_details.get("cached_tokens")), _count(prompt_details.get("cache_write_tokens"))
+    if isinstance(prompt_details, dict):
+        cached, written = _count(prompt_details.get("cached_tokens")), _count(prompt_details.get("cache_write_tokens"))
+    else:
+        cached = written = 0
     counts: dict[str, Any] = {"input_tokens": max(_count(usage.get("prompt_tokens")) - cached - written, 0),
                               "cache_creation_input_tokens": written, "cache_read_input_tokens": cached,
                               "output_tokens": _count(usage.get("completion_tokens"))}
     completion_details = usage.get("completion_tokens_details")
-    if isinstance(completion_details, Mapping) and isinstance(completion_details.get("reasoning_tokens"), int):
+    if isinstance(completion_details, dict) and isinstance(completion_details.get("reasoning_tokens"), int):
         counts["output_tokens_details"] = {"thinking_tokens": _count(completion_details["reasoning_tokens"])}
     return counts
 
@@ -97,16 +103,19 @@ def usage_counts(usage: Any) -> dict[str, Any]:
 def message_usage(usage: Any, *, input_tokens: int | None = None, output_tokens: int | None = None) -> dict[str, Any]:
     """A Message's `usage`, with the fields Anthropic's carry (one tier, no region named)."""
     counts = usage_counts(usage)
+    written = counts["cache_creation_input_tokens"]
     result: dict[str, Any] = {
         "input_tokens": counts["input_tokens"] if input_tokens is None else input_tokens,
-        "cache_creation_input_tokens": counts["cache_creation_input_tokens"],
+        "cache_creation_input_tokens": written,
         "cache_read_input_tokens": counts["cache_read_input_tokens"],
-        "cache_creation": {"ephemeral_5m_input_tokens": counts["cache_creation_input_tokens"], "ephemeral_1h_input_tokens": 0},
+        "cache_creation": {"ephemeral_5m_input_tokens": written, "ephemeral_1h_input_tokens": 0},
         "output_tokens": counts["output_tokens"] if output_tokens is None else output_tokens,
     }
     if "output_tokens_details" in counts:
         result["output_tokens_details"] = counts["output_tokens_details"]
-    return {**result, "service_tier": "standard", "inference_geo": "not_available"}
+    result["service_tier"] = "standard"
+    result["inference_geo"] = "not_available"
+    return result
 
 
 def message_from_chat(completion: dict[str, Any], model: str, *, stop_sequences: Sequence[str] = (),

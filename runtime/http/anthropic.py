@@ -54,11 +54,13 @@ class AnthropicErrors:
 
         async def reshaped(message: Message) -> None:
             if message["type"] == "http.response.start":
-                headers = list(message.get("headers", ()))
-                request_id = next((value for name, value in headers if name == b"x-request-id"), None)
-                if request_id is not None:
-                    headers.append((b"request-id", request_id))
-                message = {**message, "headers": headers}
+                headers = message.get("headers", ())
+                if type(headers) is not list:  # the guard's is a list of its own, extended in place
+                    message["headers"] = headers = list(headers)
+                for name, value in headers:
+                    if name == b"x-request-id":
+                        headers.append((b"request-id", value))
+                        break
                 if message["status"] >= 400 and _json(headers):
                     held.append(message)  # the body decides what goes out
                     return
