@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from contract import fastjson
+import re
 from collections.abc import AsyncIterator, Mapping
+from contextvars import ContextVar, Token
 from dataclasses import dataclass
+
+from contract import fastjson
 from typing import Any, Literal, Protocol, runtime_checkable
 
-__all__ = ["InferenceProvider", "MessagesPassthrough", "MessagesTokenCount", "TextCompletionProvider", "UpstreamModel", "UpstreamRequest"]
+__all__ = ["InferenceProvider", "MessagesPassthrough", "MessagesTokenCount", "TextCompletionProvider", "UpstreamModel", "UpstreamRequest",
+           "client_beta", "client_betas"]
 
 
 @dataclass(frozen=True)
@@ -83,7 +87,9 @@ class MessagesPassthrough(Protocol):
 
     Optional: the messages API translates the request of a model whose provider lacks these
     methods. Bodies are bytes both ways, untouched; errors are `APIError`s with the upstream's
-    status and Anthropic's error type (`error_type`: a 529 stays a 529 `overloaded_error`)."""
+    status and Anthropic's error type (`error_type`: a 529 stays a 529 `overloaded_error`). The
+    client's `anthropic-beta` flags (`client_betas()`) go with the request, as the body may use
+    what they turn on (`context_management`, `mcp_servers`)."""
 
     async def messages(self, body: bytes) -> bytes:
         """The upstream's `Message` JSON for a non-streamed request."""
@@ -104,3 +110,33 @@ class MessagesTokenCount(Protocol):
         """The upstream's `{"input_tokens": N}` for a `count_tokens` request (a Messages request
         without `max_tokens`)."""
         ...
+
+
+_BETAS: ContextVar[tuple[str, ...]] = ContextVar("anthropic_client_betas", default=())
+_FLAG = re.compile(r"[A-Za-z0-9._-]{1,128}")
+
+
+class client_beta:  # noqa: N801  # used as a function: `with client_beta(header):`
+    """While the `with` block runs, the flags of the `anthropic-beta` header of the Messages
+    request being answered (a comma-separated list; anything not shaped like a flag is left out)
+    are `client_betas()`, for a `MessagesPassthrough` provider to send on. A class, not a
+    generator function: it is on every Messages request, and without the header it does nothing."""
+
+    __slots__ = ("_flags", "_token")
+
+    def __init__(self, header: str | None) -> None:
+        self._flags = tuple(flag for flag in (part.strip() for part in header.split(",")) if _FLAG.fullmatch(flag)) if header else ()
+        self._token: Token[tuple[str, ...]] | None = None
+
+    def __enter__(self) -> None:
+        if self._flags:
+            self._token = _BETAS.set(self._flags)
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._token is not None:
+            _BETAS.reset(self._token)
+
+
+def client_betas() -> tuple[str, ...]:
+    """The client's `anthropic-beta` flags for the request being answered (none outside one)."""
+    return _BETAS.get()

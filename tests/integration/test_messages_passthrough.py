@@ -138,6 +138,27 @@ def test_a_streamed_message_gives_the_upstreams_events_as_they_came(stack: Stack
     assert final.model == MODEL and final.content[0].type == "thinking" and final.stop_reason == "end_turn"
 
 
+@pytest.mark.parametrize("call", ["create", "stream", "count_tokens"])
+def test_the_clients_beta_flags_go_with_its_request(stack: Stack, claude: anthropic.Anthropic, call: str) -> None:
+    """Claude Code sends fields (`context_management`) that Anthropic takes only under the beta that
+    names them: a request passed through carries the client's flags, each once; one not shaped like
+    a flag is left out of the header, not sent on."""
+    body: dict[str, Any] = {"model": MODEL, "messages": [{"role": "user", "content": "Hi"}],
+                            "extra_body": {"context_management": {"edits": []}}}
+    flags = {"anthropic-beta": "context-management-2025-06-27, mcp-client-2025-04-04,context-management-2025-06-27,bad flag!"}
+    if call == "count_tokens":
+        claude.messages.count_tokens(**body, extra_headers=flags)
+        path = "/v1/messages/count_tokens"
+    else:
+        claude.messages.create(**body, max_tokens=64, stream=call == "stream", extra_headers=flags)
+        path = "/v1/messages"
+    received = [request for request in stack.upstream.requests if request.path == path][-1]
+    assert received.headers["anthropic-beta"] == "context-management-2025-06-27,mcp-client-2025-04-04"
+    assert received.body["context_management"] == {"edits": []}
+    claude.messages.create(model=MODEL, max_tokens=16, messages=[{"role": "user", "content": "Hi"}])
+    assert "anthropic-beta" not in stack.received().headers  # none of the last request's stays behind
+
+
 @pytest.mark.parametrize("streamed", [False, True], ids=["plain", "streamed"])
 def test_claudes_signed_thinking_and_server_tool_blocks_go_back_as_they_are(stack: Stack, claude: anthropic.Anthropic,
                                                                             streamed: bool) -> None:

@@ -16,7 +16,7 @@ import httpx2
 
 from contract import fastjson
 from contract.errors import InvalidRequestError, UpstreamError
-from contract.inference.protocol import UpstreamModel, UpstreamRequest
+from contract.inference.protocol import UpstreamModel, UpstreamRequest, client_betas
 from providers.inference.anthropic.config import AnthropicConfig
 from providers.inference.anthropic.errors import from_response
 from providers.inference.upstream_errors import reason, unreachable
@@ -152,10 +152,17 @@ class AnthropicProvider:
 
     # --- HTTP -----------------------------------------------------------------------------------
 
+    def _with_betas(self, headers: list[tuple[bytes, bytes]], betas: tuple[str, ...]) -> list[tuple[bytes, bytes]]:
+        """The headers with the client's `anthropic-beta` flags after the config's (`beta`), each once."""
+        flags = list(dict.fromkeys([*self.config.beta, *betas]))
+        return [*(header for header in headers if header[0] != b"anthropic-beta"), (b"anthropic-beta", ",".join(flags).encode())]
+
     async def _send(self, path: str, payload: bytes | None, timeout: Mapping[str, float], *, openai_shaped: bool,
                     method: str = "POST") -> httpx2.Response:
         url = httpx2.URL(f"{self._base}/{path}")
         headers = [(b"host", url.netloc), *((name.encode(), value.encode()) for name, value in self._headers.items())]
+        if not openai_shaped and (betas := client_betas()):  # a client's Messages request, passed through
+            headers = self._with_betas(headers, betas)
         if payload is not None:
             headers.append((b"content-length", b"%d" % len(payload)))
         request = httpx2.Request(method, url, headers=headers, stream=httpx2.ByteStream(payload or b""), extensions={"timeout": dict(timeout)})

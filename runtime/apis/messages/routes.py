@@ -1,7 +1,7 @@
 """Routes of the Messages API (Anthropic's): `POST /v1/messages` and `/v1/messages/count_tokens`.
 
 Each reads the raw body (a provider may forward the bytes untouched) and makes one call into the
-provider. Errors are raised in this server's usual way; `runtime.http.anthropic` answers them in
+provider, with the client's `anthropic-beta` flags at hand for a model passed through to Anthropic. Errors are raised in this server's usual way; `runtime.http.anthropic` answers them in
 Anthropic's envelope for these paths.
 """
 
@@ -13,6 +13,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from contract.checks import parse_json_object
+from contract.inference.protocol import client_beta
 from contract.messages.protocol import MessagesProvider
 from runtime.apis.common import JSONBytes, json_body, unless_disconnected
 from runtime.http.direct_routes import read_body
@@ -42,16 +43,26 @@ def router(impl: MessagesProvider) -> Routes:
     async def create_message(request: Request) -> Response:
         raw = await read_body(request)
         body = parse_json_object(raw)
-        if body.get("stream") is True:
-            return await _event_stream(request, await impl.stream_message(body, raw))
-        answer = await unless_disconnected(request, impl.create_message(body, raw))
+        with client_beta(_beta(request)):  # the request goes out within: the stream's with its first event
+            if body.get("stream") is True:
+                return await _event_stream(request, await impl.stream_message(body, raw))
+            answer = await unless_disconnected(request, impl.create_message(body, raw))
         return Response(status_code=499) if answer is None else Response(answer, media_type="application/json")
 
     @routes.post("/messages/count_tokens", summary="Count the input tokens of a message request", openapi_extra=_COUNT_BODY)
     async def count_tokens(request: Request) -> Response:
-        return JSONBytes(await impl.count_tokens(parse_json_object(await read_body(request))))
+        body = parse_json_object(await read_body(request))
+        with client_beta(_beta(request)):
+            return JSONBytes(await impl.count_tokens(body))
 
     return routes
+
+
+def _beta(request: Request) -> str | None:
+    """The `anthropic-beta` header (its lines joined), read from the scope: Starlette's `Headers`
+    would be built for it otherwise, on every request."""
+    values = [value.decode("latin-1") for name, value in request.scope["headers"] if name == b"anthropic-beta"]
+    return ",".join(values) if values else None
 
 
 async def _event_stream(request: Request, frames: AsyncIterator[bytes]) -> Response:
