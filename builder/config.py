@@ -13,6 +13,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from builder.models import ModelConfig
+
 __all__ = [
     "BackendConfig",
     "CorsConfig",
@@ -89,16 +91,6 @@ class StoresConfig(_Strict):
 class StorageConfig(_Strict):
     backends: dict[str, BackendConfig] = Field(default_factory=dict)
     stores: StoresConfig = Field(default_factory=StoresConfig)
-
-
-class ModelConfig(_Strict):
-    """A model registered up front, in addition to those the providers report."""
-
-    model_id: str = Field(min_length=1)
-    provider_id: str = Field(min_length=1)
-    provider_model_id: str | None = None
-    model_type: Literal["llm", "embedding"] = "llm"
-    metadata: dict[str, Any] = Field(default_factory=dict)
 
 
 class CorsConfig(_Strict):

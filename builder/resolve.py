@@ -257,19 +257,66 @@ def _check_storage(config: StackConfig) -> None:
 def _active_models(
     config: StackConfig, planned: Mapping[Api, list[PlannedProvider]], inactive_ids: set[str]
 ) -> tuple[ModelConfig, ...]:
+    """The registered models, each with the deployments whose provider is active (a model with
+    none left is dropped, as a provider's own models are with it); every provider a deployment
+    names must be an inference provider, and every fallback a model that can be served."""
     inference_ids = {p.provider_id for p in planned.get(Api.inference, [])}
     active: list[ModelConfig] = []
     for index, model in enumerate(config.models):
-        if model.provider_id in inactive_ids:
+        where: tuple[PathPart, ...] = ("models", index) if model.provider_id is not None else ("models", index, "deployments")
+        deployments = []
+        for number, deployment in enumerate(model.served_by()):
+            if deployment.provider_id in inactive_ids:
+                continue
+            if deployment.provider_id not in inference_ids:
+                known = ", ".join(sorted(inference_ids)) or "none active"
+                path = (*where, "provider_id") if model.provider_id is not None else (*where, number, "provider_id")
+                raise ConfigError.at(path, f"{deployment.provider_id!r} is not an inference provider (inference providers: {known})")
+            deployments.append(deployment)
+        if not deployments:
             continue
-        if model.provider_id not in inference_ids:
-            known = ", ".join(sorted(inference_ids)) or "none active"
-            raise ConfigError.at(
-                ("models", index, "provider_id"),
-                f"{model.provider_id!r} is not an inference provider (inference providers: {known})",
-            )
-        active.append(model)
+        active.append(model if model.provider_id is not None else model.model_copy(update={"deployments": deployments}))
+    _check_fallbacks(config, inference_ids | inactive_ids)
     return tuple(active)
+
+
+def _check_fallbacks(config: StackConfig, provider_ids: set[str]) -> None:
+    """A fallback names a registered model or `provider_id/model`; no model falls back to itself,
+    however many steps away."""
+    registered = {model.model_id: model for model in config.models}
+    for index, model in enumerate(config.models):
+        for field in ("fallbacks", "context_window_fallbacks", "content_policy_fallbacks"):
+            for number, name in enumerate(getattr(model, field)):
+                if name not in registered and name.partition("/")[0] not in provider_ids:
+                    raise ConfigError.at(("models", index, field, number), (
+                        f"{name!r} is not a model of this stack (a models: entry's model_id, or provider_id/model of an "
+                        f"inference provider)"))
+    for index, model in enumerate(config.models):
+        cycle = _fallback_cycle(model.model_id, registered)
+        if cycle:
+            raise ConfigError.at(("models", index, "fallbacks"), f"the fallbacks go round in a cycle: {' -> '.join(cycle)}")
+
+
+def _fallback_cycle(start: str, registered: Mapping[str, ModelConfig]) -> list[str]:
+    """The path from `start` back to itself through the models' fallbacks, if there is one."""
+    path: list[str] = [start]
+    seen: set[str] = set()
+
+    def visit(name: str) -> bool:
+        for following in registered[name].every_fallback() if name in registered else ():
+            if following == start:
+                path.append(following)
+                return True
+            if following in seen:
+                continue
+            seen.add(following)
+            path.append(following)
+            if visit(following):
+                return True
+            path.pop()
+        return False
+
+    return path if visit(start) else []
 
 
 def _recording_mode(config: StackConfig, env: Mapping[str, str]) -> str:

@@ -734,6 +734,22 @@ MODEL_BODIES = {model: dumps(model_entry(model)) for model in MODEL_IDS}
 # The ASGI app
 
 
+@dataclass(slots=True)
+class Faults:
+    """Faults switched on while tests run, for every request of one fake upstream (not in its
+    body's directives, which every upstream would read alike): `status` answers every model call
+    with that error (a 429 with `retry_after`), `overflow` with the context window exceeded,
+    `hang_s` waits that long before answering."""
+
+    status: int | None = None
+    retry_after: str | None = None
+    hang_s: float = 0.0
+    overflow: bool = False
+
+    def clear(self) -> None:
+        self.status, self.retry_after, self.hang_s, self.overflow = None, None, 0.0, False
+
+
 @dataclass(frozen=True, slots=True)
 class RecordedRequest:
     """A request the fake received: its path, JSON body (raw text if not JSON) and headers."""
@@ -986,7 +1002,8 @@ class FakeUpstreamApp:
     """The endpoints. `recorded`, when given, receives every request; `api_key` makes auth required."""
 
     def __init__(self, api_key: str | None = None, recorded: list[RecordedRequest] | None = None,
-                 abandoned: list[str] | None = None) -> None:
+                 abandoned: list[str] | None = None, faults: Faults | None = None) -> None:
+        self._faults = faults or Faults()
         self._authorization = f"Bearer {api_key}" if api_key is not None else None
         self._recorded = recorded
         self._abandoned = abandoned
@@ -1012,13 +1029,27 @@ class FakeUpstreamApp:
         found = Reply(200, MODEL_BODIES[model]) if model in MODEL_BODIES else error_reply(model_not_found(model))
         return await respond(self._admit(request, None) or found)
 
+    async def _faulted(self) -> Reply | None:
+        """The switched-on fault's answer, after its hang (None: no fault to answer with)."""
+        faults = self._faults
+        if faults.hang_s:
+            await asyncio.sleep(faults.hang_s)
+        if faults.overflow:
+            return error_reply(context_overflow_error())
+        if faults.status is None:
+            return None
+        headers = {"retry-after": faults.retry_after} if faults.retry_after is not None else None
+        return Reply(faults.status, dumps(UpstreamError(faults.status, f"fake upstream fault {faults.status}").body()), headers)
+
     async def chat_completions(self, request: Request) -> Response:
         raw = await request.body()
-        return await respond(self._admit(request, raw) or self._chat(raw), request, lambda: self._left(request))
+        reply = self._admit(request, raw) or await self._faulted() or self._chat(raw)
+        return await respond(reply, request, lambda: self._left(request))
 
     async def completions(self, request: Request) -> Response:
         raw = await request.body()
-        return await respond(self._admit(request, raw) or self._text_completions(raw), request, lambda: self._left(request))
+        reply = self._admit(request, raw) or await self._faulted() or self._text_completions(raw)
+        return await respond(reply, request, lambda: self._left(request))
 
     def _left(self, request: Request) -> None:
         if self._abandoned is not None:
@@ -1030,7 +1061,7 @@ class FakeUpstreamApp:
 
     async def embeddings(self, request: Request) -> Response:
         raw = await request.body()
-        return await respond(self._admit(request, raw) or self._embeddings(raw))
+        return await respond(self._admit(request, raw) or await self._faulted() or self._embeddings(raw))
 
 
 def _recordable(raw: bytes | None) -> Any:
@@ -1049,11 +1080,11 @@ _UNAUTHORIZED = error_reply(
 
 
 def create_app(api_key: str | None = None, recorded: list[RecordedRequest] | None = None,
-               abandoned: list[str] | None = None) -> Starlette:
+               abandoned: list[str] | None = None, faults: Faults | None = None) -> Starlette:
     """The fake upstream as an ASGI app, serving /v1/models, /v1/chat/completions, /v1/completions and /v1/embeddings.
     `abandoned` receives the path of every answer whose client left before it was whole."""
     logging.getLogger("uvicorn.error").addFilter(_HIDE_DELIBERATE_DROPS)
-    handlers = FakeUpstreamApp(api_key, recorded, abandoned)
+    handlers = FakeUpstreamApp(api_key, recorded, abandoned, faults)
     return Starlette(
         routes=[
             Route("/v1/chat/completions", handlers.chat_completions, methods=["POST"]),

@@ -13,7 +13,7 @@ from typing import Any
 import uvicorn
 from starlette.types import ASGIApp
 
-from fake_upstream.app import RecordedRequest, create_app
+from fake_upstream.app import Faults, RecordedRequest, create_app
 
 START_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 5.0
@@ -71,6 +71,8 @@ class FakeUpstream:
     requests: list[RecordedRequest] = field(default_factory=list)
     abandoned: list[str] = field(default_factory=list)
     """Paths of the answers whose client left before they were whole (a slow answer, a stream)."""
+    faults: Faults = field(default_factory=Faults)
+    """Switched on and off while it runs: every model call fails, or hangs (`Faults`)."""
 
     @property
     def url(self) -> str:
@@ -91,7 +93,7 @@ def running_fake_upstream(api_key: str | None = None, host: str = "127.0.0.1") -
     """Serve the fake upstream on a free port in a background thread until the block ends."""
     sock = bind_socket(host, 0)
     upstream = FakeUpstream(host, sock.getsockname()[1], api_key)
-    with serving(create_app(api_key, upstream.requests, upstream.abandoned), sock, "fake-upstream"):
+    with serving(create_app(api_key, upstream.requests, upstream.abandoned, upstream.faults), sock, "fake-upstream"):
         yield upstream
 
 

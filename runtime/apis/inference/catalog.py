@@ -18,13 +18,18 @@ from builder.config import ModelConfig
 from contract.errors import APIError, InvalidRequestError, NotFoundError
 from contract.inference.protocol import InferenceProvider, UpstreamModel
 
-__all__ = ["ModelCatalog", "ModelEntry", "ProviderState"]
+__all__ = ["ModelCatalog", "ModelEntry", "ProviderState", "routed_provider_id"]
 
 log = logging.getLogger("stack")
 
 REFRESH_TIMEOUT_S = 10.0
 MISS_REFRESH_INTERVAL_S = 5.0
 LIST_REFRESH_INTERVAL_S = 60.0
+
+
+def routed_provider_id(model_id: str) -> str:
+    """The provider id of a model served through its deployments (runtime.apis.inference.deployments)."""
+    return f"models:{model_id}"
 
 
 @dataclass(frozen=True)
@@ -99,9 +104,15 @@ class ModelCatalog:
                 models[entry.id] = entry
                 by_name.setdefault(model.id, []).append(entry)
         for config in self.registered:
+            if config.routed():  # the deployments layer, which calls each deployment by its own name for the model
+                first = config.served_by()[0].provider_id
+                models[config.model_id] = ModelEntry(config.model_id, routed_provider_id(config.model_id), config.model_id,
+                                                     config.model_type, 0, first, order=order.get(first, 0))
+                continue
+            provider_id = str(config.provider_id)
             upstream = config.provider_model_id or config.model_id
-            models[config.model_id] = ModelEntry(config.model_id, config.provider_id, upstream, config.model_type, 0, config.provider_id,
-                                                 order=order.get(config.provider_id, 0))
+            models[config.model_id] = ModelEntry(config.model_id, provider_id, upstream, config.model_type, 0, provider_id,
+                                                 order=order.get(provider_id, 0))
         self._models = models
         self._aliases = {name: entries[0] for name, entries in by_name.items() if len(entries) == 1 and name not in models}
 
@@ -140,7 +151,9 @@ class ModelCatalog:
 
     def unreachable(self, provider_id: str, detail: str) -> None:
         """A call found the provider unreachable: /v1/health says so until its next refresh."""
-        self.states[provider_id].status, self.states[provider_id].detail = "unavailable", detail
+        state = self.states.get(provider_id)  # a model's deployments layer is no provider of its own to mark
+        if state is not None:
+            state.status, state.detail = "unavailable", detail
 
     def health(self) -> dict[str, dict[str, Any]]:
         return {pid: {"status": state.status, "detail": state.detail, "models": state.models} for pid, state in self.states.items()}

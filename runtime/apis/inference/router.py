@@ -16,7 +16,8 @@ from runtime.apis.inference.chunks import ChunkAccumulator, upstream_shape
 from runtime.apis.inference.guarded import guard_completion, guard_stream, guard_text_completion
 from contract.inference.protocol import InferenceProvider, MessagesPassthrough, MessagesTokenCount, TextCompletionProvider, UpstreamRequest
 from runtime.apis.inference.anthropic_passthrough import account_message, metered_events, renamed, usage_of_message
-from runtime.apis.inference.catalog import ModelCatalog, ModelEntry
+from runtime.apis.inference.catalog import ModelCatalog, ModelEntry, routed_provider_id
+from runtime.apis.inference.deployments import register
 from runtime.apis.inference.store import ChatCompletionStore, new_completion_id
 from runtime.apis.inference.upstream import (
     account, asking_usage, chunks_with_model, malformed, metered, parsed_chunk, parsed_completion, reshaped_embeddings,
@@ -53,8 +54,20 @@ class InferenceRouter:
         self.models = self.catalog.models
         self.refresh_models = self.catalog.refresh_models
         self.refresh_if_stale = self.catalog.refresh_if_stale
-        self.health = self.catalog.health
+        # A model with several deployments or fallbacks is served by a provider of its own, which
+        # calls the others (deployments.py); every other model's requests go straight to its provider.
+        self.deployments = register(list(registered), self.providers, self.resolve, self.catalog.unreachable)
         self._messages_providers = {pid for pid, provider in self.providers.items() if isinstance(provider, MessagesPassthrough)}
+
+    def health(self) -> dict[str, dict[str, Any]]:
+        """Each provider's state, and each model with deployments: theirs (`deployments`), its
+        status `unavailable` when none may take a request."""
+        states = self.catalog.health()
+        for model_id, served in self.deployments.items():
+            view = served.view()
+            down = all(d["circuit"] == "open" or d["resting_s"] > 0 for d in view["deployments"])
+            states[routed_provider_id(model_id)] = {"status": "unavailable" if down else "ok", **view}
+        return states
 
     async def _route(self, body: Mapping[str, Any], raw: bytes | None) -> tuple[str, UpstreamRequest, str | None]:
         """The provider, the request for it, and the client's model id when the upstream knows
