@@ -32,6 +32,7 @@ from runtime.http.forms import FormFields
 from runtime.http.direct_routes import DirectRoutes, direct_routes
 from runtime.http.errors import install_error_handlers
 from runtime.http.anthropic import AnthropicErrors
+from runtime.http.answered_by import AnsweredBy
 from runtime.http.middleware import Draining, RequestGuard
 from runtime.http.routing import Routes, fastapi_router
 from runtime.stack import Stack
@@ -143,6 +144,8 @@ def create_app(stack: Stack) -> StackApp:
     fallback: ASGIApp = NotServed(app.routed, stack.plan, unserved) if (unserved := not_served(stack.plan)) else app.routed
     inner: ASGIApp = DirectRoutes(fallback, routes=direct_routes((routes, prefix) for routes, prefix, _ in mounted),
                                   all_routes=state.route_methods)
+    if any(model.routed() for model in stack.plan.models):  # x-stack-deployment; no such model, no layer
+        inner = AnsweredBy(inner)
     if server.auth is not None:  # inside CORS, so a browser can read a 401; off, it costs nothing
         quotas = Quotas(server.auth.quotas) if server.auth.quotas is not None else None
         if quotas is not None:
@@ -157,7 +160,7 @@ def create_app(stack: Stack) -> StackApp:
             allow_methods=server.cors.allow_methods,
             allow_headers=server.cors.allow_headers,
             allow_credentials=server.cors.allow_credentials,
-            expose_headers=["x-request-id"],
+            expose_headers=["x-request-id", "x-stack-deployment"],
         )
     # Outermost but one, and it counts requests when metrics are on: refusals (401, 413, 429, 503) are counted too.
     guard = RequestGuard(inner, max_body_bytes=server.max_request_bytes, route_limits=limits, form_paths=forms,

@@ -148,10 +148,19 @@ class Metrics:
         self.tool_calls_repeated = _Counter("stack_tool_calls_repeated", "Server-side calls a model made again with the same "
                                             "arguments in one response, not run again", ("tool_type",))
         self.background_queue = _Gauge("stack_background_queue", "Background responses queued or running in this process")
+        # A model's deployments (runtime.apis.inference.deployments): outcome ok, or the failure's cause.
+        self.deployment_attempts = _Counter("stack_deployment_attempts", "Attempts of a model's requests on its deployments",
+                                            ("model", "deployment", "outcome"))
+        self.deployment_first_byte_seconds = _Histogram("stack_deployment_first_byte_seconds", "Time to a deployment's first byte",
+                                                        ("model", "deployment"))
+        self.deployment_ejections = _Counter("stack_deployment_ejections", "Circuits opened (a deployment left alone for a cooldown)",
+                                             ("model", "deployment"))
+        self.fallbacks = _Counter("stack_model_fallbacks", "Requests answered by a fallback model", ("model", "fallback", "reason"))
         self._requests_seen: list[tuple[Any, str, str, int, float]] = []
         self._calls_seen: list[tuple[str, str, str, float, bytes | None]] = []
         self._all = (self.requests, self.request_seconds, self.open_streams, self.upstream_seconds, self.first_token_seconds,
-                     self.tokens, self.tool_calls, self.tool_calls_repeated, self.background_queue)
+                     self.tokens, self.tool_calls, self.tool_calls_repeated, self.background_queue, self.deployment_attempts,
+                     self.deployment_first_byte_seconds, self.deployment_ejections, self.fallbacks)
         self.gather: Callable[[], Awaitable[bytes]] | None = None
         """Set in a worker of `stack run --workers N`: what a scrape answers instead of these
         metrics alone, the whole server's (runtime.observability.worker_metrics)."""

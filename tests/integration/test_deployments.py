@@ -14,6 +14,7 @@ from typing import Any
 
 import openai
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from fake_upstream import CHAT_MODEL, EMBED_MODEL, FakeUpstream, running_fake_upstream
 from runtime.testing.targets import StackTarget, open_target
@@ -75,6 +76,13 @@ class Stack:
         """How many model calls each upstream has received."""
         return [sum(1 for request in upstream.requests if request.path == path) for upstream in self.upstreams]
 
+    def metric(self, name: str, **labels: str) -> float:
+        """A sample of /metrics by its name and labels (0 when there is none yet)."""
+        with self.client() as client:
+            text = client._client.get(f"{str(client.base_url).rstrip('/').removesuffix('/v1')}/metrics").text
+        return next((sample.value for family in text_string_to_metric_families(text) for sample in family.samples
+                     if sample.name == name and sample.labels == labels), 0.0)
+
     def health(self, model: str) -> dict[str, Any]:
         with self.client() as client:
             states: dict[str, Any] = client.get("/health", cast_to=object)["providers"]  # type: ignore[index]
@@ -89,8 +97,8 @@ def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
         providers = "\n".join(f"    - {{provider_id: up{index}, provider_type: openai, config: {{base_url: '{upstream.base_url}', "
                               f"api_key: k}}}}" for index, upstream in enumerate(upstreams))
         config = root / "run.yaml"
-        config.write_text(f"name: deployments\nstate_dir: {root / 'state'}\nrecording: {{mode: live}}\nproviders:\n  inference:\n"
-                          f"{providers}\nmodels:\n{MODELS}")
+        config.write_text(f"name: deployments\nstate_dir: {root / 'state'}\nrecording: {{mode: live}}\nserver: {{metrics: {{}}}}\n"
+                          f"providers:\n  inference:\n{providers}\nmodels:\n{MODELS}")
         target = stack.enter_context(open_target(f"{request.param}:{config}", env={**os.environ, "STACK_RECORDING_MODE": "live"}))
         yield Stack(target, upstreams)
 
@@ -121,6 +129,15 @@ def test_the_model_is_listed_once_and_its_requests_go_round_its_deployments(stac
     assert {answer.model for answer in answers} == {"spread"}
 
 
+def test_the_answer_names_its_deployment_in_a_header(stack: Stack) -> None:
+    with stack.client() as client:
+        served = [client.chat.completions.with_raw_response.create(model="spread", messages=[{"role": "user", "content": "Hi"}])
+                  .headers["x-stack-deployment"] for _ in range(3)]
+        plain = client.chat.completions.with_raw_response.create(model=f"up0/{CHAT_MODEL}", messages=[{"role": "user", "content": "Hi"}])
+    assert sorted(served) == [f"up{index}/{CHAT_MODEL}" for index in range(3)]
+    assert "x-stack-deployment" not in plain.headers  # a model of one provider goes straight to it
+
+
 def test_round_robin_follows_the_weights(stack: Stack) -> None:
     before = stack.calls()
     for _ in range(9):
@@ -137,6 +154,10 @@ def test_a_failing_deployment_is_retried_around_and_ejected_until_it_recovers(st
     assert 1 <= failed <= 3  # its circuit opened at its first failure; a probe after each cooldown at most
     state = {d["provider_id"]: d for d in stack.health("failover")["deployments"]}["up1"]
     assert state["errors"] >= 1 and "503" in (state["last_error"] or "")
+    up0, up1 = f"up0/{CHAT_MODEL}", f"up1/{CHAT_MODEL}"
+    assert stack.metric("stack_deployment_attempts_total", model="failover", deployment=up1, outcome="server_error") >= 1
+    assert stack.metric("stack_deployment_ejections_total", model="failover", deployment=up1) >= 1
+    assert stack.metric("stack_deployment_attempts_total", model="failover", deployment=up0, outcome="ok") >= 3
     stack.upstreams[1].faults.clear()
     time.sleep(1.3)  # past the longest cooldown the failures made (0.3 s, doubled per failed probe)
     before = stack.calls()
@@ -192,8 +213,12 @@ def test_a_stream_is_retried_before_its_first_chunk(stack: Stack) -> None:
 def test_fallbacks_answer_when_every_deployment_failed_and_the_answer_names_them(stack: Stack) -> None:
     stack.upstreams[0].faults.status = 503
     stack.upstreams[1].faults.status = 503
-    answer = ask(stack, "guarded")
+    with stack.client() as client:
+        raw = client.chat.completions.with_raw_response.create(model="guarded", messages=[{"role": "user", "content": "Hello"}])
+    answer = raw.parse()
     assert answer.model == f"up2/{CHAT_MODEL}" and answer.choices[0].message.content
+    assert raw.headers["x-stack-deployment"] == f"up2/{CHAT_MODEL}"
+    assert stack.metric("stack_model_fallbacks_total", model="guarded", fallback=f"up2/{CHAT_MODEL}", reason="unavailable") == 1
 
 
 def test_a_context_window_error_goes_to_the_larger_model(stack: Stack) -> None:

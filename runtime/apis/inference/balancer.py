@@ -217,26 +217,28 @@ class Balancer:
             deployment.state, deployment.cooldown_s = "closed", 0.0
         deployment.probing = False
 
-    def failed(self, deployment: Deployment, reason: str, retry_after_s: float | None = None) -> None:
-        """The attempt failed in a way another deployment may not (unreachable, timed out, 5xx, 429)."""
+    def failed(self, deployment: Deployment, reason: str, retry_after_s: float | None = None) -> bool:
+        """The attempt failed in a way another deployment may not (unreachable, timed out, 5xx,
+        429). True when this opened its circuit (again)."""
         now = self._clock()
         deployment.errors += 1
         deployment.last_error = reason
+        deployment.probing = False
         if retry_after_s is not None:  # a rate limit: rested, not counted against its health
             deployment.rest_until = now + retry_after_s
-            deployment.probing = False
-            return
+            return False
         deployment.failures += 1
-        if deployment.state == "open" or deployment.failures >= self.routing.failures_to_open:
-            deployment.cooldown_s = min(deployment.cooldown_s * 2 if deployment.cooldown_s else self.routing.cooldown_s,
-                                        self.routing.max_cooldown_s)
-            deployment.state, deployment.open_until = "open", now + deployment.cooldown_s
-        deployment.probing = False
+        if deployment.state != "open" and deployment.failures < self.routing.failures_to_open:
+            return False
+        deployment.cooldown_s = min(deployment.cooldown_s * 2 if deployment.cooldown_s else self.routing.cooldown_s,
+                                    self.routing.max_cooldown_s)
+        deployment.state, deployment.open_until = "open", now + deployment.cooldown_s
+        return True
 
     def released(self, deployment: Deployment) -> None:
-        """The attempt is over (answered whole, failed, or its stream ended)."""
+        """The attempt is over (answered whole, failed, cancelled, or its stream ended)."""
         deployment.in_flight -= 1
-        deployment.probing = False if deployment.state != "open" else deployment.probing
+        deployment.probing = False  # a probe cancelled before its outcome: the next request probes
         freed, self._freed = self._freed, asyncio.Event()
         freed.set()
 

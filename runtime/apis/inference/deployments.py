@@ -37,10 +37,15 @@ from contract.inference.protocol import InferenceProvider, UpstreamModel, Upstre
 from runtime.apis.inference.balancer import Balancer, Deployment, prefix_keys
 from runtime.apis.inference.catalog import routed_provider_id
 from runtime.apis.inference.upstream import chunks_with_model, with_model
+from runtime.http.answered_by import note_deployment
+from runtime.observability.metrics import current_metrics
+from runtime.observability.tracing import current_tracing
 
 __all__ = ["ModelDeployments", "register"]
 
 _RETRIED = frozenset({408, 429, 500, 502, 503, 504, 529})
+_OPERATIONS = {"chat_completion": "chat", "stream_chat_completion": "chat", "completion": "text_completion",
+               "stream_completion": "text_completion", "embeddings": "embeddings"}
 _CONTEXT_WINDOW = re.compile(r"context[ _](length|window)|maximum context|too many tokens|prompt is too long|input is too long", re.I)
 _CONTENT_POLICY = re.compile(r"content[ _](policy|management|filter)|flagged", re.I)
 
@@ -123,21 +128,44 @@ class ModelDeployments:
                 continue
             tried.append(deployment)
             try:
-                return await self._attempt(deployment, request, method, stream), deployment
+                answer = await self._traced(deployment, len(tried), request, method, stream)
             except APIError as error:
                 self.balancer.released(deployment)
+                self._observe(deployment, _cause(error))
                 if not _retried(error):
                     raise
                 failures.append((deployment, error))
-                self.balancer.failed(deployment, error.message, _retry_after(error))
+                if self.balancer.failed(deployment, error.message, _retry_after(error)) and (metrics := current_metrics()) is not None:
+                    metrics.deployment_ejections.inc((self.model_id, deployment.name))
                 if error.code == "upstream_unreachable":
                     self.unreachable(deployment.provider_id, error.message)
             except BaseException:  # cancelled (the client left), or a bug: no longer in flight either way
                 self.balancer.released(deployment)
                 raise
+            else:
+                note_deployment(deployment.name)
+                return answer, deployment
             if self._clock() >= deadline:
                 break
         raise self._unavailable(failures, tried)
+
+    async def _traced(self, deployment: Deployment, number: int, request: UpstreamRequest, method: str, stream: bool) -> Any:
+        """The attempt, in a span of its own naming the deployment and the attempt's number when
+        traces are on (inside the router's span of the whole call)."""
+        tracing = current_tracing()
+        if tracing is None:
+            return await self._attempt(deployment, request, method, stream)
+        with tracing.model_call(_OPERATIONS.get(method, method), deployment.provider_id, deployment.model, request.body) as span:
+            span.set_attribute("stack.deployment", deployment.name)
+            span.set_attribute("stack.deployment.attempt", number)
+            return await self._attempt(deployment, request, method, stream)
+
+    def _observe(self, deployment: Deployment, outcome: str, first_byte_s: float | None = None) -> None:
+        metrics = current_metrics()
+        if metrics is not None:
+            metrics.deployment_attempts.inc((self.model_id, deployment.name, outcome))
+            if first_byte_s is not None:
+                metrics.deployment_first_byte_seconds.observe((self.model_id, deployment.name), first_byte_s)
 
     async def _attempt(self, deployment: Deployment, request: UpstreamRequest, method: str, stream: bool) -> Any:
         provider = self.providers[deployment.provider_id]
@@ -164,7 +192,9 @@ class ModelDeployments:
         except TimeoutError:
             raise APIError(f"deployment '{deployment.name}' gave no first byte within {timeout:g} s", status_code=504,
                            code="upstream_timeout") from None
-        self.balancer.succeeded(deployment, self._clock() - began)
+        first_byte_s = self._clock() - began
+        self.balancer.succeeded(deployment, first_byte_s)
+        self._observe(deployment, "ok", first_byte_s)
         return answer
 
     def _waited(self, tried: list[Deployment], deadline: float) -> bool:
@@ -193,7 +223,8 @@ class ModelDeployments:
     async def _fallback(self, error: APIError, request: UpstreamRequest, method: str) -> Any:
         """The answer of the first fallback model that answers, for the kind of `error`; `error`
         itself when there is none (or none answers: the last one's error)."""
-        for model in self._fallbacks_for(error):
+        reason, models = self._fallbacks_for(error)
+        for model in models:
             try:
                 entry = await self.resolve(model)
                 provider = self.providers[entry.provider_id]
@@ -202,25 +233,45 @@ class ModelDeployments:
                 if method.startswith("stream_"):
                     rest = aiter(call(upstream))
                     first = await anext(rest, None)
-                    return chunks_with_model(_prepend(first, rest), model, entry.provider_id)
-                return with_model(await call(upstream), model)
+                    answer: Any = chunks_with_model(_prepend(first, rest), model, entry.provider_id)
+                else:
+                    answer = with_model(await call(upstream), model)
             except APIError as failed:
                 error = failed
+                continue
+            if not entry.provider_id.startswith(routed_provider_id("")):  # a routed fallback noted its own deployment
+                note_deployment(f"{entry.provider_id}/{entry.provider_model_id}")
+            if (metrics := current_metrics()) is not None:
+                metrics.fallbacks.inc((self.model_id, model, reason))
+            return answer
         raise error
 
-    def _fallbacks_for(self, error: APIError) -> list[str]:
+    def _fallbacks_for(self, error: APIError) -> tuple[str, list[str]]:
+        """Why a fallback answers, and the models to try, for the failure `error`."""
         config = self.config
         if error.status in (400, 413, 422) and (error.code == "context_length_exceeded" or _CONTEXT_WINDOW.search(error.message)):
-            return config.context_window_fallbacks
+            return "context_window", config.context_window_fallbacks
         if error.status in (400, 403) and (error.code in ("content_filter", "content_policy_violation") or _CONTENT_POLICY.search(error.message)):
-            return config.content_policy_fallbacks
-        return config.fallbacks if _retried(error) else []  # every deployment failed (a 503 or 429 of ours), or the one there is
+            return "content_policy", config.content_policy_fallbacks
+        # Every deployment failed (a 503 or 429 of ours), or the one there is.
+        return "unavailable", config.fallbacks if _retried(error) else []
 
     def view(self) -> dict[str, Any]:
         """Its deployments' state, for /v1/health."""
         return {**self.balancer.view(), "fallbacks": self.config.fallbacks,
                 "context_window_fallbacks": self.config.context_window_fallbacks,
                 "content_policy_fallbacks": self.config.content_policy_fallbacks}
+
+
+def _cause(error: APIError) -> str:
+    """A failed attempt's outcome, for the metrics."""
+    if error.status == 429:
+        return "rate_limited"
+    if error.code == "upstream_unreachable":
+        return "unreachable"
+    if error.status in (408, 504):
+        return "timeout"
+    return "server_error" if error.status >= 500 else "refused"
 
 
 def _retried(error: APIError) -> bool:
