@@ -116,6 +116,8 @@ class Balancer:
         self._turn = 0
         self._prefixes: dict[int, Deployment] = {}
         self._freed = asyncio.Event()
+        # Only a deployment with a cap can make a request wait for another to end.
+        self._capped = any(d.max_concurrency is not None for d in self.deployments)
 
     # --- picking --------------------------------------------------------------------------------
 
@@ -154,7 +156,13 @@ class Balancer:
         return True
 
     def _least_outstanding(self, candidates: Sequence[Deployment]) -> Deployment:
-        return min(candidates, key=lambda d: (d.in_flight / d.weight, d.picked))
+        chosen = candidates[0]
+        load = chosen.in_flight / chosen.weight
+        for deployment in candidates:  # a loop, not min() with a key: this runs on every request
+            other = deployment.in_flight / deployment.weight
+            if other < load or (other == load and deployment.picked < chosen.picked):
+                chosen, load = deployment, other
+        return chosen
 
     def _round_robin(self, candidates: Sequence[Deployment]) -> Deployment:
         total = 0.0
@@ -239,8 +247,9 @@ class Balancer:
         """The attempt is over (answered whole, failed, cancelled, or its stream ended)."""
         deployment.in_flight -= 1
         deployment.probing = False  # a probe cancelled before its outcome: the next request probes
-        freed, self._freed = self._freed, asyncio.Event()
-        freed.set()
+        if self._capped:
+            freed, self._freed = self._freed, asyncio.Event()
+            freed.set()
 
     def view(self) -> dict[str, Any]:
         now = self._clock()
