@@ -26,6 +26,10 @@ class DeploymentConfig(_Strict):
     """Its share of the requests (round robin), or of the load (the other strategies)."""
     max_concurrency: int | None = Field(default=None, ge=1)
     """At most this many requests in flight to it; a request waits for a free deployment within the deadline."""
+    rpm: int | None = Field(default=None, ge=1)
+    """At most this many requests a minute (in this process) to it; past that, it rests until the minute ends."""
+    tpm: int | None = Field(default=None, ge=1)
+    """At most this many tokens a minute (in this process; the upstream's usage of each answer) to it."""
     tags: list[str] = Field(default_factory=list)
     """Free-form labels (a region, a hardware class), shown with its state."""
 
@@ -51,6 +55,10 @@ class RoutingConfig(_Strict):
     more than the least busy one; past that the request goes to the least busy."""
     prefix_index_size: int = Field(default=100_000, ge=1)
     """prefix_affinity: the prefixes remembered per model and process (least recently used forgotten)."""
+    health_check_s: float | None = Field(default=None, gt=0)
+    """Ask each deployment's provider for its models this often: a failure counts as a request's
+    does (a deployment down is ejected before a request pays for it), an answer closes an open
+    circuit. Default: none (a circuit closes by its probe, on live traffic)."""
 
 
 class ModelConfig(_Strict):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -51,6 +52,15 @@ MODELS = "".join([
       - {{provider_id: up1, provider_model_id: {CHAT_MODEL}}}
     routing: {FAST}
     context_window_fallbacks: [roomy]
+  - model_id: watched
+    deployments:
+      - {{provider_id: up0, provider_model_id: {CHAT_MODEL}}}
+      - {{provider_id: nowhere, provider_model_id: {CHAT_MODEL}}}
+    routing: {{failures_to_open: 1, cooldown_s: 30, health_check_s: 0.1}}
+  - model_id: metered
+    deployments:
+      - {{provider_id: up0, provider_model_id: {CHAT_MODEL}, rpm: 2}}
+      - {{provider_id: up1, provider_model_id: {CHAT_MODEL}, rpm: 1}}
   - model_id: roomy
     provider_id: up2
     provider_model_id: {CHAT_MODEL}
@@ -62,6 +72,12 @@ MODELS = "".join([
     routing: {FAST}
 """,
 ])
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 @dataclass
@@ -96,6 +112,8 @@ def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
         upstreams = [stack.enter_context(running_fake_upstream()) for _ in range(3)]
         providers = "\n".join(f"    - {{provider_id: up{index}, provider_type: openai, config: {{base_url: '{upstream.base_url}', "
                               f"api_key: k}}}}" for index, upstream in enumerate(upstreams))
+        # A deployment on a port nothing listens on: down from the start.
+        providers += f"\n    - {{provider_id: nowhere, provider_type: openai, config: {{base_url: 'http://127.0.0.1:{closed_port()}/v1', api_key: k}}}}"
         config = root / "run.yaml"
         config.write_text(f"name: deployments\nstate_dir: {root / 'state'}\nrecording: {{mode: live}}\nserver: {{metrics: {{}}}}\n"
                           f"providers:\n  inference:\n{providers}\nmodels:\n{MODELS}")
@@ -254,6 +272,29 @@ def test_embeddings_fail_over_too(stack: Stack) -> None:
         vectors = [client.embeddings.create(model="vectors", input=f"text {number}") for number in range(4)]
     assert all(result.data[0].embedding for result in vectors)
     assert {result.model for result in vectors} == {"vectors"}
+
+
+def test_a_health_check_ejects_a_dead_deployment_before_a_request_pays_for_it(stack: Stack) -> None:
+    deadline = time.monotonic() + 10
+    while {d["provider_id"]: d for d in stack.health("watched")["deployments"]}["nowhere"]["circuit"] != "open":
+        assert time.monotonic() < deadline, stack.health("watched")
+        time.sleep(0.05)
+    before = stack.calls()
+    for _ in range(4):
+        ask(stack, "watched")
+    assert delta(before, stack.calls())[0] == 4
+    dead = {d["provider_id"]: d for d in stack.health("watched")["deployments"]}["nowhere"]
+    assert dead["requests"] == 0 and (dead["last_error"] or "").startswith("health check:")
+
+
+def test_rpm_limits_spread_the_load_then_answer_429_with_retry_after(stack: Stack) -> None:
+    before = stack.calls()
+    for _ in range(3):
+        ask(stack, "metered")
+    assert delta(before, stack.calls())[:2] == [2, 1]
+    with pytest.raises(openai.RateLimitError) as raised:
+        ask(stack, "metered")
+    assert raised.value.response.headers["retry-after"] and "rpm or tpm limit" in str(raised.value)
 
 
 def test_a_mistake_of_the_request_is_not_retried(stack: Stack) -> None:

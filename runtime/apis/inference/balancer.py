@@ -59,6 +59,12 @@ class Deployment:
     probing: bool = False
     rest_until: float = 0.0
     """A 429's `retry-after`: not sent to until then."""
+    rpm: int | None = None
+    tpm: int | None = None
+    minute: float = 0.0
+    """When its current minute of rpm/tpm counting began."""
+    minute_requests: int = 0
+    minute_tokens: int = 0
     requests: int = 0
     errors: int = 0
     last_error: str | None = None
@@ -75,7 +81,8 @@ class Deployment:
         return {"provider_id": self.provider_id, "model": self.model, "weight": self.weight, "tags": list(self.tags),
                 "circuit": state, "in_flight": self.in_flight, "requests": self.requests, "errors": self.errors,
                 "failures_in_a_row": self.failures, "ewma_first_byte_ms": None if self.ewma_s is None else round(self.ewma_s * 1000, 3),
-                "resting_s": max(0.0, round(self.rest_until - now, 3)), "last_error": self.last_error}
+                "resting_s": max(0.0, round(self.rest_until - now, 3)), "last_error": self.last_error,
+                "minute": {"requests": self.minute_requests, "tokens": self.minute_tokens, "rpm": self.rpm, "tpm": self.tpm}}
 
 
 def prefix_keys(body: Any) -> list[int]:
@@ -109,8 +116,8 @@ class Balancer:
                  clock: Callable[[], float] = time.monotonic, rng: random.Random | None = None) -> None:
         self.model_id = model_id
         self.routing = routing
-        self.deployments = [Deployment(d.provider_id, d.provider_model_id or model_id, d.weight, d.max_concurrency, tuple(d.tags))
-                            for d in deployments]
+        self.deployments = [Deployment(d.provider_id, d.provider_model_id or model_id, d.weight, d.max_concurrency, tuple(d.tags),
+                                       rpm=d.rpm, tpm=d.tpm) for d in deployments]
         self._clock = clock
         self._random = rng or random.Random()
         self._turn = 0
@@ -140,6 +147,7 @@ class Balancer:
             chosen.probing = True
         chosen.in_flight += 1
         chosen.requests += 1
+        chosen.minute_requests += 1
         self._turn += 1
         chosen.picked = self._turn
         if keys and strategy == "prefix_affinity":
@@ -149,11 +157,32 @@ class Balancer:
     def _available(self, deployment: Deployment, now: float) -> bool:
         if deployment.rest_until > now:
             return False
+        if (deployment.rpm is not None or deployment.tpm is not None) and not self._within_limits(deployment, now):
+            return False
         if deployment.max_concurrency is not None and deployment.in_flight >= deployment.max_concurrency:
             return False
         if deployment.state == "open":
             return now >= deployment.open_until and not deployment.probing
         return True
+
+    def _within_limits(self, deployment: Deployment, now: float) -> bool:
+        """Under its rpm and tpm in the current minute (a fixed window, started by its first request)."""
+        if now - deployment.minute >= 60:
+            deployment.minute, deployment.minute_requests, deployment.minute_tokens = now, 0, 0
+        if deployment.rpm is not None and deployment.minute_requests >= deployment.rpm:
+            return False
+        return deployment.tpm is None or deployment.minute_tokens < deployment.tpm
+
+    def over_limits(self, deployment: Deployment) -> bool:
+        """At its rpm or tpm in a minute not yet over."""
+        if self._clock() - deployment.minute >= 60:
+            return False
+        return bool((deployment.rpm is not None and deployment.minute_requests >= deployment.rpm)
+                    or (deployment.tpm is not None and deployment.minute_tokens >= deployment.tpm))
+
+    def used_tokens(self, deployment: Deployment, tokens: int) -> None:
+        """An answer's tokens (prompt and completion), counted against the deployment's tpm."""
+        deployment.minute_tokens += tokens
 
     def _least_outstanding(self, candidates: Sequence[Deployment]) -> Deployment:
         chosen = candidates[0]
@@ -211,7 +240,8 @@ class Balancer:
         """Seconds until a deployment not yet tried may take a request again (a circuit's cooldown
         or a 429's rest ending); None when none will (all tried)."""
         now = self._clock()
-        times = [max(d.open_until if d.state == "open" else now, d.rest_until) - now for d in self.deployments if d not in tried]
+        times = [max(d.open_until if d.state == "open" else now, d.rest_until, d.minute + 60 if self.over_limits(d) else now) - now
+                 for d in self.deployments if d not in tried]
         return max(0.0, min(times)) if times else None
 
     # --- outcomes -------------------------------------------------------------------------------
@@ -242,6 +272,13 @@ class Balancer:
                                     self.routing.max_cooldown_s)
         deployment.state, deployment.open_until = "open", now + deployment.cooldown_s
         return True
+
+    def checked(self, deployment: Deployment, error: str | None) -> None:
+        """An active health check's outcome: an answer closes an open circuit; a failure counts as a request's."""
+        if error is not None:
+            self.failed(deployment, f"health check: {error}")
+        elif deployment.state == "open":
+            deployment.state, deployment.failures, deployment.cooldown_s, deployment.probing = "closed", 0, 0.0, False
 
     def released(self, deployment: Deployment) -> None:
         """The attempt is over (answered whole, failed, cancelled, or its stream ended)."""

@@ -38,7 +38,7 @@ from runtime.apis.inference.balancer import Balancer, Deployment, prefix_keys
 from runtime.apis.inference.catalog import routed_provider_id
 from runtime.apis.inference.upstream import chunks_with_model, with_model
 from runtime.http.answered_by import note_deployment
-from runtime.observability.metrics import current_metrics
+from runtime.observability.metrics import current_metrics, usage_counts
 from runtime.observability.tracing import current_tracing
 
 __all__ = ["ModelDeployments", "register"]
@@ -93,6 +93,8 @@ class ModelDeployments:
         except APIError as error:
             return await self._fallback(error, request, method)  # type: ignore[no-any-return]
         self.balancer.released(deployment)
+        if deployment.tpm is not None:
+            self.balancer.used_tokens(deployment, _tokens(result))
         return with_model(result, self.model_id)
 
     async def _stream(self, request: UpstreamRequest, method: str) -> AsyncIterator[bytes]:
@@ -105,6 +107,8 @@ class ModelDeployments:
             return
         try:
             async for chunk in chunks_with_model(_prepend(first, rest), self.model_id, deployment.provider_id):
+                if deployment.tpm is not None and b'"usage"' in chunk:  # the last chunk's, when the client asked for it
+                    self.balancer.used_tokens(deployment, _tokens(chunk))
                 yield chunk
         finally:
             self.balancer.released(deployment)
@@ -205,6 +209,9 @@ class ModelDeployments:
         said = "; ".join(f"{d.name}: {error.message}" for d, error in failures) or "every deployment is down or busy"
         opening = self.balancer.next_opening([])
         headers = {"retry-after": str(max(1, round(opening)))} if opening is not None else None
+        if not failures and all(self.balancer.over_limits(d) for d in self.balancer.deployments):
+            return UpstreamError(f"Every deployment of the model '{self.model_id}' is at its rpm or tpm limit for this minute.",
+                                 status_code=429, error_type="rate_limit_error", code="rate_limit_exceeded", headers=headers)
         if failures and all(error.status == 429 for _, error in failures) and len(tried) == len(self.balancer.deployments):
             return UpstreamError(f"Every deployment of the model '{self.model_id}' is rate limited ({said}).", status_code=429,
                                  error_type="rate_limit_error", code="rate_limit_exceeded", headers=headers)
@@ -249,11 +256,35 @@ class ModelDeployments:
         # Every deployment failed (a 503 or 429 of ours), or the one there is.
         return "unavailable", config.fallbacks if _retried(error) else []
 
+    async def check_health(self) -> None:
+        """Every `routing.health_check_s`, each deployment's provider asked for its models (what
+        /v1/models asks an upstream); until cancelled."""
+        interval = self.balancer.routing.health_check_s
+        assert interval is not None
+        while True:
+            await asyncio.sleep(interval)
+            await asyncio.gather(*(self._check(deployment, min(interval, 10.0)) for deployment in self.balancer.deployments))
+
+    async def _check(self, deployment: Deployment, timeout: float) -> None:
+        try:
+            await asyncio.wait_for(self.providers[deployment.provider_id].list_models(), timeout)
+        except TimeoutError:
+            self.balancer.checked(deployment, f"no answer within {timeout:g} s")
+        except (APIError, OSError) as error:
+            self.balancer.checked(deployment, error.message if isinstance(error, APIError) else str(error))
+        else:
+            self.balancer.checked(deployment, None)
+
     def view(self) -> dict[str, Any]:
         """Its deployments' state, for /v1/health."""
         return {**self.balancer.view(), "fallbacks": self.config.fallbacks,
                 "context_window_fallbacks": self.config.context_window_fallbacks,
                 "content_policy_fallbacks": self.config.content_policy_fallbacks}
+
+
+def _tokens(answer: bytes) -> int:
+    counts = usage_counts(answer)
+    return counts.get("prompt_tokens", 0) + counts.get("completion_tokens", 0)
 
 
 def _cause(error: APIError) -> str:

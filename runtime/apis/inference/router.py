@@ -4,6 +4,7 @@ and their ids are the catalog's, runtime.apis.inference.catalog), calls it, pass
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -314,4 +315,11 @@ async def open_inference_router(context: ApiContext) -> AsyncIterator[InferenceR
     # A provider that is down must not stop the server: it is reported by /v1/health instead.
     await router.refresh_models()
     log.info("models served: %s", ", ".join(entry.id for entry in router.models()) or "none")
-    yield router
+    checks = [asyncio.create_task(served.check_health(), name=f"health checks of {model_id}")
+              for model_id, served in router.deployments.items() if served.balancer.routing.health_check_s is not None]
+    try:
+        yield router
+    finally:
+        for check in checks:
+            check.cancel()
+        await asyncio.gather(*checks, return_exceptions=True)

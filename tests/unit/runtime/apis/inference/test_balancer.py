@@ -127,3 +127,27 @@ def test_prefix_keys_hash_each_message_with_those_before() -> None:
     other = prefix_keys({"messages": [{"role": "user", "content": "x"}, {"role": "user", "content": [{"type": "text", "text": "b"}]}]})
     assert len(one) == 2 and one[1] != other[1]
     assert len(prefix_keys({"prompt": "p" * 1100})) == 3 and prefix_keys({"input": "embed me"}) == []
+
+
+def test_rpm_and_tpm_rest_a_deployment_until_its_minute_is_over() -> None:
+    clock = Clock()
+    deployments = [DeploymentConfig(provider_id="p0", rpm=2), DeploymentConfig(provider_id="p1", tpm=100)]
+    b = Balancer("m", deployments, RoutingConfig(), clock)
+    assert take(b, 2) == ["p0", "p1"]
+    b.used_tokens(b.deployments[1], 100)  # p1 has used its minute's tokens
+    assert take(b, 1) == ["p0"]  # p0's second request this minute: its last
+    assert b.pick([]) is None and b.over_limits(b.deployments[0]) and b.over_limits(b.deployments[1])
+    assert b.next_opening([]) == 60
+    clock.now += 60
+    assert sorted(take(b, 2)) == ["p0", "p1"]
+
+
+def test_a_health_check_closes_an_open_circuit_and_its_failure_counts() -> None:
+    b = balancer(1, 1, failures_to_open=2)
+    down = b.deployments[0]
+    b.checked(down, "cannot connect")
+    assert down.state == "closed" and down.failures == 1
+    b.checked(down, "cannot connect")
+    assert down.state == "open"
+    b.checked(down, None)
+    assert down.state == "closed" and down.failures == 0
