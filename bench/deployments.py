@@ -4,8 +4,9 @@ when a deployment dies.
 Three fake upstreams (processes, on core 1) and the stack (`bench/deployments-run.yaml`, on core 0):
 
 1. Cost: c=32 windows alternating between `direct` (one provider: the path of a model without
-   deployments), `pool` (three deployments, least_outstanding) and `sticky` (prefix_affinity), the
-   stack's CPU a request in each.
+   deployments), `layer` (three deployments that are all `direct`'s upstream: the layer's cost
+   alone), `pool` (three deployments on three upstreams, least_outstanding) and `sticky`
+   (prefix_affinity), the stack's CPU a request in each.
 2. Failover: c=1 p50 and p99 of `pool` with its three deployments up, then with one of them killed
    (connection refused: the attempt on it fails, the next one answers, until its circuit opens).
 3. A deployment killed mid-run: `pool` at c=32, upstream 1 killed a third of the way in; requests
@@ -50,7 +51,7 @@ def chat(port: int, model: str) -> object:
 
 
 async def cost(port: int, pids: dict[str, int], duration: float, windows: int) -> dict[str, list[float]]:
-    measured: dict[str, list[float]] = {"direct": [], "pool": [], "sticky": []}
+    measured: dict[str, list[float]] = {"direct": [], "layer": [], "pool": [], "sticky": []}
     for window in range(windows):
         for model in measured:
             progress(f"cost: {model}, window {window + 1} of {windows}")

@@ -228,6 +228,18 @@ def test_a_stream_is_retried_before_its_first_chunk(stack: Stack) -> None:
     assert stack.calls()[2] >= 1
 
 
+def test_a_stream_that_broke_after_its_first_chunk_is_not_restarted(stack: Stack) -> None:
+    before = stack.calls()
+    with stack.client() as client:
+        stream = client.chat.completions.create(model="streamed", messages=[{"role": "user", "content": "[tokens:10] [cut:3]"}],
+                                                stream=True)
+        with pytest.raises(openai.APIError) as error:
+            for _ in stream:
+                pass
+    assert "broke off" in error.value.message
+    assert sum(delta(before, stack.calls())) == 1  # the chunks the client had were not sent again from another deployment
+
+
 def test_fallbacks_answer_when_every_deployment_failed_and_the_answer_names_them(stack: Stack) -> None:
     stack.upstreams[0].faults.status = 503
     stack.upstreams[1].faults.status = 503
