@@ -73,7 +73,7 @@ class PostgresBackend(_Strict):
 
 BackendConfig = Annotated[SqliteBackend | PostgresBackend, Field(discriminator="type")]
 
-STORE_NAMES = ("responses", "conversations", "chat_completions", "files", "vector_stores", "prompts", "metadata")
+STORE_NAMES = ("responses", "conversations", "chat_completions", "files", "vector_stores", "prompts", "batches", "metadata")
 
 
 class StoresConfig(_Strict):
@@ -85,6 +85,7 @@ class StoresConfig(_Strict):
     files: str = "default"
     vector_stores: str = "default"
     prompts: str = "default"
+    batches: str = "default"
     metadata: str = "default"
 
 

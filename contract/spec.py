@@ -77,6 +77,7 @@ class Api(str, enum.Enum):
     safety = "safety"
     prompts = "prompts"
     messages = "messages"
+    batches = "batches"
 
 
 MULTI_PROVIDER_APIS = frozenset({Api.inference, Api.tool_runtime})
@@ -126,6 +127,9 @@ class ProviderContext(Generic[ConfigT]):
     """The pooled transport under such a client, for hot paths that send prebuilt
     `httpx2.Request`s straight to it (skipping the client's per-request work), and for clients
     the provider builds itself (an `address_guard` checks each address it dials)."""
+    loopback: Any = None
+    """A `contract.loopback.Loopback`: requests to the stack's own routes, in process, for a
+    principal (typed `Any` here as `databases` is; None where the runtime gives none)."""
 
 
 AddressGuard = Callable[[str, str], bool]

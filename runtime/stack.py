@@ -14,6 +14,7 @@ from runtime.apis import SURFACES
 from runtime.apis.surface import ApiContext
 from runtime.transports.clients import http_client_factory, http_transport_factory
 from runtime.storage import Storage
+from runtime.http.loopback import AppLoopback
 
 __all__ = ["ProviderStartError", "RunningProvider", "Stack", "open_stack"]
 
@@ -41,6 +42,8 @@ class Stack:
     storage: Storage
     closing: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     """Closed with the stack, first of all and last added first: what the app made over it (the quota counter)."""
+    loopback: AppLoopback = field(default_factory=AppLoopback)
+    """The providers' way to the stack's own routes (`ProviderContext.loopback`); the app attaches itself to it."""
 
 
 @asynccontextmanager
@@ -52,15 +55,16 @@ async def open_stack(plan: StackPlan) -> AsyncIterator[Stack]:
         exits.push_async_callback(storage.close)
         impls: dict[Api, Any] = {}
         running: list[RunningProvider] = []
+        loopback = AppLoopback()
         for api in plan.apis:
             group: dict[str, Any] = {}
             for planned in plan.providers_of(api):
-                impl = await _start(exits, planned, impls, storage, plan)
+                impl = await _start(exits, planned, impls, storage, plan, loopback)
                 group[planned.provider_id] = impl
                 running.append(RunningProvider(planned, impl))
             impls[api] = await _combine(exits, api, group, storage, plan)
         _log_providers(plan)
-        stack = Stack(plan=plan, impls=impls, providers=tuple(running), storage=storage)
+        stack = Stack(plan=plan, impls=impls, providers=tuple(running), storage=storage, loopback=loopback)
         exits.push_async_callback(_close_all, stack.closing)  # pushed last: run first
         yield stack
 
@@ -73,7 +77,8 @@ async def _close_all(closing: list[Callable[[], Awaitable[None]]]) -> None:
             log.exception("closing %r failed", close)
 
 
-async def _start(exits: AsyncExitStack, planned: PlannedProvider, impls: Mapping[Api, Any], storage: Storage, plan: StackPlan) -> Any:
+async def _start(exits: AsyncExitStack, planned: PlannedProvider, impls: Mapping[Api, Any], storage: Storage, plan: StackPlan,
+                 loopback: AppLoopback) -> Any:
     wanted = (*planned.spec.requires, *planned.spec.optional)
     context: ProviderContext[Any] = ProviderContext(
         api=planned.api,
@@ -84,6 +89,7 @@ async def _start(exits: AsyncExitStack, planned: PlannedProvider, impls: Mapping
         databases=storage.database,
         http_client=http_client_factory(plan.recording_mode_for(planned.provider_id), plan.recordings_dir),
         http_transport=http_transport_factory(plan.recording_mode_for(planned.provider_id), plan.recordings_dir),
+        loopback=loopback,
     )
     try:
         impl = await exits.enter_async_context(planned.spec.factory(context))

@@ -88,6 +88,13 @@ def _messages() -> ApiSurface:
     return ApiSurface(Api.messages, routes.router, protocol=MessagesProvider)
 
 
+def _batches() -> ApiSurface:
+    from runtime.apis.batches import routes
+    from contract.batches.protocol import BatchesProvider
+
+    return ApiSurface(Api.batches, routes.router, protocol=BatchesProvider)
+
+
 class _Surfaces(Mapping[Api, ApiSurface]):
     """Each API's surface, its modules imported the first time it is asked for: a stack imports
     the routes of the APIs its run.yaml lists, not the others' (which have none to serve)."""
@@ -112,6 +119,7 @@ class _Surfaces(Mapping[Api, ApiSurface]):
 SURFACES: Mapping[Api, ApiSurface] = _Surfaces({
     Api.inference: _inference, Api.responses: _responses, Api.conversations: _conversations, Api.tool_runtime: _tool_runtime,
     Api.files: _files, Api.vector_stores: _vector_stores, Api.prompts: _prompts, Api.safety: _safety, Api.messages: _messages,
+    Api.batches: _batches,
 })
 
 ROUTE_PATHS: Mapping[Api, tuple[str, ...]] = {
@@ -129,6 +137,7 @@ ROUTE_PATHS: Mapping[Api, tuple[str, ...]] = {
     Api.prompts: ("/prompts", "/prompts/{prompt_id}", "/prompts/{prompt_id}/versions", "/prompts/{prompt_id}/set-default-version"),
     Api.safety: ("/moderations",),
     Api.messages: ("/messages", "/messages/count_tokens"),
+    Api.batches: ("/batches", "/batches/{batch_id}", "/batches/{batch_id}/cancel"),
 }
 """The paths (under /v1) of each API's routes, every method alike: the same as its router declares
 (a unit test holds them together), listed here so that a stack answers the routes of an API it does

@@ -170,6 +170,7 @@ def create_app(stack: Stack) -> StackApp:
                                         allowed_origins=frozenset(server.cors.allow_origins) if server.cors is not None else frozenset())
     # Outermost where Anthropic's clients are served: every refusal in their envelope.
     app.middleware_stack = AnthropicErrors(guard) if Api.messages in stack.plan.served_apis else guard
+    stack.loopback.attach(app)  # the providers' requests to the stack's own routes (a batch's) go through all of it
     return app
 
 

@@ -36,6 +36,7 @@ from builder.config import AuthConfig, DelegateAuthConfig, JwtConfig
 from contract import fastjson
 from contract.caller import CALLER, GRANTS, Grants, Principal
 from contract.errors import APIError, error_body
+from contract.loopback import LOOPBACK
 from runtime.security.quotas import Quotas, meter_tokens, reset_meter
 
 __all__ = ["AuthGuard", "Authenticator"]
@@ -250,7 +251,9 @@ class AuthGuard:
             await self.app(scope, receive, send)
             return
         try:
-            principal = await self.authenticator.principal(Headers(scope=scope))
+            looped = scope.get("extensions", {}).get(LOOPBACK)  # a request of this process's own (a batch's), for its principal
+            principal = looped["principal"] if looped is not None and looped["principal"] is not None else (
+                await self.authenticator.principal(Headers(scope=scope)))
         except AuthFailed as failed:
             challenge = _REALM + (', error="invalid_token"' if failed.invalid_token else "")
             await _refuse(scope, receive, send, 401, error_body(failed.message, "invalid_request_error", None, "invalid_api_key"),
