@@ -32,3 +32,8 @@ class Loopback(Protocol):
         """The stack's answer to `method path` with the JSON `body`, as `principal` (None: with
         auth off, or as no one). Waits until the app is up."""
         ...
+
+    def live(self) -> int:
+        """Requests the server is answering now that are not its own loopback requests: the
+        interactive load, which work sent through here gives way to."""
+        ...

@@ -36,6 +36,10 @@ class BuiltinBatchesConfig(BaseModel):
 
     concurrency: int = Field(default=8, ge=1, description="requests of one batch under way at once")
     max_concurrency: int = Field(default=16, ge=1, description="requests of all batches under way at once in one process")
+    beside_live: int = Field(default=1, ge=1, description=(
+        "requests of all batches under way in one process while interactive requests are in flight: batches give way to them"))
+    beside_live_interval_s: float = Field(default=0.01, ge=0, description=(
+        "while interactive requests are in flight, a batch request starts at most this often (in one process)"))
     attempts: int = Field(default=5, ge=1, description="tries of a request that meets a 429 or 5xx, with backoff, within the window")
     lease_s: float = Field(default=30.0, gt=0, description="a batch whose runner renewed its lease no longer than this ago is left to it")
     max_requests: int = Field(default=50_000, ge=1, description="requests in one batch's file (OpenAI's limit)")
@@ -145,7 +149,8 @@ async def create(context: ProviderContext[BuiltinBatchesConfig]) -> AsyncIterato
     config = context.config
     store = BatchStore(context.databases("batches"))
     await store.create_tables()
-    limits = RunnerLimits(config.concurrency, config.max_concurrency, config.attempts, config.lease_s, config.max_requests)
+    limits = RunnerLimits(config.concurrency, config.max_concurrency, config.attempts, config.lease_s, config.max_requests,
+                          config.beside_live, config.beside_live_interval_s)
     runner = Runner(store, context.deps[Api.files], context.loopback, limits)
     batches = BuiltinBatches(store, context.deps[Api.files], runner, config)
     sweeper = asyncio.create_task(batches.sweep_forever(), name="batches sweep")

@@ -41,9 +41,12 @@ POLL_S = 0.5
 
 
 class RunnerLimits:
-    def __init__(self, concurrency: int, max_concurrency: int, attempts: int, lease_s: float, max_lines: int) -> None:
+    def __init__(self, concurrency: int, max_concurrency: int, attempts: int, lease_s: float, max_lines: int, beside_live: int,
+                 beside_live_interval_s: float) -> None:
         self.concurrency, self.max_concurrency, self.attempts, self.lease_s, self.max_lines = (
             concurrency, max_concurrency, attempts, lease_s, max_lines)
+        self.beside_live = beside_live
+        self.beside_live_interval_s = beside_live_interval_s
 
 
 class Runner:
@@ -56,6 +59,10 @@ class Runner:
         self.limits = limits
         self.slots = asyncio.Semaphore(limits.max_concurrency)
         self.tasks: dict[str, asyncio.Task[None]] = {}
+        self.in_flight = 0
+        """Batch requests under way in this process, all batches together."""
+        self._freed = asyncio.Event()
+        self._last_start = 0.0
 
     def start(self, batch_id: str) -> None:
         if batch_id not in self.tasks:
@@ -107,6 +114,8 @@ class Runner:
         refused: list[Result] = []
         async for number, raw in read_lines(await self.files.file_content(batch["input_file_id"])):
             total += 1
+            if not total % 64:
+                await asyncio.sleep(0)  # checking lines is CPU: live requests are answered in between
             if total > self.limits.max_lines:
                 await self._fail(batch["id"], "too_many_requests", f"The file has more than {self.limits.max_lines} requests.")
                 state.batch["status"] = "failed"
@@ -148,23 +157,43 @@ class Runner:
         async for number, raw in read_lines(await self.files.file_content(batch["input_file_id"])):
             line = checker.check(number, raw)  # every line, so duplicates are told as the first pass told them
             if number in done or line.error is not None:
+                if not number % 64:
+                    await asyncio.sleep(0)
                 continue
             await gate.acquire()
             await self.slots.acquire()
+            await self._give_way()
             if state.stopping(batch):
                 gate.release()
                 self.slots.release()
                 break
             task = asyncio.create_task(self._one(stored, line, batch))
             running.add(task)
+            self.in_flight += 1
 
             def ended(task: asyncio.Task[None]) -> None:
                 running.discard(task)
                 gate.release()
                 self.slots.release()
+                self.in_flight -= 1
+                self._freed.set()
 
             task.add_done_callback(ended)
         await asyncio.gather(*running, return_exceptions=True)
+
+    async def _give_way(self) -> None:
+        """While interactive requests are in flight, the batches of this process keep at most
+        `beside_live` requests under way, and start one at most every `beside_live_interval_s`:
+        a batch of 50,000 lines trickles on behind them (it is never starved) and takes its full
+        pace again when they are gone."""
+        while self.loopback.live() > 0:
+            wait = self._last_start + self.limits.beside_live_interval_s - time.monotonic()
+            if self.in_flight < self.limits.beside_live and wait <= 0:
+                break
+            self._freed.clear()
+            with contextlib.suppress(TimeoutError):  # or a live request ends: looked at again soon
+                await asyncio.wait_for(self._freed.wait(), max(wait, 0.005))
+        self._last_start = time.monotonic()
 
     async def _one(self, stored: StoredBatch, line: Line, batch: dict[str, Any]) -> None:
         answer = await self._send(stored, line, batch)

@@ -170,7 +170,8 @@ def create_app(stack: Stack) -> StackApp:
                                         allowed_origins=frozenset(server.cors.allow_origins) if server.cors is not None else frozenset())
     # Outermost where Anthropic's clients are served: every refusal in their envelope.
     app.middleware_stack = AnthropicErrors(guard) if Api.messages in stack.plan.served_apis else guard
-    stack.loopback.attach(app)  # the providers' requests to the stack's own routes (a batch's) go through all of it
+    # The providers' requests to the stack's own routes (a batch's) go through all of it.
+    stack.loopback.attach(app, lambda: len(state.draining.unanswered))
     return app
 
 

@@ -9,6 +9,7 @@ request of that principal."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from starlette.types import ASGIApp, Message
@@ -25,10 +26,16 @@ class AppLoopback:
     def __init__(self) -> None:
         self._app: ASGIApp | None = None
         self._ready = asyncio.Event()
+        self._in_flight: Callable[[], int] = lambda: 0
+        self._own = 0
 
-    def attach(self, app: ASGIApp) -> None:
-        self._app = app
+    def attach(self, app: ASGIApp, in_flight: Callable[[], int]) -> None:
+        """`in_flight`: the requests the app is answering now, its loopback requests among them."""
+        self._app, self._in_flight = app, in_flight
         self._ready.set()
+
+    def live(self) -> int:
+        return max(0, self._in_flight() - self._own)
 
     async def __call__(self, method: str, path: str, body: bytes | None, principal: Principal | None) -> LoopbackAnswer:
         await self._ready.wait()
@@ -65,8 +72,10 @@ class AppLoopback:
                 if not message.get("more_body", False):
                     answered.set()
 
+        self._own += 1
         try:
             await self._app(scope, receive, send)
         finally:
+            self._own -= 1
             answered.set()
         return LoopbackAnswer(status, response_headers, b"".join(parts))
