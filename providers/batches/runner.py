@@ -30,12 +30,15 @@ from contract.ids import random_hex
 from contract.loopback import Loopback, LoopbackAnswer
 from providers.batches.lines import Checker, Line, read_lines
 from providers.batches.store import BatchStore, Result, StoredBatch
+from runtime.storage import StorageUnavailableError, when_back
 
 __all__ = ["Runner", "RunnerLimits"]
 
 log = logging.getLogger("stack")
 
 _RETRIED = frozenset({408, 429, 500, 502, 503, 504, 529})
+STORE_RETRY_S = 60.0
+"""How long a finished request's result waits for a database that cannot serve."""
 POLL_S = 0.5
 """How often a running batch renews its lease and looks for a cancel (a cancel stops it within this)."""
 
@@ -85,11 +88,18 @@ class Runner:
         try:
             if stored.status == "validating":
                 await self._validate(state)
-            if state.batch["status"] == "in_progress":
-                await self._execute(state, stored)
-            if state.batch["status"] in ("in_progress", "cancelling", "finalizing"):
+            unrecorded = False
+            for _ in range(3):  # a pass that could not record every line (the database down too long) is followed by another
+                unrecorded = state.batch["status"] == "in_progress" and await self._execute(state, stored)
+                if not unrecorded:
+                    break
+            if unrecorded:  # not finalized with lines missing: its lease lapses, and a sweep resumes it
+                log.warning("batch %s: paused with results not recorded; a sweep resumes it", batch_id)
+            elif state.batch["status"] in ("in_progress", "cancelling", "finalizing"):
                 await self._finalize(batch_id, state)
-        except Exception:  # noqa: BLE001  # a bug or a store down: the batch fails with a reason, never stays in progress
+        except StorageUnavailableError as error:  # its lease lapses: a sweep (this process's, or another's) resumes it
+            log.warning("batch %s: paused, the database cannot serve: %s", batch_id, error)
+        except Exception:  # noqa: BLE001  # a bug: the batch fails with a reason, never stays in progress
             log.exception("batch %s failed", batch_id)
             await self._fail(batch_id, "server_error", "The batch could not be run to its end; see the server's log.")
         finally:
@@ -148,7 +158,8 @@ class Runner:
 
     # --- in progress ----------------------------------------------------------------------------
 
-    async def _execute(self, state: _State, stored: StoredBatch) -> None:
+    async def _execute(self, state: _State, stored: StoredBatch) -> bool:
+        """Send the lines not recorded yet; whether some could not be recorded (another pass is due)."""
         batch = state.batch
         done = await self.store.done_lines(batch["id"])
         checker = Checker(batch["endpoint"])
@@ -179,7 +190,11 @@ class Runner:
                 self._freed.set()
 
             task.add_done_callback(ended)
-        await asyncio.gather(*running, return_exceptions=True)
+        outcomes = await asyncio.gather(*running, return_exceptions=True)
+        unrecorded = [outcome for outcome in outcomes if isinstance(outcome, BaseException)]
+        for outcome in unrecorded[:1]:
+            log.warning("batch %s: %d results not recorded (%s); the lines go again", batch["id"], len(unrecorded), outcome)
+        return bool(unrecorded) and not state.stopping(batch)
 
     async def _give_way(self) -> None:
         """While interactive requests are in flight, the batches of this process keep at most
@@ -197,7 +212,9 @@ class Runner:
 
     async def _one(self, stored: StoredBatch, line: Line, batch: dict[str, Any]) -> None:
         answer = await self._send(stored, line, batch)
-        await self.store.record(batch["id"], [_result(line, answer)])
+        # A database that cannot serve for a while: the result waits for it (a line never recorded
+        # would be sent again by the pass that follows, never left out of the output).
+        await when_back(lambda: self.store.record(batch["id"], [_result(line, answer)]), within_s=STORE_RETRY_S)
 
     async def _send(self, stored: StoredBatch, line: Line, batch: dict[str, Any]) -> LoopbackAnswer:
         delay = 1.0

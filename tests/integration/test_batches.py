@@ -23,13 +23,16 @@ import pytest
 
 from fake_upstream import CHAT_MODEL, EMBED_MODEL, FakeUpstream, running_fake_upstream
 from runtime.testing.targets import StackTarget, free_port, open_target
+from support.postgres import fresh_database
 
 MODEL = f"fake/{CHAT_MODEL}"
 DONE = ("completed", "failed", "expired", "cancelled")
 
 
-def run_yaml(root: Path, upstream: FakeUpstream, *, window_s: float | None = None, lease_s: float = 30) -> Path:
+def run_yaml(root: Path, upstream: FakeUpstream, *, window_s: float | None = None, lease_s: float = 30, dsn: str | None = None) -> Path:
     batches = f"{{lease_s: {lease_s}" + (f", window_s: {window_s}" if window_s else "") + ", concurrency: 4}"
+    storage = (f"storage:\n  backends:\n    pg: {{type: postgres, dsn: '{dsn}'}}\n  stores: {{batches: pg, files: pg, metadata: pg}}\n"
+               if dsn else "")
     path = root / "run.yaml"
     path.write_text(f"""name: batches
 state_dir: {root / 'state'}
@@ -45,7 +48,7 @@ server:
     api_keys:
       - {{principal: alice, key: sk-alice-0123456789}}
       - {{principal: bob, key: sk-bob-0123456789}}
-""")
+{storage}""")
     return path
 
 
@@ -195,9 +198,19 @@ def test_a_batch_past_its_window_expires_with_what_finished(tmp_path: Path) -> N
     assert 1 <= batch.request_counts.completed < 24
 
 
-def test_a_batch_whose_server_dies_is_finished_by_another_exactly_once(tmp_path: Path) -> None:
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def database(request: pytest.FixtureRequest) -> Iterator[str | None]:
+    """None: the stack's SQLite file; else the DSN of a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        yield None
+        return
+    with fresh_database() as dsn:
+        yield dsn
+
+
+def test_a_batch_whose_server_dies_is_finished_by_another_exactly_once(tmp_path: Path, database: str | None) -> None:
     with running_fake_upstream() as upstream:
-        config = run_yaml(tmp_path, upstream, lease_s=1)
+        config = run_yaml(tmp_path, upstream, lease_s=1, dsn=database)
         env = {**os.environ, "STACK_RECORDING_MODE": "live"}
         first, second = free_port(), free_port()
         doomed = subprocess.Popen([sys.executable, "-m", "runtime.cli", "run", str(config), "--port", str(first)], env=env,
