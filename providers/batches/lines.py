@@ -1,17 +1,24 @@
 """A batch's input file, read line by line as it streams in (never held whole), and each line
 checked as OpenAI checks it: a JSON object with a `custom_id` unique in the file, `method` POST,
-`url` the batch's endpoint, and a `body` object naming the batch's one model, not streamed.
-What the endpoint itself checks of the body, the endpoint checks when the line runs (the line's
-error is then the endpoint's own answer, in the error file)."""
+`url` the batch's endpoint, and a `body` object naming the batch's one model, not streamed; and
+the body checked as its endpoint's route checks it (`ENDPOINT_CHECKS`), so a mistake is named
+with its line before any request runs. What only the endpoint can know (an unknown model, an
+upstream's refusal) is the line's answer when it runs, in the error file."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import ValidationError
+
+from contract.errors import APIError
 from contract.files.protocol import FileContent
+from contract.responses.models import CreateResponse
+from providers.messages.checks import check_request
+from runtime.apis.inference.bodies import check_chat_body, check_completions_body, check_embeddings_body
 
 __all__ = ["Checker", "Line", "read_lines"]
 
@@ -73,7 +80,11 @@ class Checker:
         error = self._request_error(request)
         if error is not None:
             return _refused(number, custom_id, *error)
-        return Line(number, custom_id, json.dumps(request["body"]).encode())
+        encoded = json.dumps(request["body"]).encode()  # before a check may touch the body
+        error = body_error(self.endpoint, request["body"])
+        if error is not None:
+            return _refused(number, custom_id, *error)
+        return Line(number, custom_id, encoded)
 
     def _request_error(self, request: dict[str, Any]) -> tuple[str, str, str | None] | None:
         extra = sorted(set(request) - {"custom_id", "method", "url", "body"})
@@ -102,3 +113,28 @@ class Checker:
 
 def _refused(number: int, custom_id: str | None, code: str, message: str, param: str | None) -> Line:
     return Line(number, custom_id, None, {"code": code, "message": message, "param": param, "line": number})
+
+
+def body_error(endpoint: str, body: dict[str, Any]) -> tuple[str, str, str | None] | None:
+    """The first mistake the endpoint's route would refuse `body` for (code, message, `body.`
+    param), or None."""
+    try:
+        _ENDPOINT_CHECKS[endpoint](body)
+    except APIError as error:
+        return error.code or "invalid_request", error.message, f"body.{error.param}" if error.param else "body"
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        return "invalid_request", f"{where}: {first['msg']}" if where else str(first["msg"]), f"body.{where}" if where else "body"
+    return None
+
+
+def _responses(body: dict[str, Any]) -> None:
+    CreateResponse.model_validate(body)
+
+
+_ENDPOINT_CHECKS: dict[str, Callable[[dict[str, Any]], Any]] = {
+    "/v1/chat/completions": check_chat_body, "/v1/completions": check_completions_body, "/v1/embeddings": check_embeddings_body,
+    "/v1/responses": _responses, "/v1/messages": check_request,
+}
+"""What each endpoint's route checks of a body before it calls anything."""

@@ -13,7 +13,7 @@ from providers.batches.lines import Checker, read_lines
 
 
 def request(custom_id: Any = "a", **fields: Any) -> bytes:
-    value = {"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions", "body": {"model": "m", "messages": []}, **fields}
+    value = {"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions", "body": {"model": "m", "messages": [{"role": "user", "content": "Hi"}]}, **fields}
     return json.dumps(value).encode()
 
 
@@ -27,6 +27,9 @@ def request(custom_id: Any = "a", **fields: Any) -> bytes:
     (request(body={"messages": []}), "missing_required_parameter", "body.model"),
     (request(body={"model": "m", "stream": True}), "invalid_request", "body.stream"),
     (request(extra=1), "invalid_request", "extra"),
+    (request(body={"model": "m", "messages": [{"role": "robot", "content": "Hi"}]}), "invalid_value", "body.messages[0].role"),
+    (request(body={"model": "m", "messages": [{"role": "user", "content": "Hi"}], "temperature": 9}), "decimal_above_max_value",
+     "body.temperature"),
 ])
 def test_a_wrong_line_is_named_with_its_number(raw: bytes, code: str, param: str | None) -> None:
     line = Checker("/v1/chat/completions").check(7, raw)
@@ -37,7 +40,7 @@ def test_custom_ids_are_unique_and_the_model_is_the_first_lines() -> None:
     checker = Checker("/v1/chat/completions")
     assert checker.check(1, request("a")).error is None
     assert checker.check(2, request("a")).error["code"] == "duplicate_custom_id"  # type: ignore[index]
-    other = request("b", body={"model": "other", "messages": []})
+    other = request("b", body={"model": "other", "messages": [{"role": "user", "content": "Hi"}]})
     assert checker.check(3, other).error["code"] == "mismatched_model"  # type: ignore[index]
     assert checker.model == "m"
 
