@@ -314,6 +314,9 @@ class ServerConfig(_Strict):
     metrics: MetricsConfig | None = None
     tracing: TracingConfig | None = None
     logging: LoggingConfig | None = None
+    console: bool = False
+    """The web console at /console (a playground, the stored objects, the server's state); off by
+    default, on in the starter. Nothing of it is loaded until its first request."""
 
 
 RECORDING_MODES = ("live", "record", "replay", "record-if-missing")

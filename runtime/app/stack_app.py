@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from starlette.datastructures import State
+from starlette.datastructures import Headers, State
 from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import Response
 from starlette.routing import compile_path
@@ -24,7 +24,7 @@ from contract.spec import Api
 from runtime.apis import SURFACES
 from runtime.apis.unavailable import NoModels, Unavailable, unavailable_message
 from runtime.apis.unconfigured import NotServed, not_served
-from runtime.security.auth import OPEN_PATHS, AuthGuard, Authenticator
+from runtime.security.auth import OPEN_PATHS, AuthFailed, AuthGuard, Authenticator
 from runtime.observability.metrics import CONTENT_TYPE, Metrics
 from runtime.observability.tracing import Tracing
 from runtime.security.quotas import Quotas
@@ -33,6 +33,8 @@ from runtime.http.direct_routes import DirectRoutes, direct_routes
 from runtime.http.errors import install_error_handlers
 from runtime.http.anthropic import AnthropicErrors
 from runtime.http.answered_by import AnsweredBy
+from runtime.console.context import ConsoleContext
+from runtime.console.mount import ConsoleGate
 from runtime.http.middleware import Draining, RequestGuard
 from runtime.http.routing import Routes, fastapi_router
 from runtime.stack import Stack
@@ -162,12 +164,15 @@ def create_app(stack: Stack) -> StackApp:
             allow_credentials=server.cors.allow_credentials,
             expose_headers=["x-request-id", "x-stack-deployment"],
         )
+    if server.console:  # outside auth: the console signs in with a key into a session cookie, then reads the API as its principal
+        inner = ConsoleGate(inner, _console_context(stack, server.auth))
     # Outermost but one, and it counts requests when metrics are on: refusals (401, 413, 429, 503) are counted too.
     guard = RequestGuard(inner, max_body_bytes=server.max_request_bytes, route_limits=limits, form_paths=forms,
                                         draining=state.draining, metrics=metrics, tracing=state.tracing,
                                         log_context=server.logging is not None,
                                         access_log=server.logging is not None and server.logging.access_log,
-                                        allowed_origins=frozenset(server.cors.allow_origins) if server.cors is not None else frozenset())
+                                        allowed_origins=frozenset(server.cors.allow_origins) if server.cors is not None else frozenset(),
+                                        raw_forms=("/console/",) if server.console else ())
     # Outermost where Anthropic's clients are served: every refusal in their envelope.
     app.middleware_stack = AnthropicErrors(guard) if Api.messages in stack.plan.served_apis else guard
     # The providers' requests to the stack's own routes (a batch's) go through all of it.
@@ -251,3 +256,21 @@ def _metrics_routes(metrics: Metrics, path: str) -> Routes:
 
 def _route_methods(routes: Routes, prefix: str) -> list[tuple[re.Pattern[str], set[str]]]:
     return [(compile_path(prefix + route.path)[0], set(route.methods)) for route in routes.routes if not route.websocket]
+
+
+def _console_context(stack: Stack, auth: AuthConfig | None) -> ConsoleContext:
+    """What the console needs of the server (the console itself is imported on its first request)."""
+
+    authenticator = Authenticator(auth, _database_keys(stack, auth)) if auth is not None else None
+
+    async def authenticate(key: str) -> Any:
+        if authenticator is None or not key:
+            return None
+        try:
+            return await authenticator.principal(Headers({"authorization": f"Bearer {key}"}))
+        except AuthFailed:
+            return None
+
+    server = stack.plan.config.server
+    return ConsoleContext(stack.loopback, authenticate if authenticator is not None else None, stack.plan.state_dir,
+                          secure=server.tls_certfile is not None)

@@ -104,8 +104,10 @@ class RequestGuard:
     def __init__(self, app: ASGIApp, max_body_bytes: int, route_limits: Mapping[tuple[str, str], int] | None = None,
                  form_paths: Mapping[str, FormFields] | None = None, draining: Draining | None = None, metrics: Metrics | None = None,
                  tracing: Tracing | None = None, log_context: bool = False, access_log: bool = False,
-                 allowed_origins: frozenset[str] = frozenset()) -> None:
+                 allowed_origins: frozenset[str] = frozenset(), raw_forms: tuple[str, ...] = ()) -> None:
         self.app = app
+        self.raw_forms = raw_forms
+        """Path prefixes whose forms are passed on as they are (the console's, `/console/`), from this origin only."""
         self.max_body_bytes = max_body_bytes
         self.route_limits = dict(route_limits or {})
         """Limits of their own for some (method, path), such as file uploads."""
@@ -220,6 +222,8 @@ class RequestGuard:
             return _MULTIPART_REFUSED if from_other_origin(scope["headers"], self.allowed_origins) else None
         if media != _FORM:
             return _unsupported_content_type(content_type)
+        if self.raw_forms and scope["path"].startswith(self.raw_forms) and not from_other_origin(scope["headers"], self.allowed_origins):
+            return None  # the console's own forms, which it reads (and checks their CSRF token) itself
         fields = self.form_paths.get(scope["path"]) if scope["method"] == "POST" else None
         if fields is None or from_other_origin(scope["headers"], self.allowed_origins):
             return _form_refused(self.form_paths)

@@ -21,7 +21,7 @@ RUNTIME_FLOORS = (
     ("transports", "storage"),
     ("security",),
     ("http",),
-    ("apis",),
+    ("apis", "console"),
     ("stack",),
     ("app",),
     ("server", "library_client"),

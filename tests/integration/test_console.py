@@ -1,0 +1,186 @@
+"""The web console (issue 49) in a real browser: headless Debian chromium driven by Playwright
+(pointed at /usr/bin/chromium; Playwright's own browser download is never used), against a
+`stack run` server with auth on and the fake upstream behind it. A failing test leaves a
+screenshot in its temporary directory."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from fake_upstream import CHAT_MODEL, running_fake_upstream
+from runtime.testing.targets import StackTarget, open_target
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+MODEL = f"fake/{CHAT_MODEL}"
+KEYS = {"alice": "sk-alice-0123456789", "bob": "sk-bob-0123456789"}
+
+pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed (.ci/run installs it)")
+
+
+@dataclass
+class Console:
+    target: StackTarget
+    browser: Any
+
+    @property
+    def origin(self) -> str:
+        return self.target.base_url.removesuffix("/v1")
+
+    def api(self, who: str = "alice") -> openai.OpenAI:
+        return self.target.openai(api_key=KEYS[who], max_retries=0, timeout=30)
+
+
+@pytest.fixture(scope="module")
+def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
+    from playwright.sync_api import sync_playwright
+
+    root = tmp_path_factory.mktemp("console")
+    with running_fake_upstream() as upstream:
+        config = root / "run.yaml"
+        config.write_text(f"""name: console
+state_dir: {root / 'state'}
+recording: {{mode: live}}
+providers:
+  inference: [{{provider_id: fake, provider_type: openai, config: {{base_url: '{upstream.base_url}', api_key: k}}}}]
+  responses: [{{provider_id: builtin, provider_type: builtin}}]
+  files: [{{provider_id: local, provider_type: local}}]
+  vector_stores: [{{provider_id: builtin, provider_type: builtin}}]
+server:
+  console: true
+  auth:
+    api_keys:
+      - {{principal: alice, key: {KEYS['alice']}}}
+      - {{principal: bob, key: {KEYS['bob']}}}
+""")
+        with open_target(f"server:{config}", env={**os.environ, "STACK_RECORDING_MODE": "live"}) as target, sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+            try:
+                yield Console(target, browser)
+            finally:
+                browser.close()
+
+
+def snapshot(page: Any, name: str) -> None:
+    """With STACK_CONSOLE_SCREENSHOTS set (a folder, e.g. docs/console), the page's picture for the
+    docs: made by the tests, so what the docs show is what the console does."""
+    folder = os.environ.get("STACK_CONSOLE_SCREENSHOTS")
+    if folder:
+        page.screenshot(path=str(Path(folder) / f"{name}.png"))
+
+
+@contextlib.contextmanager
+def signed_in(console: Console, tmp_path: Path, who: str = "alice") -> Iterator[Any]:
+    """A page signed in as `who`; a screenshot in `tmp_path` if the block fails."""
+    context = console.browser.new_context()
+    page = context.new_page()
+    try:
+        page.goto(f"{console.origin}/console/")
+        page.fill("input[name=api_key]", KEYS[who])
+        page.click("button[type=submit]")
+        page.wait_for_selector("#principal")
+        yield page
+    except BaseException:
+        page.screenshot(path=str(tmp_path / "failure.png"), full_page=True)
+        raise
+    finally:
+        context.close()
+
+
+def test_sign_in_with_a_key_into_a_strict_http_only_cookie(console: Console, tmp_path: Path) -> None:
+    context = console.browser.new_context()
+    page = context.new_page()
+    page.goto(f"{console.origin}/console/responses")
+    assert page.url.startswith(f"{console.origin}/console/login")
+    page.fill("input[name=api_key]", "sk-wrong-0123456789")
+    page.click("button[type=submit]")
+    assert page.inner_text("#error") == "That key is not valid here."
+    page.fill("input[name=api_key]", KEYS["alice"])
+    page.click("button[type=submit]")
+    assert page.url == f"{console.origin}/console/responses" and page.inner_text("#principal") == "alice"
+    cookie = next(c for c in context.cookies() if c["name"] == "stack_console")
+    assert cookie["httpOnly"] and cookie["sameSite"] == "Strict" and KEYS["alice"] not in cookie["value"]
+    context.close()
+
+
+def test_a_playground_turn_streams_its_tokens_before_the_answer_ends_and_is_stored(console: Console, tmp_path: Path) -> None:
+    with signed_in(console, tmp_path) as page:
+        page.goto(f"{console.origin}/console/playground")
+        page.select_option("#model", MODEL)
+        page.fill("#input", "[tokens:24] [slow:60] Tell me a story")
+        page.click("#send")
+        # Some of the text is on the page while the stream still runs (its summary comes at its end).
+        page.wait_for_function("() => { const a = document.querySelector('#conversation .assistant');"
+                               " return a && a.textContent.length > 0 && document.querySelector('#stats').textContent === ''; }")
+        page.wait_for_function("() => document.querySelector('#stats').textContent.startsWith('completed')")
+        answer = page.inner_text("#conversation .assistant")
+        assert len(answer.split()) >= 20
+        snapshot(page, "playground")
+        page.click("#stats a")
+        assert page.inner_text("#status") == "completed"
+        assert page.inner_text(".output .text") == answer
+        snapshot(page, "response")
+
+
+def test_whatever_a_user_stored_shows_as_text_never_as_markup(console: Console, tmp_path: Path) -> None:
+    with console.api() as client:
+        stored = client.responses.create(model=MODEL, input="<script>window.pwned = 1</script><img src=x onerror='window.pwned=2'>")
+    with signed_in(console, tmp_path) as page:
+        response = page.goto(f"{console.origin}/console/responses/{stored.id}")
+        assert "script-src 'self'" in response.headers["content-security-policy"]
+        assert "<script>window.pwned = 1</script>" in page.inner_text("main")
+        assert page.evaluate("() => window.pwned === undefined")
+
+
+def test_another_principal_sees_none_of_it(console: Console, tmp_path: Path) -> None:
+    with console.api("alice") as client:
+        stored = client.responses.create(model=MODEL, input="alice's secret")
+        upload = client.files.create(file=("alice.txt", io.BytesIO(b"private")), purpose="user_data")
+    with signed_in(console, tmp_path, "bob") as page:
+        page.goto(f"{console.origin}/console/responses/{stored.id}")
+        assert "not found" in page.inner_text("#error").lower() or "no response" in page.inner_text("#error").lower()
+        page.goto(f"{console.origin}/console/responses")
+        assert stored.id not in page.content()
+        page.goto(f"{console.origin}/console/files")
+        assert upload.id not in page.content()
+
+
+def test_a_form_without_its_csrf_token_is_refused(console: Console, tmp_path: Path) -> None:
+    with console.api() as client:
+        upload = client.files.create(file=("keep.txt", io.BytesIO(b"keep me")), purpose="user_data")
+    with signed_in(console, tmp_path) as page:
+        refused = page.request.post(f"{console.origin}/console/files/{upload.id}/delete", form={"csrf": "forged"})
+        assert refused.status == 403
+        with console.api() as client:
+            assert client.files.retrieve(upload.id).id == upload.id  # still there
+
+
+def test_upload_a_file_put_it_in_a_vector_store_and_search_it(console: Console, tmp_path: Path) -> None:
+    source = tmp_path / "guide.txt"
+    source.write_text("The lighthouse keeper winds the clock every evening at dusk.")
+    with signed_in(console, tmp_path) as page:
+        page.goto(f"{console.origin}/console/files")
+        page.set_input_files("#upload input[type=file]", str(source))
+        page.click("#upload button")
+        page.wait_for_selector("text=guide.txt")
+        file_id = page.inner_text("table.list tr:nth-child(2) td:first-child")
+        with console.api() as client:
+            store = client.vector_stores.create(name="guides", file_ids=[file_id])
+            for _ in range(100):
+                if client.vector_stores.retrieve(store.id).file_counts.in_progress == 0:
+                    break
+                page.wait_for_timeout(50)
+        page.goto(f"{console.origin}/console/vector_stores/{store.id}")
+        page.fill("#search input[name=query]", "lighthouse keeper")
+        page.click("#search button")
+        assert "lighthouse keeper" in page.inner_text("#hits")
+        snapshot(page, "vector-store")
