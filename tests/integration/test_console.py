@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import shutil
 from collections.abc import Iterator
@@ -17,6 +18,7 @@ from typing import Any
 import openai
 import pytest
 
+from fake_mcp.servers import McpServers, running_mcp_servers
 from fake_upstream import CHAT_MODEL, running_fake_upstream
 from runtime.testing.targets import StackTarget, open_target
 
@@ -31,6 +33,7 @@ pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's c
 class Console:
     target: StackTarget
     browser: Any
+    mcp: McpServers
 
     @property
     def origin(self) -> str:
@@ -45,7 +48,7 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
     from playwright.sync_api import sync_playwright
 
     root = tmp_path_factory.mktemp("console")
-    with running_fake_upstream() as upstream:
+    with running_fake_upstream() as upstream, running_mcp_servers() as mcp:
         config = root / "run.yaml"
         config.write_text(f"""name: console
 state_dir: {root / 'state'}
@@ -55,6 +58,7 @@ providers:
   responses: [{{provider_id: builtin, provider_type: builtin}}]
   files: [{{provider_id: local, provider_type: local}}]
   vector_stores: [{{provider_id: builtin, provider_type: builtin}}]
+  tool_runtime: [{{provider_id: mcp, provider_type: mcp, config: {{allow_private: [127.0.0.1]}}}}]
 server:
   console: true
   auth:
@@ -65,7 +69,7 @@ server:
         with open_target(f"server:{config}", env={**os.environ, "STACK_RECORDING_MODE": "live"}) as target, sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
             try:
-                yield Console(target, browser)
+                yield Console(target, browser, mcp)
             finally:
                 browser.close()
 
@@ -129,6 +133,25 @@ def test_a_playground_turn_streams_its_tokens_before_the_answer_ends_and_is_stor
         assert page.inner_text("#status") == "completed"
         assert page.inner_text(".output .text") == answer
         snapshot(page, "response")
+
+
+def test_an_mcp_call_waits_for_its_approval_which_a_click_gives(console: Console, tmp_path: Path) -> None:
+    tool = json.dumps([{"type": "mcp", "server_label": "demo", "server_url": console.mcp.open, "require_approval": "always"}])
+    with signed_in(console, tmp_path) as page:
+        page.goto(f"{console.origin}/console/playground")
+        page.select_option("#model", MODEL)
+        page.click("details summary")
+        page.fill("#tools", tool)
+        page.fill("#input", '[tool:weather {"city": "Oslo"}]')
+        page.click("#send")
+        page.wait_for_selector(".approval button.approve")
+        assert "demo.weather" in page.inner_text(".approval")
+        snapshot(page, "approval")
+        page.click(".approval button.approve >> text=Approve")
+        page.wait_for_selector("#conversation .tool")
+        page.wait_for_function("() => document.querySelector('#stats').textContent.startsWith('completed')")
+        assert '"temp_c": 21.5' in page.inner_text("#conversation .tool").replace('"temp_c":21.5', '"temp_c": 21.5')
+        assert "Tool result:" in page.locator("#conversation .assistant").last.inner_text()
 
 
 def test_whatever_a_user_stored_shows_as_text_never_as_markup(console: Console, tmp_path: Path) -> None:

@@ -10,32 +10,88 @@
   const code = document.getElementById("code");
   let previous = null;
 
-  function request() {
+  function settings() {
     const data = new FormData(form);
-    const body = { model: data.get("model"), input: data.get("input"), store: true };
+    const body = { model: data.get("model"), store: true };
     if (data.get("instructions")) body.instructions = data.get("instructions");
     if (data.get("temperature")) body.temperature = Number(data.get("temperature"));
     if (data.get("max_output_tokens")) body.max_output_tokens = Number(data.get("max_output_tokens"));
-    if (data.get("effort")) body.reasoning = { effort: data.get("effort") };
+    if (data.get("effort")) body.reasoning = { effort: data.get("effort"), summary: "auto" };
+    const tools = (data.get("tools") || "").trim();
+    if (tools) body.tools = JSON.parse(tools);  // a mistake is shown by the caller
     if (previous) body.previous_response_id = previous;
     return body;
   }
 
+  function request() {
+    const body = settings();
+    body.input = new FormData(form).get("input");
+    return body;
+  }
+
+  function element(tag, className, text) {
+    const node = document.createElement(tag);
+    if (className) node.className = className;
+    if (text !== undefined) node.textContent = text;
+    return node;
+  }
+
   function bubble(kind, text) {
-    const div = document.createElement("div");
-    div.className = "turn " + kind;
-    div.textContent = text;
+    const div = element("div", "turn " + kind, text);
     conversation.appendChild(div);
     return div;
   }
 
-  async function send(event) {
-    event.preventDefault();
-    const body = request();
-    bubble("user", body.input);
+  // The items of a finished turn other than its text: tool calls and their results, approvals
+  // asked (as buttons), a function call waiting for its result (a box to type it in), reasoning.
+  function showItems(done, answer) {
+    for (const item of done.output || []) {
+      if (item.type === "message") {
+        for (const part of item.content || []) {
+          for (const note of part.annotations || []) {
+            if (note.type === "url_citation" && /^https?:/.test(note.url)) {
+              const link = element("a", "citation", note.title || note.url);
+              link.href = note.url; link.rel = "noreferrer"; link.target = "_blank";
+              answer.appendChild(element("br")); answer.appendChild(link);
+            }
+          }
+        }
+      } else if (item.type === "mcp_approval_request") {
+        const box = bubble("approval", item.server_label + "." + item.name + " " + item.arguments + " ");
+        for (const [label, approve] of [["Approve", true], ["Deny", false]]) {
+          const button = element("button", "approve", label);
+          button.type = "button";
+          button.addEventListener("click", () => {
+            box.querySelectorAll("button").forEach((b) => { b.disabled = true; });
+            turn([{ type: "mcp_approval_response", approval_request_id: item.id, approve: approve }], label);
+          });
+          box.appendChild(button);
+        }
+      } else if (item.type === "function_call") {
+        const box = bubble("call", item.name + "(" + item.arguments + ")");
+        const result = element("textarea", "result"); result.rows = 2; result.placeholder = "The function's result";
+        const button = element("button", "send-result", "Send result"); button.type = "button";
+        button.addEventListener("click", () => {
+          button.disabled = true;
+          turn([{ type: "function_call_output", call_id: item.call_id, output: result.value }], "result: " + result.value);
+        });
+        box.appendChild(result); box.appendChild(button);
+      } else if (item.type === "mcp_call" || item.type === "web_search_call" || item.type === "file_search_call") {
+        bubble("tool", item.type + " " + (item.name || "") + " " + (item.arguments || "") + (item.output ? " → " + item.output : "") +
+          (item.error ? " ✗ " + item.error : ""));
+      } else if (item.type === "reasoning") {
+        const text = (item.summary || []).map((part) => part.text).join("\n");
+        if (text) bubble("reasoning", text);
+      }
+    }
+  }
+
+  async function turn(input, shown) {
+    let body;
+    try { body = settings(); } catch (error) { stats.textContent = "The tools are not valid JSON: " + error.message; return; }
+    body.input = input;
+    bubble("user", shown);
     const answer = bubble("assistant", "");
-    answer.id = "answer-" + conversation.children.length;
-    form.querySelector("#input").value = "";
     const started = performance.now();
     let first = null;
     const response = await fetch("/console/api/responses", {
@@ -65,18 +121,7 @@
           if (first === null) first = performance.now();
           answer.textContent += payload.delta;
         } else if (payload.type === "response.completed" || payload.type === "response.failed" || payload.type === "response.incomplete") {
-          const done = payload.response;
-          previous = done.id;
-          answer.dataset.responseId = done.id;
-          const usage = done.usage || {};
-          stats.textContent = done.status + " · " + Math.round(performance.now() - started) + " ms" +
-            (first !== null ? " · first token " + Math.round(first - started) + " ms" : "") +
-            " · tokens in " + (usage.input_tokens || 0) + ", out " + (usage.output_tokens || 0) + " · ";
-          const link = document.createElement("a");
-          link.href = "/console/responses/" + encodeURIComponent(done.id);
-          link.textContent = done.id;
-          stats.appendChild(link);
-          if (done.error) { answer.classList.add("error"); answer.textContent += "\n" + done.error.message; }
+          finished(payload.response, answer, started, first);
         } else if (payload.type === "error") {
           answer.classList.add("error");
           answer.textContent += "\n" + ((payload.error || payload).message || "error");
@@ -85,8 +130,32 @@
     }
   }
 
+  function finished(done, answer, started, first) {
+    previous = done.id;
+    answer.dataset.responseId = done.id;
+    const usage = done.usage || {};
+    stats.textContent = done.status + " · " + Math.round(performance.now() - started) + " ms" +
+      (first !== null ? " · first token " + Math.round(first - started) + " ms" : "") +
+      " · tokens in " + (usage.input_tokens || 0) + ", out " + (usage.output_tokens || 0) + " · ";
+    const link = element("a", "", done.id);
+    link.href = "/console/responses/" + encodeURIComponent(done.id);
+    stats.appendChild(link);
+    if (done.error) { answer.classList.add("error"); answer.textContent += "\n" + done.error.message; }
+    if (!answer.textContent) answer.remove();
+    showItems(done, answer);
+  }
+
+  function send(event) {
+    event.preventDefault();
+    const input = form.querySelector("#input");
+    const text = input.value;
+    input.value = "";
+    turn(text, text);
+  }
+
   function showCode() {
-    const body = request();
+    let body;
+    try { body = request(); } catch (error) { stats.textContent = "The tools are not valid JSON: " + error.message; return; }
     body.stream = true;
     const json = JSON.stringify(body, null, 2);
     const args = Object.entries(body).map(([key, value]) => "    " + key + "=" + JSON.stringify(value).replace(/\btrue\b/g, "True")
