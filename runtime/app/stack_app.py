@@ -165,7 +165,7 @@ def create_app(stack: Stack) -> StackApp:
             expose_headers=["x-request-id", "x-stack-deployment"],
         )
     if server.console:  # outside auth: the console signs in with a key into a session cookie, then reads the API as its principal
-        inner = ConsoleGate(inner, _console_context(stack, server.auth))
+        inner = ConsoleGate(inner, _console_context(stack, server.auth, metrics))
     # Outermost but one, and it counts requests when metrics are on: refusals (401, 413, 429, 503) are counted too.
     guard = RequestGuard(inner, max_body_bytes=server.max_request_bytes, route_limits=limits, form_paths=forms,
                                         draining=state.draining, metrics=metrics, tracing=state.tracing,
@@ -258,7 +258,7 @@ def _route_methods(routes: Routes, prefix: str) -> list[tuple[re.Pattern[str], s
     return [(compile_path(prefix + route.path)[0], set(route.methods)) for route in routes.routes if not route.websocket]
 
 
-def _console_context(stack: Stack, auth: AuthConfig | None) -> ConsoleContext:
+def _console_context(stack: Stack, auth: AuthConfig | None, metrics: Metrics | None) -> ConsoleContext:
     """What the console needs of the server (the console itself is imported on its first request)."""
 
     authenticator = Authenticator(auth, _database_keys(stack, auth)) if auth is not None else None
@@ -272,5 +272,16 @@ def _console_context(stack: Stack, auth: AuthConfig | None) -> ConsoleContext:
             return None
 
     server = stack.plan.config.server
+    policy = _access_policy(stack, auth) if auth is not None else None
+
+    async def admin(principal: Any) -> bool:
+        if auth is None:
+            return True  # auth off: whoever reaches the server operates it
+        if policy is None or principal is None:
+            return False
+        grants = await policy.grants(principal)
+        return grants is not None and "read" in grants and grants["read"] is None  # reads every owner's objects
+
     return ConsoleContext(stack.loopback, authenticate if authenticator is not None else None, stack.plan.state_dir,
-                          secure=server.tls_certfile is not None)
+                          secure=server.tls_certfile is not None, admin=admin,
+                          keys=_database_keys(stack, auth) if auth is not None else None, metrics=metrics.scrape if metrics is not None else None)

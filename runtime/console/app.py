@@ -17,7 +17,7 @@ from starlette.types import Receive, Scope, Send
 
 from runtime.console.context import ConsoleContext
 from runtime.console.page import SECURITY_HEADERS, Page, Views
-from runtime.console import pages, playground
+from runtime.console import operate, pages, playground
 from runtime.console.session import COOKIE, LIFETIME_S, Session, SessionKeys
 
 __all__ = ["Console"]
@@ -42,7 +42,7 @@ class Console:
         self.templates.filters["q"] = lambda value: quote(str(value), safe="")
         routes = [Route("/console/login", self._login, methods=["GET", "POST"]), Route("/console/logout", self._logout, methods=["POST"]),
                   Route("/console/static/{name}", self._static)]
-        for path, handler, methods in [*pages.ROUTES, *playground.ROUTES]:
+        for path, handler, methods in [*pages.ROUTES, *playground.ROUTES, *operate.ROUTES]:
             routes.append(Route(f"/console{path}", self._page(handler), methods=methods))
         self.router = Router(routes)
 
@@ -59,7 +59,8 @@ class Console:
                 session, fresh = self.keys.new(None)  # auth is off: a session of no one, for its CSRF token
             if request.method == "POST" and not await self._csrf_ok(request, session):
                 return PlainTextResponse("The form's CSRF token is missing or wrong: reload the page.", 403, headers=SECURITY_HEADERS)
-            response = await handler(Page(request, self.views, session))
+            admin = self.context.admin
+            response = await handler(Page(request, self.views, session, admin is not None and await admin(session.principal)))
             if fresh is not None:
                 self._set_cookie(response, fresh)
             return response

@@ -22,3 +22,10 @@ class ConsoleContext:
     authenticate: Callable[[str], Awaitable[Principal | None]] | None
     state_dir: Path
     secure: bool = False
+    admin: Callable[[Principal | None], Awaitable[bool]] | None = None
+    """Whether a principal sees the operator's page: auth off, or an access policy lets it read
+    every owner's objects. None: nobody does."""
+    keys: Any = None
+    """The database keys (`runtime.security.keys.DatabaseKeys`) when run.yaml turns them on."""
+    metrics: Callable[[], Awaitable[bytes]] | None = None
+    """The server's Prometheus exposition, when metrics are on."""

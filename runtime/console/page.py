@@ -32,8 +32,10 @@ class Views:
 class Page:
     """A request to a console page: its session, and the API as its principal."""
 
-    def __init__(self, request: Request, console: Views, session: Session) -> None:
+    def __init__(self, request: Request, console: Views, session: Session, operator: bool = False) -> None:
         self.request, self.console, self.session = request, console, session
+        self.operator = operator
+        """Whether the operator's page is the principal's to see (its link is shown)."""
 
     async def api(self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None) -> tuple[int, Any]:
         """The API's answer (status, parsed JSON) to a request of the signed-in principal's."""
@@ -47,7 +49,7 @@ class Page:
     def render(self, template: str, status: int = 200, **values: Any) -> HTMLResponse:
         html = self.console.templates.get_template(template).render(
             csrf=self.console.keys.csrf(self.session), principal=self.session.principal, signed_in=self.console.context.authenticate,
-            path=self.request.url.path, **values)
+            path=self.request.url.path, operator=self.operator, **values)
         return HTMLResponse(html, status, headers=SECURITY_HEADERS)
 
 

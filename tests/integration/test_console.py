@@ -61,10 +61,15 @@ providers:
   tool_runtime: [{{provider_id: mcp, provider_type: mcp, config: {{allow_private: [127.0.0.1]}}}}]
 server:
   console: true
+  metrics: {{}}
   auth:
     api_keys:
-      - {{principal: alice, key: {KEYS['alice']}}}
+      - {{principal: alice, key: {KEYS['alice']}, attributes: {{roles: [admin]}}}}
       - {{principal: bob, key: {KEYS['bob']}}}
+    database_keys: {{cache_s: 0.2}}
+    access_policy:
+      - permit: {{actions: [read, update, delete]}}
+        when: user with admin in roles
 """)
         with open_target(f"server:{config}", env={**os.environ, "STACK_RECORDING_MODE": "live"}) as target, sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
@@ -162,6 +167,28 @@ def test_whatever_a_user_stored_shows_as_text_never_as_markup(console: Console, 
         assert "script-src 'self'" in response.headers["content-security-policy"]
         assert "<script>window.pwned = 1</script>" in page.inner_text("main")
         assert page.evaluate("() => window.pwned === undefined")
+
+
+def test_the_operator_makes_a_key_shown_once_and_revokes_it(console: Console, tmp_path: Path) -> None:
+    with signed_in(console, tmp_path) as page:
+        page.click("#operate")
+        assert "stack_requests_total" in page.inner_text("main")  # the server's own counts
+        page.fill("#new-key-form input[name=principal]", "carol")
+        page.click("#new-key-form button")
+        key = page.inner_text("#new-key")
+        snapshot(page, "operate")
+        page.reload()
+        assert key not in page.content()  # shown once
+        with console.target.openai(api_key=key, max_retries=0) as carol:
+            assert carol.models.list().data
+        page.click("#keys tr:has-text('carol') button")
+        page.wait_for_timeout(300)  # past the server's key cache (cache_s: 0.2)
+        with console.target.openai(api_key=key, max_retries=0) as carol, pytest.raises(openai.AuthenticationError):
+            carol.models.list()
+    with signed_in(console, tmp_path, "bob") as page:
+        assert page.locator("#operate").count() == 0
+        page.goto(f"{console.origin}/console/operate")
+        assert page.inner_text("#error") == "No such page."
 
 
 def test_another_principal_sees_none_of_it(console: Console, tmp_path: Path) -> None:

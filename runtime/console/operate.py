@@ -1,0 +1,77 @@
+"""The operator's page (`/console/operate`): providers and models with their health (and each
+deployment's state), database keys (created, shown once, revoked) when run.yaml turns them on, and
+the server's own counts from its metrics. Only for a principal an access policy lets read every
+owner's objects, or for everyone when auth is off; anyone else gets a 404, as for an object not theirs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.responses import Response
+
+from runtime.console.page import Page
+
+__all__ = ["ROUTES"]
+
+
+async def _admitted(page: Page) -> bool:
+    return page.operator
+
+
+def _not_found(page: Page) -> Response:
+    return page.render("error.html", status=404, status_code=404, message="No such page.")
+
+
+async def operate(page: Page) -> Response:
+    if not await _admitted(page):
+        return _not_found(page)
+    return await _show(page, created=None)
+
+
+async def create_key(page: Page) -> Response:
+    keys = page.console.context.keys
+    if not await _admitted(page) or keys is None:
+        return _not_found(page)
+    form = await page.request.form()
+    principal = str(form.get("principal") or "").strip()
+    if not principal:
+        return page.render("error.html", status=400, status_code=400, message="A key needs the principal it stands for.")
+    key, record = await keys.create(principal, {}, str(form.get("name") or "") or None)
+    return await _show(page, created={"key": key, **record})
+
+
+async def revoke_key(page: Page) -> Response:
+    keys = page.console.context.keys
+    if not await _admitted(page) or keys is None:
+        return _not_found(page)
+    await keys.revoke(page.request.path_params["key_id"])
+    return await _show(page, created=None)
+
+
+async def _show(page: Page, created: dict[str, Any] | None) -> Response:
+    _, providers = await page.api("GET", "/providers")
+    _, health = await page.api("GET", "/health")
+    keys = page.console.context.keys
+    listed = await keys.list() if keys is not None else None
+    scrape = page.console.context.metrics
+    counts = _counts(await scrape()) if scrape is not None else None
+    return page.render("operate.html", providers=(providers or {}).get("data") or [], health=health or {}, keys=listed,
+                       created=created, counts=counts)
+
+
+def _counts(exposition: bytes) -> dict[str, list[tuple[str, float]]]:
+    """The counters worth a glance: requests by route and status, tokens by model, model calls by provider."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    wanted = {"stack_requests_total": ("route", "status"), "stack_tokens_total": ("model", "direction"),
+              "stack_deployment_attempts_total": ("deployment", "outcome")}
+    found: dict[str, list[tuple[str, float]]] = {name: [] for name in wanted}
+    for family in text_string_to_metric_families(exposition.decode()):
+        for sample in family.samples:
+            if sample.name in wanted:
+                label = " ".join(str(sample.labels.get(name, "")) for name in wanted[sample.name])
+                found[sample.name].append((label, sample.value))
+    return {name: sorted(rows, key=lambda row: -row[1])[:30] for name, rows in found.items()}
+
+
+ROUTES = [("/operate", operate, ["GET"]), ("/operate/keys", create_key, ["POST"]), ("/operate/keys/{key_id}/revoke", revoke_key, ["POST"])]
