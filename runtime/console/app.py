@@ -17,7 +17,7 @@ from starlette.types import Receive, Scope, Send
 
 from runtime.console.context import ConsoleContext
 from runtime.console.page import SECURITY_HEADERS, Page, Views
-from runtime.console import operate, pages, playground
+from runtime.console import more_pages, operate, pages, playground
 from runtime.console.session import COOKIE, LIFETIME_S, Session, SessionKeys
 
 __all__ = ["Console"]
@@ -42,7 +42,7 @@ class Console:
         self.templates.filters["q"] = lambda value: quote(str(value), safe="")
         routes = [Route("/console/login", self._login, methods=["GET", "POST"]), Route("/console/logout", self._logout, methods=["POST"]),
                   Route("/console/static/{name}", self._static)]
-        for path, handler, methods in [*pages.ROUTES, *playground.ROUTES, *operate.ROUTES]:
+        for path, handler, methods in [*pages.ROUTES, *more_pages.ROUTES, *playground.ROUTES, *operate.ROUTES]:
             routes.append(Route(f"/console{path}", self._page(handler), methods=methods))
         self.router = Router(routes)
 

@@ -160,7 +160,8 @@ async def prompts(page: Page) -> Response:
     status, body = await page.api("GET", "/prompts")
     if status != 200:
         return _failed(page, status, body)
-    return page.render("object.html", title="Prompts", sections=[("Prompts", (body or {}).get("data") or [])], actions=[])
+    return page.render("table.html", title="Prompts", columns=[("prompt_id", "prompt"), ("version", "default version"), ("prompt", "text")],
+                       rows=(body or {}).get("data") or [], link="/console/prompts/", following=None)
 
 
 ROUTES = [

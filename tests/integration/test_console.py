@@ -56,6 +56,8 @@ recording: {{mode: live}}
 providers:
   inference: [{{provider_id: fake, provider_type: openai, config: {{base_url: '{upstream.base_url}', api_key: k}}}}]
   responses: [{{provider_id: builtin, provider_type: builtin}}]
+  conversations: [{{provider_id: builtin, provider_type: builtin}}]
+  prompts: [{{provider_id: builtin, provider_type: builtin}}]
   files: [{{provider_id: local, provider_type: local}}]
   vector_stores: [{{provider_id: builtin, provider_type: builtin}}]
   tool_runtime: [{{provider_id: mcp, provider_type: mcp, config: {{allow_private: [127.0.0.1]}}}}]
@@ -202,6 +204,33 @@ def test_another_principal_sees_none_of_it(console: Console, tmp_path: Path) -> 
         assert stored.id not in page.content()
         page.goto(f"{console.origin}/console/files")
         assert upload.id not in page.content()
+
+
+def test_conversations_prompts_and_a_stores_files_are_browsed_and_changed(console: Console, tmp_path: Path) -> None:
+    with console.api() as client:
+        conversation = client.conversations.create(items=[{"type": "message", "role": "user", "content": "Remember the blue door."}])
+        client.responses.create(model=MODEL, input="And the red one?", conversation=conversation.id)
+        prompt = client.post("/prompts", body={"prompt": "Hello {{name}}", "variables": ["name"]}, cast_to=object)
+        client.post(f"/prompts/{prompt['prompt_id']}", body={"prompt": "Hi {{name}}!", "variables": ["name"], "version": 1},  # type: ignore[index]
+                    cast_to=object)
+        first = client.files.create(file=("a.txt", io.BytesIO(b"apples and pears")), purpose="user_data")
+        store = client.vector_stores.create(name="fruit")
+    with signed_in(console, tmp_path) as page:
+        page.goto(f"{console.origin}/console/conversations")
+        page.fill("#open-conversation input", conversation.id)
+        page.click("#open-conversation button")
+        text = page.inner_text("main")
+        assert "Remember the blue door." in text and "And the red one?" in text
+        page.goto(f"{console.origin}/console/prompts")
+        page.click(f"text={prompt['prompt_id']}")  # type: ignore[index]
+        versions = page.inner_text("table.versions")
+        assert "Hello {{name}}" in versions and "Hi {{name}}!" in versions
+        page.goto(f"{console.origin}/console/vector_stores/{store.id}")
+        page.fill("#attach input[name=file_id]", first.id)
+        page.click("#attach button")
+        assert first.id in page.inner_text("#store-files")
+        page.click("#store-files button")
+        assert first.id not in page.inner_text("#store-files")
 
 
 def test_a_form_without_its_csrf_token_is_refused(console: Console, tmp_path: Path) -> None:

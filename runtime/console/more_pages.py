@@ -1,0 +1,78 @@
+"""More browsing pages: conversations (opened by id: the API lists none), a prompt's versions side
+by side, a vector store's files attached and detached, and a background response's events in order."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.responses import RedirectResponse, Response
+
+from runtime.console.page import SECURITY_HEADERS, Page
+
+__all__ = ["ROUTES"]
+
+
+def _failed(page: Page, status: int, body: Any) -> Response:
+    error = body.get("error") if isinstance(body, dict) else None
+    message = error.get("message") if isinstance(error, dict) else str(body)[:500]
+    return page.render("error.html", status=status if status >= 400 else 500, status_code=status, message=message)
+
+
+async def conversations(page: Page) -> Response:
+    wanted = page.request.query_params.get("id", "").strip()
+    if wanted:
+        return RedirectResponse(f"/console/conversations/{wanted}", 303, headers=SECURITY_HEADERS)
+    return page.render("conversations.html")
+
+
+async def conversation(page: Page) -> Response:
+    conversation_id = page.request.path_params["item_id"]
+    status, body = await page.api("GET", f"/conversations/{conversation_id}")
+    if status != 200:
+        return _failed(page, status, body)
+    _, items = await page.api("GET", f"/conversations/{conversation_id}/items?limit=100&order=asc")
+    return page.render("conversation.html", conversation=body, items=(items or {}).get("data") or [])
+
+
+async def prompt(page: Page) -> Response:
+    prompt_id = page.request.path_params["item_id"]
+    status, body = await page.api("GET", f"/prompts/{prompt_id}/versions")
+    if status != 200:
+        return _failed(page, status, body)
+    return page.render("prompt.html", prompt_id=prompt_id, versions=(body or {}).get("data") or [])
+
+
+async def attach(page: Page) -> Response:
+    store_id = page.request.path_params["item_id"]
+    file_id = str((await page.request.form()).get("file_id") or "").strip()
+    status, body = await page.api("POST", f"/vector_stores/{store_id}/files", {"file_id": file_id})
+    if status != 200:
+        return _failed(page, status, body)
+    return RedirectResponse(f"/console/vector_stores/{store_id}", 303, headers=SECURITY_HEADERS)
+
+
+async def detach(page: Page) -> Response:
+    store_id, file_id = page.request.path_params["item_id"], page.request.path_params["file_id"]
+    status, body = await page.api("DELETE", f"/vector_stores/{store_id}/files/{file_id}")
+    if status != 200:
+        return _failed(page, status, body)
+    return RedirectResponse(f"/console/vector_stores/{store_id}", 303, headers=SECURITY_HEADERS)
+
+
+async def events(page: Page) -> Response:
+    """A background response's logged events, as `GET /v1/responses/{id}?stream=true` replays them."""
+    response_id = page.request.path_params["item_id"]
+    answer = await page.console.context.loopback("GET", f"/v1/responses/{response_id}?stream=true", None, page.session.principal)
+    if answer.status != 200:
+        return page.render("error.html", status=answer.status, status_code=answer.status,
+                           message="Only a background response's events are kept (and only while it is stored).")
+    frames = [frame for frame in answer.body.decode(errors="replace").split("\n\n") if frame.strip()]
+    return page.render("object.html", title=f"Events of {response_id}", sections=[(f"{len(frames)} events, in order", "\n\n".join(frames))])
+
+
+ROUTES = [
+    ("/conversations", conversations, ["GET"]), ("/conversations/{item_id}", conversation, ["GET"]),
+    ("/prompts/{item_id}", prompt, ["GET"]),
+    ("/vector_stores/{item_id}/attach", attach, ["POST"]), ("/vector_stores/{item_id}/files/{file_id}/detach", detach, ["POST"]),
+    ("/responses/{item_id}/events", events, ["GET"]),
+]
