@@ -161,6 +161,27 @@ def test_an_mcp_call_waits_for_its_approval_which_a_click_gives(console: Console
         assert "Tool result:" in page.locator("#conversation .assistant").last.inner_text()
 
 
+PIXEL = bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+                      "1f15c4890000000d49444154789c63f8cfc0f01f0005000201e2a5c1e50000000049454e44ae426082")
+
+
+def test_an_image_goes_with_a_playground_turn(console: Console, tmp_path: Path) -> None:
+    image = tmp_path / "pixel.png"
+    image.write_bytes(PIXEL)
+    with signed_in(console, tmp_path) as page:
+        page.goto(f"{console.origin}/console/playground")
+        page.select_option("#model", MODEL)
+        page.fill("#input", "What is in this picture?")
+        page.set_input_files("#attachment", str(image))
+        page.click("#send")
+        page.wait_for_function("() => document.querySelector('#stats').textContent.startsWith('completed')")
+        response_id = page.get_attribute("#conversation .assistant", "data-response-id")
+    with console.api() as client:
+        [item] = client.responses.input_items.list(response_id).data  # type: ignore[arg-type]
+    parts = [part.type for part in item.content]  # type: ignore[union-attr]
+    assert parts == ["input_text", "input_image"] and item.content[1].image_url.startswith("data:image/png;base64,")  # type: ignore[union-attr]
+
+
 def test_whatever_a_user_stored_shows_as_text_never_as_markup(console: Console, tmp_path: Path) -> None:
     with console.api() as client:
         stored = client.responses.create(model=MODEL, input="<script>window.pwned = 1</script><img src=x onerror='window.pwned=2'>")

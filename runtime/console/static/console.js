@@ -145,12 +145,32 @@
     showItems(done, answer);
   }
 
-  function send(event) {
+  // An attached image or file goes with the message as a data URL (input_image, input_file).
+  function attachment() {
+    const picker = form.querySelector("#attachment");
+    const file = picker && picker.files && picker.files[0];
+    if (!file) return Promise.resolve(null);
+    return new Promise((resolve, reject) => {
+      const reader = new FileReader();
+      reader.onload = () => {
+        picker.value = "";
+        resolve(file.type.startsWith("image/") ? { type: "input_image", image_url: reader.result }
+          : { type: "input_file", filename: file.name, file_data: reader.result });
+      };
+      reader.onerror = () => reject(reader.error);
+      reader.readAsDataURL(file);
+    });
+  }
+
+  async function send(event) {
     event.preventDefault();
     const input = form.querySelector("#input");
     const text = input.value;
     input.value = "";
-    turn(text, text);
+    const part = await attachment();
+    if (!part) { turn(text, text); return; }
+    const shown = text + " [" + (part.type === "input_image" ? "image" : part.filename) + "]";
+    turn([{ role: "user", content: [{ type: "input_text", text: text }, part] }], shown);
   }
 
   function showCode() {
