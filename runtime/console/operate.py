@@ -54,9 +54,40 @@ async def _show(page: Page, created: dict[str, Any] | None) -> Response:
     keys = page.console.context.keys
     listed = await keys.list() if keys is not None else None
     scrape = page.console.context.metrics
-    counts = _counts(await scrape()) if scrape is not None else None
+    exposition = await scrape() if scrape is not None else None
+    counts = _counts(exposition) if exposition is not None else None
+    latency = _latency(exposition) if exposition is not None else None
     return page.render("operate.html", providers=(providers or {}).get("data") or [], health=health or {}, keys=listed,
-                       created=created, counts=counts)
+                       created=created, counts=counts, latency=latency)
+
+
+def _latency(exposition: bytes) -> list[tuple[str, str, int, str, str]]:
+    """Since start, by histogram: each route's (and each model's first token's) count and the bucket
+    bounds its p50 and p99 fall under."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    wanted = {"stack_request_duration_seconds": ("route", "method"), "stack_upstream_time_to_first_token_seconds": ("provider", "model")}
+    buckets: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for family in text_string_to_metric_families(exposition.decode()):
+        if family.name not in wanted:
+            continue
+        for sample in family.samples:
+            if sample.name.endswith("_bucket"):
+                key = (family.name, " ".join(str(sample.labels.get(name, "")) for name in wanted[family.name]))
+                buckets.setdefault(key, []).append((float(sample.labels["le"]), sample.value))
+    rows = []
+    for (name, label), bounds in buckets.items():
+        bounds.sort()
+        total = bounds[-1][1]
+        if total:
+            rows.append(("request" if name == "stack_request_duration_seconds" else "first token", label, int(total),
+                         _under(bounds, total * 0.5), _under(bounds, total * 0.99)))
+    return sorted(rows, key=lambda row: -row[2])[:30]
+
+
+def _under(bounds: list[tuple[float, float]], rank: float) -> str:
+    bound = next(le for le, count in bounds if count >= rank)
+    return "> last bucket" if bound == float("inf") else f"≤ {bound * 1000:g} ms"
 
 
 def _counts(exposition: bytes) -> dict[str, list[tuple[str, float]]]:

@@ -125,6 +125,12 @@ async def file_delete(page: Page) -> Response:
 
 
 async def vector_stores(page: Page) -> Response:
+    if page.request.method == "POST":
+        name = str((await page.request.form()).get("name") or "").strip()
+        status, created = await page.api("POST", "/vector_stores", {"name": name} if name else {})
+        if status != 200:
+            return _failed(page, status, created)
+        return RedirectResponse(f"/console/vector_stores/{created['id']}", 303, headers=SECURITY_HEADERS)
     return await _list(page, "/vector_stores", "Vector stores", [("id", "id"), ("name", "name"), ("status", "status"),
                                                                   ("created_at_text", "created")], "/console/vector_stores/")
 
@@ -170,7 +176,7 @@ ROUTES = [
     ("/chat", chats, ["GET"]), ("/chat/{item_id}", chat, ["GET"]),
     ("/files", files, ["GET", "POST"]), ("/files/{item_id}", file, ["GET"]), ("/files/{item_id}/content", file_content, ["GET"]),
     ("/files/{item_id}/delete", file_delete, ["POST"]),
-    ("/vector_stores", vector_stores, ["GET"]), ("/vector_stores/{item_id}", vector_store, ["GET", "POST"]),
+    ("/vector_stores", vector_stores, ["GET", "POST"]), ("/vector_stores/{item_id}", vector_store, ["GET", "POST"]),
     ("/batches", batches, ["GET"]), ("/batches/{item_id}", batch, ["GET"]),
     ("/prompts", prompts, ["GET"]),
 ]

@@ -19,7 +19,7 @@ _TURN_FIELDS = {"model", "input", "instructions", "temperature", "max_output_tok
 async def playground(page: Page) -> Response:
     _, models = await page.api("GET", "/models")
     llms = [model for model in (models or {}).get("data") or [] if (model.get("custom_metadata") or {}).get("model_type") != "embedding"]
-    return page.render("playground.html", models=llms)
+    return page.render("playground.html", models=llms, conversation=page.request.query_params.get("conversation", ""))
 
 
 async def turn(page: Page) -> Response:

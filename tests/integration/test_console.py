@@ -196,12 +196,13 @@ def test_the_operator_makes_a_key_shown_once_and_revokes_it(console: Console, tm
     with signed_in(console, tmp_path) as page:
         page.click("#operate")
         assert "stack_requests_total" in page.inner_text("main")  # the server's own counts
+        assert "/v1/models" in page.inner_text("#latency") and "ms" in page.inner_text("#latency")
         page.fill("#new-key-form input[name=principal]", "carol")
         page.click("#new-key-form button")
         key = page.inner_text("#new-key")
-        snapshot(page, "operate")
         page.reload()
         assert key not in page.content()  # shown once
+        snapshot(page, "operate")  # (after the reload: no key in the docs' picture)
         with console.target.openai(api_key=key, max_retries=0) as carol:
             assert carol.models.list().data
         page.click("#keys tr:has-text('carol') button")
@@ -246,6 +247,18 @@ def test_conversations_prompts_and_a_stores_files_are_browsed_and_changed(consol
         page.click(f"text={prompt['prompt_id']}")  # type: ignore[index]
         versions = page.inner_text("table.versions")
         assert "Hello {{name}}" in versions and "Hi {{name}}!" in versions
+        page.goto(f"{console.origin}/console/conversations/{conversation.id}")
+        page.click("#continue")
+        page.select_option("#model", MODEL)
+        page.fill("#input", "And the green one?")
+        page.click("#send")
+        page.wait_for_function("() => document.querySelector('#stats').textContent.startsWith('completed')")
+        page.goto(f"{console.origin}/console/conversations/{conversation.id}")
+        assert "And the green one?" in page.inner_text("main")  # the turn went into the conversation
+        page.goto(f"{console.origin}/console/vector_stores")
+        page.fill("#new-store input[name=name]", "made here")
+        page.click("#new-store button")
+        assert page.inner_text("h1") == "Vector store made here"
         page.goto(f"{console.origin}/console/vector_stores/{store.id}")
         page.fill("#attach input[name=file_id]", first.id)
         page.click("#attach button")

@@ -19,7 +19,8 @@
     if (data.get("effort")) body.reasoning = { effort: data.get("effort"), summary: "auto" };
     const tools = (data.get("tools") || "").trim();
     if (tools) body.tools = JSON.parse(tools);  // a mistake is shown by the caller
-    if (previous) body.previous_response_id = previous;
+    if (form.dataset.conversation) body.conversation = form.dataset.conversation;  // the conversation keeps the turns
+    else if (previous) body.previous_response_id = previous;
     return body;
   }
 
