@@ -19,10 +19,7 @@ import argparse
 import asyncio
 import io
 import json
-import os
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -32,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from chat import MODEL, chat_request  # noqa: E402
 from common import (  # noqa: E402
-    ROOT, STACK, STACK_CORE, UPSTREAM_CORE, cpu_per_request_us, cpu_seconds, free_port, measure_throughput, progress,
-    read_listening_url, spawn, stop, wait_healthy,
+    ROOT, cpu_per_request_us, cpu_seconds, measure_throughput, progress,
+    running_servers, wait_healthy,
 )
 
 
@@ -62,45 +59,34 @@ async def batch_run(port: int, pid: int, requests: int) -> tuple[float, float, f
 
 
 async def run(options: argparse.Namespace) -> None:
-    with tempfile.TemporaryDirectory(prefix="stack-bench-batches-") as temp:
-        logs = Path(temp)
-        upstream = spawn([sys.executable, "-m", "fake_upstream", "--port", "0"], UPSTREAM_CORE, dict(os.environ, PYTHONPATH=str(ROOT / "tests")),
-                         logs / "upstream.log", stdout=subprocess.PIPE)
-        stack = None
-        try:
-            url = read_listening_url(upstream)
-            port = free_port()
-            env = dict(os.environ, BENCH_UPSTREAM_URL=f"{url}/v1", BENCH_STATE_DIR=str(logs / "state"), STACK_RECORDING_MODE="live",
-                       STACK_LOG_LEVEL="WARNING")
-            stack = spawn([STACK, "run", str(ROOT / "bench/batches-run.yaml"), "--port", str(port)], STACK_CORE, env, logs / "stack.log")
-            await wait_healthy(port, "/v1/health", stack)
-            pids = {"stack": stack.pid}
-            progress("live chat at c=32")
-            live = await measure_throughput(port, [chat_request(port, False)], 32, options.duration, 1.0, pids)
-            progress("interactive chat at c=8, alone")
-            alone = await measure_throughput(port, [chat_request(port, False)], 8, options.duration, 1.0, pids)
-            idle_rss = rss_mib(stack.pid)
-            progress(f"a batch of {options.requests} requests")
-            elapsed, per_request, peak, status = await batch_run(port, stack.pid, options.requests)
-            progress("interactive chat at c=8 while batches run")
-            measuring = True
+    with running_servers(ROOT / "bench/batches-run.yaml", name="batches") as servers:
+        assert servers.stack is not None
+        port, stack = servers.stack_port, servers.stack
+        await wait_healthy(port, "/v1/health", stack)
+        pids = {"stack": stack.pid}
+        progress("live chat at c=32")
+        live = await measure_throughput(port, [chat_request(port, False)], 32, options.duration, 1.0, pids)
+        progress("interactive chat at c=8, alone")
+        alone = await measure_throughput(port, [chat_request(port, False)], 8, options.duration, 1.0, pids)
+        idle_rss = rss_mib(stack.pid)
+        progress(f"a batch of {options.requests} requests")
+        elapsed, per_request, peak, status = await batch_run(port, stack.pid, options.requests)
+        progress("interactive chat at c=8 while batches run")
+        measuring = True
 
-            async def batches_meanwhile() -> int:
-                ran = 0
-                while measuring:
-                    await batch_run(port, stack.pid, options.requests)  # type: ignore[union-attr]
-                    ran += 1
-                return ran
+        async def batches_meanwhile() -> int:
+            ran = 0
+            while measuring:
+                await batch_run(port, stack.pid, options.requests)  # type: ignore[union-attr]
+                ran += 1
+            return ran
 
-            running = asyncio.create_task(batches_meanwhile())
-            await asyncio.sleep(1.0)
-            beside = await measure_throughput(port, [chat_request(port, False)], 8, options.duration, 0.5, pids)
-            measuring = False
-            ran = await running
-            after_rss = rss_mib(stack.pid)
-        finally:
-            for process in [p for p in (stack, upstream) if p is not None]:
-                stop(process)
+        running = asyncio.create_task(batches_meanwhile())
+        await asyncio.sleep(1.0)
+        beside = await measure_throughput(port, [chat_request(port, False)], 8, options.duration, 0.5, pids)
+        measuring = False
+        ran = await running
+        after_rss = rss_mib(stack.pid)
     print(f"live chat at c=32: {cpu_per_request_us(live):.0f} µs of stack CPU a request, {live.rps:,.0f}/s")
     print(f"batch of {options.requests}: {status}, {elapsed:.1f} s ({options.requests / elapsed:,.0f}/s), "
           f"{per_request:.0f} µs of stack CPU a request ({per_request - cpu_per_request_us(live):+.0f} beyond a live one)")

@@ -10,11 +10,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -24,7 +21,7 @@ from openai import AsyncOpenAI
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from chat import MODEL  # noqa: E402
-from common import ROOT, STACK, STACK_CORE, UPSTREAM_CORE, free_port, progress, read_listening_url, spawn, stop, wait_healthy  # noqa: E402
+from common import ROOT, progress, running_servers, wait_healthy  # noqa: E402
 
 
 async def store(port: int, count: int) -> str:
@@ -50,26 +47,14 @@ def timed(port: int, path: str, requests: int) -> tuple[float, float, int]:
 
 
 async def run(options: argparse.Namespace) -> None:
-    with tempfile.TemporaryDirectory(prefix="stack-bench-console-") as temp:
-        logs = Path(temp)
-        upstream = spawn([sys.executable, "-m", "fake_upstream", "--port", "0"], UPSTREAM_CORE, dict(os.environ, PYTHONPATH=str(ROOT / "tests")),
-                         logs / "upstream.log", stdout=subprocess.PIPE)
-        stack = None
-        try:
-            url = read_listening_url(upstream)
-            port = free_port()
-            env = dict(os.environ, BENCH_UPSTREAM_URL=f"{url}/v1", BENCH_STATE_DIR=str(logs / "state"), STACK_RECORDING_MODE="live",
-                       STACK_LOG_LEVEL="WARNING")
-            stack = spawn([STACK, "run", str(ROOT / "bench/console-run.yaml"), "--port", str(port)], STACK_CORE, env,
-                          logs / "stack.log")
-            await wait_healthy(port, "/v1/health", stack)
-            progress(f"storing {options.responses} responses")
-            last = await store(port, options.responses)
-            results = {path: timed(port, path, options.requests) for path in (
-                "/console/", "/console/responses", f"/console/responses/{last}", "/console/playground")}
-        finally:
-            for process in [p for p in (stack, upstream) if p is not None]:
-                stop(process)
+    with running_servers(ROOT / "bench/console-run.yaml", name="console") as servers:
+        assert servers.stack is not None
+        port, stack = servers.stack_port, servers.stack
+        await wait_healthy(port, "/v1/health", stack)
+        progress(f"storing {options.responses} responses")
+        last = await store(port, options.responses)
+        results = {path: timed(port, path, options.requests) for path in (
+            "/console/", "/console/responses", f"/console/responses/{last}", "/console/playground")}
     for path, (p50, p95, status) in results.items():
         print(f"{path.replace(last, '{id}')}: p50 {p50:.1f} ms, p95 {p95:.1f} ms (status {status})")
 

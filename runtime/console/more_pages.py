@@ -3,19 +3,12 @@ by side, a vector store's files attached and detached, and a background response
 
 from __future__ import annotations
 
-from typing import Any
 
 from starlette.responses import RedirectResponse, Response
 
 from runtime.console.page import SECURITY_HEADERS, Page
 
 __all__ = ["ROUTES"]
-
-
-def _failed(page: Page, status: int, body: Any) -> Response:
-    error = body.get("error") if isinstance(body, dict) else None
-    message = error.get("message") if isinstance(error, dict) else str(body)[:500]
-    return page.render("error.html", status=status if status >= 400 else 500, status_code=status, message=message)
 
 
 async def conversations(page: Page) -> Response:
@@ -29,7 +22,7 @@ async def conversation(page: Page) -> Response:
     conversation_id = page.request.path_params["item_id"]
     status, body = await page.api("GET", f"/conversations/{conversation_id}")
     if status != 200:
-        return _failed(page, status, body)
+        return page.failed(status, body)
     _, items = await page.api("GET", f"/conversations/{conversation_id}/items?limit=100&order=asc")
     return page.render("conversation.html", conversation=body, items=(items or {}).get("data") or [])
 
@@ -38,7 +31,7 @@ async def prompt(page: Page) -> Response:
     prompt_id = page.request.path_params["item_id"]
     status, body = await page.api("GET", f"/prompts/{prompt_id}/versions")
     if status != 200:
-        return _failed(page, status, body)
+        return page.failed(status, body)
     return page.render("prompt.html", prompt_id=prompt_id, versions=(body or {}).get("data") or [])
 
 
@@ -47,7 +40,7 @@ async def attach(page: Page) -> Response:
     file_id = str((await page.request.form()).get("file_id") or "").strip()
     status, body = await page.api("POST", f"/vector_stores/{store_id}/files", {"file_id": file_id})
     if status != 200:
-        return _failed(page, status, body)
+        return page.failed(status, body)
     return RedirectResponse(f"/console/vector_stores/{store_id}", 303, headers=SECURITY_HEADERS)
 
 
@@ -55,7 +48,7 @@ async def detach(page: Page) -> Response:
     store_id, file_id = page.request.path_params["item_id"], page.request.path_params["file_id"]
     status, body = await page.api("DELETE", f"/vector_stores/{store_id}/files/{file_id}")
     if status != 200:
-        return _failed(page, status, body)
+        return page.failed(status, body)
     return RedirectResponse(f"/console/vector_stores/{store_id}", 303, headers=SECURITY_HEADERS)
 
 

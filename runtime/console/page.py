@@ -46,6 +46,12 @@ class Page:
         except ValueError:
             return answer.status, answer.body
 
+    def failed(self, status: int, body: Any) -> HTMLResponse:
+        """The API's refusal (its status and message) as a page."""
+        error = body.get("error") if isinstance(body, dict) else None
+        message = error.get("message") if isinstance(error, dict) else str(body)[:500]
+        return self.render("error.html", status=status if status >= 400 else 500, status_code=status, message=message)
+
     def render(self, template: str, status: int = 200, **values: Any) -> HTMLResponse:
         html = self.console.templates.get_template(template).render(
             csrf=self.console.keys.csrf(self.session), principal=self.session.principal, signed_in=self.console.context.authenticate,

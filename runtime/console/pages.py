@@ -22,19 +22,13 @@ def _when(stamp: Any) -> str:
     return datetime.datetime.fromtimestamp(stamp, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def _failed(page: Page, status: int, body: Any) -> Response:
-    error = body.get("error") if isinstance(body, dict) else None
-    message = error.get("message") if isinstance(error, dict) else str(body)[:500]
-    return page.render("error.html", status=status if status >= 400 else 500, status_code=status, message=message)
-
-
 async def _list(page: Page, path: str, title: str, columns: list[tuple[str, str]], link: str, **query: Any) -> Response:
     """A page of an API list, as a table whose first column links to each object's page."""
     after = page.request.query_params.get("after")
     params = {"limit": PAGE, **({"after": after} if after else {}), **query}
     status, body = await page.api("GET", f"{path}?{urlencode(params)}")
     if status != 200:
-        return _failed(page, status, body)
+        return page.failed(status, body)
     rows = body.get("data") or []
     for row in rows:
         for key in ("created_at", "created"):
@@ -59,7 +53,7 @@ async def response(page: Page) -> Response:
     response_id = page.request.path_params["item_id"]
     status, body = await page.api("GET", f"/responses/{response_id}")
     if status != 200:
-        return _failed(page, status, body)
+        return page.failed(status, body)
     _, inputs = await page.api("GET", f"/responses/{response_id}/input_items?limit=100&order=asc")
     return page.render("response.html", response=body, created=_when(body.get("created_at")), inputs=(inputs or {}).get("data") or [])
 
@@ -73,7 +67,7 @@ async def chat(page: Page) -> Response:
     completion_id = page.request.path_params["item_id"]
     status, body = await page.api("GET", f"/chat/completions/{completion_id}")
     if status != 200:
-        return _failed(page, status, body)
+        return page.failed(status, body)
     _, messages = await page.api("GET", f"/chat/completions/{completion_id}/messages?limit=100")
     return page.render("object.html", title=f"Chat completion {completion_id}", sections=[
         ("Input messages", (messages or {}).get("data") or []), ("Choices", body.get("choices")), ("Usage", body.get("usage"))])
@@ -91,7 +85,7 @@ async def files(page: Page) -> Response:
                 "Content-Type: application/octet-stream\r\n\r\n").encode() + await upload.read() + f"\r\n--{boundary}--\r\n".encode()
         status, created = await page.api("POST", "/files", body, {"content-type": f"multipart/form-data; boundary={boundary}"})
         if status != 200:
-            return _failed(page, status, created)
+            return page.failed(status, created)
         return RedirectResponse("/console/files", 303, headers=SECURITY_HEADERS)
     return await _list(page, "/files", "Files", [("id", "id"), ("filename", "name"), ("purpose", "purpose"), ("bytes", "bytes"),
                                                   ("created_at_text", "created")], "/console/files/")
@@ -105,7 +99,7 @@ async def file(page: Page) -> Response:
     file_id = page.request.path_params["item_id"]
     status, body = await page.api("GET", f"/files/{file_id}")
     if status != 200:
-        return _failed(page, status, body)
+        return page.failed(status, body)
     return page.render("object.html", title=f"File {body.get('filename')}", sections=[("File", body)],
                        actions=[("Download", f"/console/files/{file_id}/content", "get"), ("Delete", f"/console/files/{file_id}/delete", "post")])
 
@@ -120,7 +114,7 @@ async def file_content(page: Page) -> Response:
 async def file_delete(page: Page) -> Response:
     status, body = await page.api("DELETE", f"/files/{page.request.path_params['item_id']}")
     if status != 200:
-        return _failed(page, status, body)
+        return page.failed(status, body)
     return RedirectResponse("/console/files", 303, headers=SECURITY_HEADERS)
 
 
@@ -129,7 +123,7 @@ async def vector_stores(page: Page) -> Response:
         name = str((await page.request.form()).get("name") or "").strip()
         status, created = await page.api("POST", "/vector_stores", {"name": name} if name else {})
         if status != 200:
-            return _failed(page, status, created)
+            return page.failed(status, created)
         return RedirectResponse(f"/console/vector_stores/{created['id']}", 303, headers=SECURITY_HEADERS)
     return await _list(page, "/vector_stores", "Vector stores", [("id", "id"), ("name", "name"), ("status", "status"),
                                                                   ("created_at_text", "created")], "/console/vector_stores/")
@@ -139,7 +133,7 @@ async def vector_store(page: Page) -> Response:
     store_id = page.request.path_params["item_id"]
     status, body = await page.api("GET", f"/vector_stores/{store_id}")
     if status != 200:
-        return _failed(page, status, body)
+        return page.failed(status, body)
     _, store_files = await page.api("GET", f"/vector_stores/{store_id}/files?limit=100")
     hits: list[Any] | None = None
     query = ""
@@ -158,14 +152,14 @@ async def batches(page: Page) -> Response:
 async def batch(page: Page) -> Response:
     status, body = await page.api("GET", f"/batches/{page.request.path_params['item_id']}")
     if status != 200:
-        return _failed(page, status, body)
+        return page.failed(status, body)
     return page.render("object.html", title=f"Batch {body.get('id')}", sections=[("Batch", body)], actions=[])
 
 
 async def prompts(page: Page) -> Response:
     status, body = await page.api("GET", "/prompts")
     if status != 200:
-        return _failed(page, status, body)
+        return page.failed(status, body)
     return page.render("table.html", title="Prompts", columns=[("prompt_id", "prompt"), ("version", "default version"), ("prompt", "text")],
                        rows=(body or {}).get("data") or [], link="/console/prompts/", following=None)
 
