@@ -4,7 +4,7 @@ by side, a vector store's files attached and detached, and a background response
 from __future__ import annotations
 
 
-from starlette.responses import RedirectResponse, Response
+from starlette.responses import RedirectResponse, Response, StreamingResponse
 
 from runtime.console.page import SECURITY_HEADERS, Page
 
@@ -53,19 +53,28 @@ async def detach(page: Page) -> Response:
 
 
 async def events(page: Page) -> Response:
-    """A background response's logged events, as `GET /v1/responses/{id}?stream=true` replays them."""
+    """A background response's events, followed by the page's script as they are logged (the whole
+    log when it has ended), each with the time it reached the page."""
     response_id = page.request.path_params["item_id"]
-    answer = await page.console.context.loopback("GET", f"/v1/responses/{response_id}?stream=true", None, page.session.principal)
-    if answer.status != 200:
-        return page.render("error.html", status=answer.status, status_code=answer.status,
-                           message="Only a background response's events are kept (and only while it is stored).")
-    frames = [frame for frame in answer.body.decode(errors="replace").split("\n\n") if frame.strip()]
-    return page.render("object.html", title=f"Events of {response_id}", sections=[(f"{len(frames)} events, in order", "\n\n".join(frames))])
+    status, body = await page.api("GET", f"/responses/{response_id}")
+    if status != 200:
+        return page.failed(status, body)
+    if not body.get("background"):
+        return page.render("error.html", status=404, status_code=404, message="Only a background response's events are kept.")
+    return page.render("events.html", response=body)
+
+
+async def follow(page: Page) -> Response:
+    """`GET /v1/responses/{id}?stream=true` as the principal, passed on as it comes (the events page's script reads it)."""
+    response_id = page.request.path_params["item_id"]
+    answer = await page.console.context.loopback.stream("GET", f"/v1/responses/{response_id}?stream=true", None, page.session.principal)
+    return StreamingResponse(answer.parts, answer.status, headers={**SECURITY_HEADERS, "x-accel-buffering": "no"},
+                             media_type=answer.headers.get("content-type", "application/json"))
 
 
 ROUTES = [
     ("/conversations", conversations, ["GET"]), ("/conversations/{item_id}", conversation, ["GET"]),
     ("/prompts/{item_id}", prompt, ["GET"]),
     ("/vector_stores/{item_id}/attach", attach, ["POST"]), ("/vector_stores/{item_id}/files/{file_id}/detach", detach, ["POST"]),
-    ("/responses/{item_id}/events", events, ["GET"]),
+    ("/responses/{item_id}/events", events, ["GET"]), ("/api/responses/{item_id}/events", follow, ["GET"]),
 ]

@@ -165,6 +165,20 @@ PIXEL = bytes.fromhex("89504e470d0a1a0a0000000d494844520000000100000001080600000
                       "1f15c4890000000d49444154789c63f8cfc0f01f0005000201e2a5c1e50000000049454e44ae426082")
 
 
+def test_a_background_responses_events_are_followed_as_they_come(console: Console, tmp_path: Path) -> None:
+    with console.api() as client:
+        running = client.responses.create(model=MODEL, input="[tokens:60] [slow:100] a long answer", background=True, stream=False)
+    with signed_in(console, tmp_path) as page:
+        page.goto(f"{console.origin}/console/responses/{running.id}")
+        page.click("text=the stream's events")
+        page.wait_for_selector("#events tr:has-text('response.output_text.delta')")
+        assert page.locator("#events tr:has-text('response.completed')").count() == 0  # followed while it still runs
+        page.wait_for_selector("#events tr:has-text('response.completed')", timeout=20_000)
+        assert page.inner_text("#status") == "completed"
+        rows = page.locator("#events tr").count()
+        assert rows > 60
+
+
 def test_an_image_goes_with_a_playground_turn(console: Console, tmp_path: Path) -> None:
     image = tmp_path / "pixel.png"
     image.write_bytes(PIXEL)
