@@ -22,10 +22,14 @@ def _when(stamp: Any) -> str:
     return datetime.datetime.fromtimestamp(stamp, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
 
 
-async def _list(page: Page, path: str, title: str, columns: list[tuple[str, str]], link: str, **query: Any) -> Response:
-    """A page of an API list, as a table whose first column links to each object's page."""
+async def _list(page: Page, path: str, title: str, columns: list[tuple[str, str]], link: str, filters: tuple[str, ...] = ("order",),
+                **query: Any) -> Response:
+    """A page of an API list, as a table whose first column links to each object's page; the
+    `filters` the API takes (`order`, `model`, `purpose`) come from the page's query and stay in
+    its next page's link."""
+    chosen = {name: value for name in filters if (value := page.request.query_params.get(name, "").strip())}
     after = page.request.query_params.get("after")
-    params = {"limit": PAGE, **({"after": after} if after else {}), **query}
+    params = {"limit": PAGE, **query, **chosen, **({"after": after} if after else {})}
     status, body = await page.api("GET", f"{path}?{urlencode(params)}")
     if status != 200:
         return page.failed(status, body)
@@ -34,8 +38,9 @@ async def _list(page: Page, path: str, title: str, columns: list[tuple[str, str]
         for key in ("created_at", "created"):
             if key in row:
                 row[f"{key}_text"] = _when(row[key])
-    following = f"?{urlencode({'after': rows[-1]['id']})}" if rows and body.get("has_more") else None
-    return page.render("table.html", title=title, columns=columns, rows=rows, link=link, following=following)
+    following = f"?{urlencode({**chosen, 'after': rows[-1]['id']})}" if rows and body.get("has_more") else None
+    return page.render("table.html", title=title, columns=columns, rows=rows, link=link, following=following, filters=filters,
+                       chosen=chosen)
 
 
 async def home(page: Page) -> Response:
@@ -60,7 +65,7 @@ async def response(page: Page) -> Response:
 
 async def chats(page: Page) -> Response:
     return await _list(page, "/chat/completions", "Chat completions", [("id", "id"), ("created_text", "created"), ("model", "model")],
-                       "/console/chat/")
+                       "/console/chat/", filters=("model", "order"), order="desc")
 
 
 async def chat(page: Page) -> Response:
@@ -88,7 +93,7 @@ async def files(page: Page) -> Response:
             return page.failed(status, created)
         return RedirectResponse("/console/files", 303, headers=SECURITY_HEADERS)
     return await _list(page, "/files", "Files", [("id", "id"), ("filename", "name"), ("purpose", "purpose"), ("bytes", "bytes"),
-                                                  ("created_at_text", "created")], "/console/files/")
+                                                  ("created_at_text", "created")], "/console/files/", filters=("purpose", "order"))
 
 
 def _safe_name(name: str | None) -> str:
@@ -146,7 +151,7 @@ async def vector_store(page: Page) -> Response:
 
 async def batches(page: Page) -> Response:
     return await _list(page, "/batches", "Batches", [("id", "id"), ("endpoint", "endpoint"), ("status", "status"),
-                                                      ("created_at_text", "created")], "/console/batches/")
+                                                      ("created_at_text", "created")], "/console/batches/", filters=())
 
 
 async def batch(page: Page) -> Response:

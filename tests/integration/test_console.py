@@ -281,6 +281,21 @@ def test_conversations_prompts_and_a_stores_files_are_browsed_and_changed(consol
         assert first.id not in page.inner_text("#store-files")
 
 
+def test_lists_filter_as_the_api_does(console: Console, tmp_path: Path) -> None:
+    with console.api() as client:
+        batch_input = client.files.create(file=("in.jsonl", io.BytesIO(b"{}")), purpose="batch")
+        notes = client.files.create(file=("notes.txt", io.BytesIO(b"notes")), purpose="user_data")
+    with signed_in(console, tmp_path) as page:
+        page.goto(f"{console.origin}/console/files")
+        page.select_option("#filters select[name=purpose]", "batch")
+        page.click("#filters button")
+        listed = page.inner_text("table.list")
+        assert batch_input.id in listed and notes.id not in listed and "purpose=batch" in page.url
+        page.select_option("#filters select[name=order]", "asc")
+        page.click("#filters button")
+        assert page.locator("#filters select[name=order]").input_value() == "asc"
+
+
 def test_a_form_without_its_csrf_token_is_refused(console: Console, tmp_path: Path) -> None:
     with console.api() as client:
         upload = client.files.create(file=("keep.txt", io.BytesIO(b"keep me")), purpose="user_data")
