@@ -12,8 +12,6 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from contract.batches.protocol import BATCH_ENDPOINTS
 from contract.caller import current_principal
 from contract.checks import validate_metadata
@@ -21,7 +19,8 @@ from contract.errors import InvalidRequestError
 from contract.files.protocol import FilesProvider
 from contract.ids import random_hex
 from contract.spec import Api, ProviderContext, ProviderSpec
-from providers.batches.runner import Runner, RunnerLimits
+from providers.batches.config import BuiltinBatchesConfig
+from providers.batches.runner import Runner
 from providers.batches.store import BatchStore
 
 __all__ = ["BUILTIN", "BuiltinBatches", "BuiltinBatchesConfig"]
@@ -29,22 +28,6 @@ __all__ = ["BUILTIN", "BuiltinBatches", "BuiltinBatchesConfig"]
 log = logging.getLogger("stack")
 
 WINDOWS = {"24h": 24 * 3600}
-
-
-class BuiltinBatchesConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    concurrency: int = Field(default=8, ge=1, description="requests of one batch under way at once")
-    max_concurrency: int = Field(default=16, ge=1, description="requests of all batches under way at once in one process")
-    beside_live: int = Field(default=1, ge=1, description=(
-        "requests of all batches under way in one process while interactive requests are in flight: batches give way to them"))
-    beside_live_interval_s: float = Field(default=0.01, ge=0, description=(
-        "while interactive requests are in flight, a batch request starts at most this often (in one process)"))
-    attempts: int = Field(default=5, ge=1, description="tries of a request that meets a 429 or 5xx, with backoff, within the window")
-    lease_s: float = Field(default=30.0, gt=0, description="a batch whose runner renewed its lease no longer than this ago is left to it")
-    max_requests: int = Field(default=50_000, ge=1, description="requests in one batch's file (OpenAI's limit)")
-    window_s: float | None = Field(default=None, gt=0, description=(
-        "the completion window's length, in place of the one asked (24h): for tests of expiry"))
 
 
 class BuiltinBatches:
@@ -149,9 +132,7 @@ async def create(context: ProviderContext[BuiltinBatchesConfig]) -> AsyncIterato
     config = context.config
     store = BatchStore(context.databases("batches"))
     await store.create_tables()
-    limits = RunnerLimits(config.concurrency, config.max_concurrency, config.attempts, config.lease_s, config.max_requests,
-                          config.beside_live, config.beside_live_interval_s)
-    runner = Runner(store, context.deps[Api.files], context.loopback, limits)
+    runner = Runner(store, context.deps[Api.files], context.loopback, config)
     batches = BuiltinBatches(store, context.deps[Api.files], runner, config)
     sweeper = asyncio.create_task(batches.sweep_forever(), name="batches sweep")
     try:

@@ -28,11 +28,12 @@ from contract.caller import CALLER
 from contract.files.protocol import FilesProvider
 from contract.ids import random_hex
 from contract.loopback import Loopback, LoopbackAnswer
+from providers.batches.config import BuiltinBatchesConfig
 from providers.batches.lines import Checker, Line, read_lines
 from providers.batches.store import BatchStore, Result, StoredBatch
 from runtime.storage import StorageUnavailableError, when_back
 
-__all__ = ["Runner", "RunnerLimits"]
+__all__ = ["Runner"]
 
 log = logging.getLogger("stack")
 
@@ -43,19 +44,10 @@ POLL_S = 0.5
 """How often a running batch renews its lease and looks for a cancel (a cancel stops it within this)."""
 
 
-class RunnerLimits:
-    def __init__(self, concurrency: int, max_concurrency: int, attempts: int, lease_s: float, max_lines: int, beside_live: int,
-                 beside_live_interval_s: float) -> None:
-        self.concurrency, self.max_concurrency, self.attempts, self.lease_s, self.max_lines = (
-            concurrency, max_concurrency, attempts, lease_s, max_lines)
-        self.beside_live = beside_live
-        self.beside_live_interval_s = beside_live_interval_s
-
-
 class Runner:
     """The batches this process runs."""
 
-    def __init__(self, store: BatchStore, files: FilesProvider, loopback: Loopback, limits: RunnerLimits) -> None:
+    def __init__(self, store: BatchStore, files: FilesProvider, loopback: Loopback, limits: BuiltinBatchesConfig) -> None:
         self.store = store
         self.files = files
         self.loopback = loopback
@@ -126,8 +118,8 @@ class Runner:
             total += 1
             if not total % 64:
                 await asyncio.sleep(0)  # checking lines is CPU: live requests are answered in between
-            if total > self.limits.max_lines:
-                await self._fail(batch["id"], "too_many_requests", f"The file has more than {self.limits.max_lines} requests.")
+            if total > self.limits.max_requests:
+                await self._fail(batch["id"], "too_many_requests", f"The file has more than {self.limits.max_requests} requests.")
                 state.batch["status"] = "failed"
                 return
             line = checker.check(number, raw)
@@ -174,7 +166,7 @@ class Runner:
             await gate.acquire()
             await self.slots.acquire()
             await self._give_way()
-            if state.stopping(batch):
+            if state.stopping():
                 gate.release()
                 self.slots.release()
                 break
@@ -194,7 +186,7 @@ class Runner:
         unrecorded = [outcome for outcome in outcomes if isinstance(outcome, BaseException)]
         for outcome in unrecorded[:1]:
             log.warning("batch %s: %d results not recorded (%s); the lines go again", batch["id"], len(unrecorded), outcome)
-        return bool(unrecorded) and not state.stopping(batch)
+        return bool(unrecorded) and not state.stopping()
 
     async def _give_way(self) -> None:
         """While interactive requests are in flight, the batches of this process keep at most
@@ -284,8 +276,8 @@ class _State:
         self.batch = batch
         self.cancelled = False
 
-    def stopping(self, batch: dict[str, Any]) -> bool:
-        return self.cancelled or time.time() >= batch["expires_at"]
+    def stopping(self) -> bool:
+        return self.cancelled or time.time() >= self.batch["expires_at"]
 
 
 def _result(line: Line, answer: LoopbackAnswer) -> Result:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from contract.caller import Principal
@@ -66,15 +67,16 @@ _COUNTS = Sql("SELECT ok, COUNT(*), COALESCE(SUM(input_tokens), 0), COALESCE(SUM
 _RESULTS = Sql("SELECT line, result FROM batch_results WHERE batch_id = :bid AND ok = :ok AND line > :after ORDER BY line LIMIT :limit")
 
 
+@dataclass(frozen=True, slots=True)
 class Result:
     """One finished request: its line, whether it goes to the output file (else the error file),
-    its tokens, and its line of that file."""
+    its line of that file, and its tokens."""
 
-    __slots__ = ("line", "ok", "input_tokens", "output_tokens", "text")
-
-    def __init__(self, line: int, ok: bool, text: str, input_tokens: int = 0, output_tokens: int = 0) -> None:
-        self.line, self.ok, self.text = line, ok, text
-        self.input_tokens, self.output_tokens = input_tokens, output_tokens
+    line: int
+    ok: bool
+    text: str
+    input_tokens: int = 0
+    output_tokens: int = 0
 
 
 class StoredBatch:

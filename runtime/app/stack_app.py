@@ -148,13 +148,13 @@ def create_app(stack: Stack) -> StackApp:
                                   all_routes=state.route_methods)
     if any(model.routed() for model in stack.plan.models):  # x-stack-deployment; no such model, no layer
         inner = AnsweredBy(inner)
-    if server.auth is not None:  # inside CORS, so a browser can read a 401; off, it costs nothing
+    auth = _AuthParts(stack, server.auth) if server.auth is not None else None  # one of each, the console's too
+    if server.auth is not None and auth is not None:  # inside CORS, so a browser can read a 401; off, it costs nothing
         quotas = Quotas(server.auth.quotas) if server.auth.quotas is not None else None
         if quotas is not None:
             stack.closing.append(quotas.aclose)  # Redis: the tokens not sent yet
         open_paths = OPEN_PATHS | ({server.metrics.path} if server.metrics is not None and server.metrics.open else set())
-        inner = AuthGuard(inner, authenticator=Authenticator(server.auth, _database_keys(stack, server.auth)), quotas=quotas,
-                          open_paths=open_paths, access=_access_policy(stack, server.auth))
+        inner = AuthGuard(inner, authenticator=auth.authenticator, quotas=quotas, open_paths=open_paths, access=auth.access)
     if server.cors is not None:
         inner = CORSMiddleware(
             inner,
@@ -165,7 +165,7 @@ def create_app(stack: Stack) -> StackApp:
             expose_headers=["x-request-id", "x-stack-deployment"],
         )
     if server.console:  # outside auth: the console signs in with a key into a session cookie, then reads the API as its principal
-        inner = ConsoleGate(inner, _console_context(stack, server.auth, metrics))
+        inner = ConsoleGate(inner, _console_context(stack, auth, metrics))
     # Outermost but one, and it counts requests when metrics are on: refusals (401, 413, 429, 503) are counted too.
     guard = RequestGuard(inner, max_body_bytes=server.max_request_bytes, route_limits=limits, form_paths=forms,
                                         draining=state.draining, metrics=metrics, tracing=state.tracing,
@@ -258,30 +258,36 @@ def _route_methods(routes: Routes, prefix: str) -> list[tuple[re.Pattern[str], s
     return [(compile_path(prefix + route.path)[0], set(route.methods)) for route in routes.routes if not route.websocket]
 
 
-def _console_context(stack: Stack, auth: AuthConfig | None, metrics: Metrics | None) -> ConsoleContext:
+class _AuthParts:
+    """What run.yaml's auth makes, built once: the authentication layer and the console use the
+    same objects (one key cache, one registry of principals)."""
+
+    def __init__(self, stack: Stack, auth: AuthConfig) -> None:
+        self.keys = _database_keys(stack, auth)
+        self.authenticator = Authenticator(auth, self.keys)
+        self.access = _access_policy(stack, auth)
+
+
+def _console_context(stack: Stack, auth: _AuthParts | None, metrics: Metrics | None) -> ConsoleContext:
     """What the console needs of the server (the console itself is imported on its first request)."""
 
-    authenticator = Authenticator(auth, _database_keys(stack, auth)) if auth is not None else None
-
     async def authenticate(key: str) -> Any:
-        if authenticator is None or not key:
+        if auth is None or not key:
             return None
         try:
-            return await authenticator.principal(Headers({"authorization": f"Bearer {key}"}))
+            return await auth.authenticator.principal(Headers({"authorization": f"Bearer {key}"}))
         except AuthFailed:
             return None
-
-    server = stack.plan.config.server
-    policy = _access_policy(stack, auth) if auth is not None else None
 
     async def admin(principal: Any) -> bool:
         if auth is None:
             return True  # auth off: whoever reaches the server operates it
-        if policy is None or principal is None:
+        if auth.access is None or principal is None:
             return False
-        grants = await policy.grants(principal)
+        grants = await auth.access.grants(principal)
         return grants is not None and "read" in grants and grants["read"] is None  # reads every owner's objects
 
-    return ConsoleContext(stack.loopback, authenticate if authenticator is not None else None, stack.plan.state_dir,
-                          secure=server.tls_certfile is not None, admin=admin,
-                          keys=_database_keys(stack, auth) if auth is not None else None, metrics=metrics.scrape if metrics is not None else None)
+    server = stack.plan.config.server
+    return ConsoleContext(stack.loopback, authenticate if auth is not None else None, stack.plan.state_dir,
+                          secure=server.tls_certfile is not None, admin=admin, keys=auth.keys if auth is not None else None,
+                          metrics=metrics.scrape if metrics is not None else None)

@@ -98,7 +98,7 @@ class Console:
 
     async def _static(self, request: Request) -> Response:
         name = request.path_params["name"]
-        if name not in ("console.css", "console.js", "events.js"):
+        if name not in ("console.css", "console.js"):
             return PlainTextResponse("Not found", 404)
         return FileResponse(HERE / "static" / name, headers={**SECURITY_HEADERS, "cache-control": "max-age=300"})
 

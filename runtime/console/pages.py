@@ -113,7 +113,7 @@ async def file_content(page: Page) -> Response:
     file_id = page.request.path_params["item_id"]
     answer = await page.console.context.loopback("GET", f"/v1/files/{file_id}/content", None, page.session.principal)
     headers = {**SECURITY_HEADERS, "content-disposition": "attachment", "content-type": "application/octet-stream"}
-    return Response(answer.body, answer.status if answer.status == 200 else answer.status, headers=headers)
+    return Response(answer.body, answer.status, headers=headers)
 
 
 async def file_delete(page: Page) -> Response:

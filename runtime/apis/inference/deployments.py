@@ -239,7 +239,7 @@ class ModelDeployments:
             except APIError as failed:
                 error = failed
                 continue
-            if not entry.provider_id.startswith(routed_provider_id("")):  # a routed fallback noted its own deployment
+            if not isinstance(provider, ModelDeployments):  # a fallback with deployments noted the one that answered
                 note_deployment(f"{entry.provider_id}/{entry.provider_model_id}")
             if (metrics := current_metrics()) is not None:
                 metrics.fallbacks.inc((self.model_id, model, reason))

@@ -1,7 +1,49 @@
-// The playground: each turn is sent to /console/api/responses (the CSRF token in a header) and its
-// server-sent events read as they come, the text shown delta by delta. Written here, with no
-// library: the console works with no network but the server's.
+// The console's script, written here with no library (the console works with no network but the
+// server's): a background response's events followed, and the playground, whose turns go to
+// /console/api/responses (the CSRF token in a header) and whose text is shown delta by delta.
 "use strict";
+
+// The JSON of each server-sent event of `response` as it comes, to `onEvent`.
+async function readEvents(response, onEvent) {
+  const reader = response.body.getReader();
+  const decoder = new TextDecoder();
+  let buffer = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    buffer += decoder.decode(value, { stream: true });
+    let end;
+    while ((end = buffer.indexOf("\n\n")) >= 0) {
+      const frame = buffer.slice(0, end);
+      buffer = buffer.slice(end + 2);
+      const data = frame.split("\n").filter((line) => line.startsWith("data:")).map((line) => line.slice(5).trim()).join("");
+      if (data && data !== "[DONE]") onEvent(JSON.parse(data));
+    }
+  }
+}
+
+// A background response's events page: its events followed as they are logged, each with the
+// time it reached the page.
+(async function () {
+  const table = document.getElementById("events");
+  if (!table) return;
+  const started = performance.now();
+  const response = await fetch("/console/api/responses/" + encodeURIComponent(table.dataset.responseId) + "/events",
+                               { credentials: "same-origin" });
+  if (!response.ok || !response.body) { table.insertAdjacentText("afterend", "Error " + response.status); return; }
+  let count = 0;
+  await readEvents(response, (payload) => {
+    const row = table.insertRow();
+    for (const text of [String(payload.sequence_number ?? count), "+" + Math.round(performance.now() - started) + " ms",
+                        payload.type, JSON.stringify(payload).slice(0, 300)]) {
+      row.insertCell().textContent = text;
+    }
+    count += 1;
+    if (payload.response && payload.response.status) document.getElementById("status").textContent = payload.response.status;
+  });
+})();
+
+// The playground.
 (function () {
   const form = document.getElementById("turn");
   if (!form) return;
@@ -104,31 +146,17 @@
       answer.textContent = "Error " + response.status + ": " + (await response.text());
       return;
     }
-    const reader = response.body.getReader();
-    const decoder = new TextDecoder();
-    let buffer = "";
-    for (;;) {
-      const { value, done } = await reader.read();
-      if (done) break;
-      buffer += decoder.decode(value, { stream: true });
-      let end;
-      while ((end = buffer.indexOf("\n\n")) >= 0) {
-        const frame = buffer.slice(0, end);
-        buffer = buffer.slice(end + 2);
-        const data = frame.split("\n").filter((line) => line.startsWith("data:")).map((line) => line.slice(5).trim()).join("");
-        if (!data || data === "[DONE]") continue;
-        const payload = JSON.parse(data);
-        if (payload.type === "response.output_text.delta") {
-          if (first === null) first = performance.now();
-          answer.textContent += payload.delta;
-        } else if (payload.type === "response.completed" || payload.type === "response.failed" || payload.type === "response.incomplete") {
-          finished(payload.response, answer, started, first);
-        } else if (payload.type === "error") {
-          answer.classList.add("error");
-          answer.textContent += "\n" + ((payload.error || payload).message || "error");
-        }
+    await readEvents(response, (payload) => {
+      if (payload.type === "response.output_text.delta") {
+        if (first === null) first = performance.now();
+        answer.textContent += payload.delta;
+      } else if (payload.type === "response.completed" || payload.type === "response.failed" || payload.type === "response.incomplete") {
+        finished(payload.response, answer, started, first);
+      } else if (payload.type === "error") {
+        answer.classList.add("error");
+        answer.textContent += "\n" + ((payload.error || payload).message || "error");
       }
-    }
+    });
   }
 
   function finished(done, answer, started, first) {

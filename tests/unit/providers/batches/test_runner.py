@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from providers.batches.runner import Runner, RunnerLimits
+from providers.batches.config import BuiltinBatchesConfig
+from providers.batches.runner import Runner
 
 
 class Load:
@@ -23,7 +24,7 @@ class Load:
 
 
 def runner(load: Load) -> Runner:
-    return Runner(store=None, files=None, loopback=load, limits=RunnerLimits(8, 16, 1, 30, 100, 1, 0.0))  # type: ignore[arg-type]
+    return Runner(store=None, files=None, loopback=load, limits=BuiltinBatchesConfig(beside_live=1, beside_live_interval_s=0))  # type: ignore[arg-type]
 
 
 async def test_with_no_interactive_request_a_batch_does_not_wait() -> None:
