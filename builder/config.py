@@ -272,6 +272,16 @@ class TracingConfig(_Strict):
     """Record prompts and completions on model call spans (they may hold personal data)."""
 
 
+class UsageConfig(_Strict):
+    """Usage over time (off unless configured): each principal's requests, tokens and errors per
+    model, minute by minute, in the `metadata` store, for the console's usage charts."""
+
+    retention_days: int = Field(default=90, ge=1, le=3660)
+    """Minutes older than this are deleted."""
+    flush_s: float = Field(default=10.0, gt=0, le=3600)
+    """How often a process writes the counts it added up; what it counted last shows this much later."""
+
+
 class LoggingConfig(_Strict):
     """Structured logs (off unless configured: plain text, no per-request context)."""
 
@@ -314,6 +324,7 @@ class ServerConfig(_Strict):
     metrics: MetricsConfig | None = None
     tracing: TracingConfig | None = None
     logging: LoggingConfig | None = None
+    usage: UsageConfig | None = None
     console: bool = False
     """The web console at /console (a playground, the stored objects, the server's state); off by
     default, on in the starter. Nothing of it is loaded until its first request."""

@@ -27,6 +27,7 @@ from runtime.apis.unconfigured import NotServed, not_served
 from runtime.security.auth import OPEN_PATHS, AuthFailed, AuthGuard, Authenticator
 from runtime.observability.metrics import CONTENT_TYPE, Metrics
 from runtime.observability.tracing import Tracing
+from runtime.security.usage import CountUsage, UsageLedger
 from runtime.security.quotas import Quotas
 from runtime.http.forms import FormFields
 from runtime.http.direct_routes import DirectRoutes, direct_routes
@@ -148,6 +149,8 @@ def create_app(stack: Stack) -> StackApp:
                                   all_routes=state.route_methods)
     if any(model.routed() for model in stack.plan.models):  # x-stack-deployment; no such model, no layer
         inner = AnsweredBy(inner)
+    if (usage := _usage_ledger(stack)) is not None:  # inside auth, which finds each request's principal
+        inner = CountUsage(inner, usage)
     auth = _AuthParts(stack, server.auth) if server.auth is not None else None  # one of each, the console's too
     if server.auth is not None and auth is not None:  # inside CORS, so a browser can read a 401; off, it costs nothing
         quotas = Quotas(server.auth.quotas) if server.auth.quotas is not None else None
@@ -165,7 +168,7 @@ def create_app(stack: Stack) -> StackApp:
             expose_headers=["x-request-id", "x-stack-deployment"],
         )
     if server.console:  # outside auth: the console signs in with a key into a session cookie, then reads the API as its principal
-        inner = ConsoleGate(inner, _console_context(stack, auth, metrics))
+        inner = ConsoleGate(inner, _console_context(stack, auth, metrics, usage))
     # Outermost but one, and it counts requests when metrics are on: refusals (401, 413, 429, 503) are counted too.
     guard = RequestGuard(inner, max_body_bytes=server.max_request_bytes, route_limits=limits, form_paths=forms,
                                         draining=state.draining, metrics=metrics, tracing=state.tracing,
@@ -268,7 +271,16 @@ class _AuthParts:
         self.access = _access_policy(stack, auth)
 
 
-def _console_context(stack: Stack, auth: _AuthParts | None, metrics: Metrics | None) -> ConsoleContext:
+def _usage_ledger(stack: Stack) -> UsageLedger | None:
+    config = stack.plan.config.server.usage
+    if config is None:
+        return None
+    ledger = UsageLedger(stack.storage.database("metadata"), config)
+    stack.closing.append(ledger.aclose)  # the counts of the last seconds
+    return ledger
+
+
+def _console_context(stack: Stack, auth: _AuthParts | None, metrics: Metrics | None, usage: UsageLedger | None) -> ConsoleContext:
     """What the console needs of the server (the console itself is imported on its first request)."""
 
     async def authenticate(key: str) -> Any:
@@ -290,4 +302,4 @@ def _console_context(stack: Stack, auth: _AuthParts | None, metrics: Metrics | N
     server = stack.plan.config.server
     return ConsoleContext(stack.loopback, authenticate if auth is not None else None, stack.plan.state_dir,
                           secure=server.tls_certfile is not None, admin=admin, keys=auth.keys if auth is not None else None,
-                          metrics=metrics.scrape if metrics is not None else None)
+                          metrics=metrics.scrape if metrics is not None else None, usage=usage)

@@ -29,3 +29,5 @@ class ConsoleContext:
     """The database keys (`runtime.security.keys.DatabaseKeys`) when run.yaml turns them on."""
     metrics: Callable[[], Awaitable[bytes]] | None = None
     """The server's Prometheus exposition, when metrics are on."""
+    usage: Any = None
+    """Usage over time (`runtime.security.usage.UsageLedger`) when run.yaml turns it on."""

@@ -34,13 +34,13 @@ import contextvars
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 from builder.config import QuotaConfig, QuotaLimits
 from contract.errors import APIError, ServiceUnavailableError
 
-__all__ = ["Quotas", "RateLimited", "meter_tokens", "reset_meter", "spend_tokens", "token_meter"]
+__all__ = ["Quotas", "RateLimited", "TokenMeter", "meter_tokens", "reset_meter", "spend_tokens", "token_meter", "usage_total"]
 
 log = logging.getLogger("stack")
 
@@ -296,13 +296,13 @@ class Quotas:
                         (b"x-ratelimit-reset-requests", reset))
         return headers
 
-    def meter(self, principal: str) -> Callable[[int], Awaitable[None]] | None:
+    def meter(self, principal: str) -> TokenMeter | None:
         """Where a request of `principal` records the tokens its model calls use (None: no token limit)."""
         if self.limits(principal).tokens_per_minute is None:
             return None
 
-        async def spend(tokens: int) -> None:
-            self.spend(principal, tokens)
+        async def spend(usage: Mapping[str, Any]) -> None:
+            self.spend(principal, usage_total(usage))
 
         return spend
 
@@ -328,15 +328,20 @@ def _refused(what: str, kind: str, limit: int, used: int, reset_s: int) -> RateL
 
 # --- token metering ----------------------------------------------------------------------------
 
-_meter: contextvars.ContextVar[Callable[[int], Awaitable[None]] | None] = contextvars.ContextVar("token_meter", default=None)
+TokenMeter = Callable[[Mapping[str, Any]], Awaitable[None]]
+"""Where a request's model calls report their `usage` (chat's names: `prompt_tokens`,
+`completion_tokens`, `total_tokens`): its quota (`Quotas.meter`), its usage over time
+(runtime.security.usage), or both."""
+
+_meter: contextvars.ContextVar[TokenMeter | None] = contextvars.ContextVar("token_meter", default=None)
 
 
-def token_meter() -> Callable[[int], Awaitable[None]] | None:
+def token_meter() -> TokenMeter | None:
     """Where the request being served records the tokens its model calls used (None: not metered)."""
     return _meter.get()
 
 
-def meter_tokens(record: Callable[[int], Awaitable[None]] | None) -> contextvars.Token[Any]:
+def meter_tokens(record: TokenMeter | None) -> contextvars.Token[Any]:
     return _meter.set(record)
 
 
@@ -345,12 +350,20 @@ def reset_meter(token: contextvars.Token[Any]) -> None:
 
 
 async def spend_tokens(usage: Any) -> None:
-    """Record a chat or embeddings `usage` object against the current request's quota."""
+    """Record a chat or embeddings `usage` object with the current request's meter (its quota, its
+    usage over time)."""
     record = _meter.get()
-    if record is None or not isinstance(usage, dict):
-        return
+    if record is not None and isinstance(usage, dict):
+        await record(usage)
+
+
+def usage_total(usage: Mapping[str, Any]) -> int:
+    """A usage object's tokens in all: `total_tokens`, else input and output added up."""
     total = usage.get("total_tokens")
-    if not isinstance(total, int):
-        total = int(usage.get("prompt_tokens") or 0) + int(usage.get("completion_tokens") or 0)
-    if total > 0:
-        await record(total)
+    if isinstance(total, int):
+        return total
+    return _count(usage.get("prompt_tokens")) + _count(usage.get("completion_tokens"))
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and value > 0 else 0

@@ -28,7 +28,7 @@ from contract.files.protocol import FilesProvider
 from contract.errors import NotFoundError
 from contract.ids import random_hex
 from runtime.storage.owners import owner_is_gone, process_owner
-from runtime.security.quotas import meter_tokens, reset_meter
+from runtime.security.quotas import TokenMeter, meter_tokens, reset_meter
 from runtime.storage import Database, Sql, StorageUnavailableError, insert_rows
 
 __all__ = ["Ingestor", "Job", "insert_chunks"]
@@ -79,7 +79,6 @@ class _LeaseLost(Exception):
     """The file was deleted, re-attached or cancelled under the worker."""
 
 
-TokenMeter = Callable[[int], Awaitable[None]]
 _MAX_METERS = 10_000
 
 

@@ -27,6 +27,7 @@ from runtime.apis.inference.upstream import (
 from contract.safety.protocol import SafetyProvider
 from contract.errors import APIError, InvalidRequestError
 from runtime.observability.logs import note_model
+from runtime.security.usage import note_model as note_used_model
 from runtime.observability.metrics import current_metrics, usage_counts
 from runtime.observability.tracing import current_tracing
 from runtime.security.quotas import token_meter
@@ -75,6 +76,7 @@ class InferenceRouter:
         the model by another name (`provider_id/model`, an alias): answers carry the client's id."""
         entry = await self.resolve(body.get("model"))
         note_model(body["model"])  # for the request's access line, as the client named it
+        note_used_model(body["model"])  # and its usage over time
         if entry.provider_model_id == body["model"]:
             return entry.provider_id, UpstreamRequest(body, raw), None
         return entry.provider_id, UpstreamRequest({**body, "model": entry.provider_model_id}), body["model"]

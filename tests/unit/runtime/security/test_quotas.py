@@ -128,7 +128,7 @@ def test_tokens_spent_on_one_replica_refuse_the_next_request_on_another_within_s
         assert await admitted(first, principal) and await admitted(second, principal)
         meter = first.meter(principal)
         assert meter is not None
-        await meter(150)
+        await meter({"total_tokens": 150})
         assert not await admitted(first, principal)  # at once where they were spent
         await asyncio.sleep(2 * SEND_S)
         with pytest.raises(RateLimited) as refused:
@@ -146,7 +146,7 @@ def test_tokens_not_sent_yet_are_sent_when_the_server_stops() -> None:
         principal = fresh()
         meter = first.meter(principal)
         assert meter is not None
-        await meter(120)
+        await meter({"total_tokens": 120})
         await first.aclose()  # before SEND_S has passed
         assert not await admitted(second, principal)
         await second.aclose()

@@ -5,7 +5,7 @@ client gets back, and what chat calls get besides (metrics, quotas, traces, heal
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ from runtime.apis.inference.router import InferenceRouter
 from runtime.apis.inference.store import ChatCompletionStore
 from runtime.observability.metrics import Metrics
 from runtime.observability.tracing import Tracing
-from runtime.security.quotas import meter_tokens, reset_meter
+from runtime.security.quotas import meter_tokens, reset_meter, usage_total
 from runtime.storage import open_database
 
 USAGE = {"input_tokens": 7, "cache_read_input_tokens": 10, "cache_creation_input_tokens": 2, "output_tokens": 5}
@@ -105,8 +105,8 @@ async def router(tmp_path: Path) -> AsyncIterator[tuple[InferenceRouter, FakeAnt
 def metered() -> Iterator[tuple[Metrics, list[int]]]:
     metrics, spent = Metrics(), []
 
-    async def record(tokens: int) -> None:
-        spent.append(tokens)
+    async def record(usage: Mapping[str, Any]) -> None:
+        spent.append(usage_total(usage))
 
     entered, meter = metrics.enter(), meter_tokens(record)
     yield metrics, spent
