@@ -17,7 +17,7 @@ from starlette.types import Receive, Scope, Send
 
 from runtime.console.context import ConsoleContext
 from runtime.console.page import SECURITY_HEADERS, Page, Views
-from runtime.console import more_pages, operate, pages, playground
+from runtime.console import more_pages, operate, pages, playground, usage
 from runtime.console.session import COOKIE, LIFETIME_S, Session, SessionKeys
 
 __all__ = ["Console"]
@@ -42,7 +42,7 @@ class Console:
         self.templates.filters["q"] = lambda value: quote(str(value), safe="")
         routes = [Route("/console/login", self._login, methods=["GET", "POST"]), Route("/console/logout", self._logout, methods=["POST"]),
                   Route("/console/static/{name}", self._static)]
-        for path, handler, methods in [*pages.ROUTES, *more_pages.ROUTES, *playground.ROUTES, *operate.ROUTES]:
+        for path, handler, methods in [*pages.ROUTES, *more_pages.ROUTES, *playground.ROUTES, *operate.ROUTES, *usage.ROUTES]:
             routes.append(Route(f"/console{path}", self._page(handler), methods=methods))
         self.router = Router(routes)
 
@@ -98,7 +98,7 @@ class Console:
 
     async def _static(self, request: Request) -> Response:
         name = request.path_params["name"]
-        if name not in ("console.css", "console.js"):
+        if name not in ("console.css", "console.js", "operate.js"):
             return PlainTextResponse("Not found", 404)
         return FileResponse(HERE / "static" / name, headers={**SECURITY_HEADERS, "cache-control": "max-age=300"})
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from starlette.responses import RedirectResponse, Response, StreamingResponse
 
+from runtime.console.citations import citations
 from runtime.console.page import SECURITY_HEADERS, Page
 
 __all__ = ["ROUTES"]
@@ -24,7 +25,7 @@ async def conversation(page: Page) -> Response:
     if status != 200:
         return page.failed(status, body)
     _, items = await page.api("GET", f"/conversations/{conversation_id}/items?limit=100&order=asc")
-    return page.render("conversation.html", conversation=body, items=(items or {}).get("data") or [])
+    return page.render("conversation.html", conversation=body, items=(items or {}).get("data") or [], citations=citations)
 
 
 async def prompt(page: Page) -> Response:

@@ -5,13 +5,14 @@ owner's objects, or for everyone when auth is off; anyone else gets a 404, as fo
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 
-from runtime.console.page import Page
+from runtime.console.page import SECURITY_HEADERS, Page
 
-__all__ = ["ROUTES"]
+__all__ = ["ROUTES", "sampled"]
 
 
 async def _admitted(page: Page) -> bool:
@@ -57,8 +58,40 @@ async def _show(page: Page, created: dict[str, Any] | None) -> Response:
     exposition = await scrape() if scrape is not None else None
     counts = _counts(exposition) if exposition is not None else None
     latency = _latency(exposition) if exposition is not None else None
+    routed = {name: state for name, state in ((health or {}).get("providers") or {}).items() if isinstance(state, dict) and "deployments" in state}
     return page.render("operate.html", providers=(providers or {}).get("data") or [], health=health or {}, keys=listed,
-                       created=created, counts=counts, latency=latency)
+                       created=created, counts=counts, latency=latency, routed=routed, live=scrape is not None)
+
+
+async def live(page: Page) -> Response:
+    """The counts the live view turns into rates and percentiles, read again every few seconds:
+    API requests and their server errors, and the request time and the first token's time as
+    cumulative histogram buckets summed over routes and models."""
+    scrape = page.console.context.metrics
+    if not await _admitted(page) or scrape is None:
+        return _not_found(page)
+    return JSONResponse(sampled(await scrape(), time.time()), headers=SECURITY_HEADERS)
+
+
+def sampled(exposition: bytes, now: float) -> dict[str, Any]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    requests = errors = 0.0
+    buckets: dict[str, dict[float, float]] = {"duration": {}, "first_token": {}}
+    for family in text_string_to_metric_families(exposition.decode()):
+        for sample in family.samples:
+            if not str(sample.labels.get("route", "/v1/")).startswith("/v1/"):
+                continue  # the console's own pages and /metrics are not the traffic watched
+            if sample.name == "stack_requests_total":
+                requests += sample.value
+                errors += sample.value if str(sample.labels.get("status", "")).startswith("5") else 0
+            elif sample.name in ("stack_request_duration_seconds_bucket", "stack_upstream_time_to_first_token_seconds_bucket"):
+                kind = "duration" if sample.name.startswith("stack_request") else "first_token"
+                bound = float(sample.labels["le"])
+                buckets[kind][bound] = buckets[kind].get(bound, 0.0) + sample.value
+    return {"t": now, "requests": requests, "server_errors": errors,
+            **{kind: [[None if bound == float("inf") else bound, count] for bound, count in sorted(found.items())]
+               for kind, found in buckets.items()}}
 
 
 def _latency(exposition: bytes) -> list[tuple[str, str, int, str, str]]:
@@ -105,4 +138,4 @@ def _counts(exposition: bytes) -> dict[str, list[tuple[str, float]]]:
     return {name: sorted(rows, key=lambda row: -row[1])[:30] for name, rows in found.items()}
 
 
-ROUTES = [("/operate", operate, ["GET"]), ("/operate/keys", create_key, ["POST"]), ("/operate/keys/{key_id}/revoke", revoke_key, ["POST"])]
+ROUTES = [("/operate", operate, ["GET"]), ("/operate/live", live, ["GET"]), ("/operate/keys", create_key, ["POST"]), ("/operate/keys/{key_id}/revoke", revoke_key, ["POST"])]

@@ -9,6 +9,7 @@ from urllib.parse import urlencode
 
 from starlette.responses import RedirectResponse, Response
 
+from runtime.console.citations import citations
 from runtime.console.page import SECURITY_HEADERS, Page
 
 __all__ = ["ROUTES"]
@@ -60,7 +61,8 @@ async def response(page: Page) -> Response:
     if status != 200:
         return page.failed(status, body)
     _, inputs = await page.api("GET", f"/responses/{response_id}/input_items?limit=100&order=asc")
-    return page.render("response.html", response=body, created=_when(body.get("created_at")), inputs=(inputs or {}).get("data") or [])
+    return page.render("response.html", response=body, created=_when(body.get("created_at")), inputs=(inputs or {}).get("data") or [],
+                       citations=citations)
 
 
 async def chats(page: Page) -> Response:

@@ -10,6 +10,7 @@ import io
 import json
 import os
 import shutil
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,9 +18,10 @@ from typing import Any
 
 import openai
 import pytest
+from playwright.sync_api import expect
 
-from fake_mcp.servers import McpServers, running_mcp_servers
-from fake_upstream import CHAT_MODEL, running_fake_upstream
+from fake_mcp.servers import TOKEN, McpServers, running_mcp_servers
+from fake_upstream import CHAT_MODEL, FakeUpstream, running_fake_upstream
 from runtime.testing.targets import StackTarget, open_target
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -34,6 +36,7 @@ class Console:
     target: StackTarget
     browser: Any
     mcp: McpServers
+    upstream: FakeUpstream
 
     @property
     def origin(self) -> str:
@@ -60,10 +63,12 @@ providers:
   prompts: [{{provider_id: builtin, provider_type: builtin}}]
   files: [{{provider_id: local, provider_type: local}}]
   vector_stores: [{{provider_id: builtin, provider_type: builtin}}]
-  tool_runtime: [{{provider_id: mcp, provider_type: mcp, config: {{allow_private: [127.0.0.1]}}}}]
+  tool_runtime: [{{provider_id: mcp, provider_type: mcp, config: {{allow_private: [127.0.0.1]}}}},
+                 {{provider_id: file_search, provider_type: file_search}}]
 server:
   console: true
   metrics: {{}}
+  usage: {{flush_s: 0.2}}
   auth:
     api_keys:
       - {{principal: alice, key: {KEYS['alice']}, attributes: {{roles: [admin]}}}}
@@ -76,7 +81,7 @@ server:
         with open_target(f"server:{config}", env={**os.environ, "STACK_RECORDING_MODE": "live"}) as target, sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
             try:
-                yield Console(target, browser, mcp)
+                yield Console(target, browser, mcp, upstream)
             finally:
                 browser.close()
 
@@ -161,6 +166,104 @@ def test_an_mcp_call_waits_for_its_approval_which_a_click_gives(console: Console
         assert "Tool result:" in page.locator("#conversation .assistant").last.inner_text()
 
 
+COMPLETED = "() => document.querySelector('#stats').textContent.startsWith('completed')"
+PARAMETERS = {"type": "object", "properties": {"order": {"type": "string"}}, "required": ["order"], "additionalProperties": False}
+
+
+def open_tools(page: Any, console: Console) -> None:
+    page.goto(f"{console.origin}/console/playground")
+    page.select_option("#model", MODEL)
+    page.click("#tools-panel summary")
+
+
+def test_a_function_tool_built_with_the_form_reaches_the_model(console: Console, tmp_path: Path) -> None:
+    ask = '[tool:lookup_order {"order": "A1"}]'
+    with signed_in(console, tmp_path) as page:
+        open_tools(page, console)
+        page.click("#add-function")
+        page.fill("#functions .tool-name", "lookup_order")
+        page.fill("#functions .tool-description", "Finds an order by its number")
+        page.fill("#functions .tool-parameters", '{"type": "object", "properties": ')
+        assert "The parameters are not valid JSON" in page.inner_text("#functions .tool-error")  # said as it is typed
+        page.fill("#input", ask)
+        page.click("#send")
+        assert page.inner_text("#stats").startswith("Tools: function lookup_order: its parameters are not valid JSON")
+        assert page.input_value("#input") == ask and page.locator("#conversation .turn").count() == 0  # nothing sent, nothing lost
+        page.fill("#functions .tool-parameters", "[]")
+        assert "not a JSON object" in page.inner_text("#functions .tool-error")
+        page.fill("#functions .tool-parameters", json.dumps(PARAMETERS))
+        assert page.inner_text("#functions .tool-error") == ""
+        page.check("#functions .tool-strict")
+        page.locator("#tools-panel").evaluate("panel => panel.scrollIntoView()")
+        snapshot(page, "tools")
+        page.click("#add-function")  # a second one, removed again
+        page.locator("#functions .function-tool").nth(1).locator(".remove-tool").click()
+        assert page.locator("#functions .function-tool").count() == 1
+        page.click("#show-code")
+        assert page.inner_text("#stats") == ""  # the mistake put right, its message gone
+        code = page.inner_text("#code")  # the SDK's call and curl's body both carry the tool
+        assert '"name":"lookup_order"' in code and '"strict":True' in code  # the SDK's keyword arguments
+        assert '"name": "lookup_order"' in code and '"strict": true' in code  # curl's JSON
+        asked = len(console.upstream.requests)
+        page.click("#send")
+        page.wait_for_selector("#conversation .call")
+        assert page.inner_text("#conversation .call").startswith('lookup_order({"order": "A1"})')
+    [sent] = [r.body for r in console.upstream.requests[asked:] if r.path.endswith("/chat/completions")]
+    assert sent["tools"] == [{"type": "function", "function": {"name": "lookup_order", "description": "Finds an order by its number",
+                                                               "parameters": PARAMETERS, "strict": True}}]
+
+
+def test_an_mcp_server_built_with_the_form_gets_its_token_which_the_console_keeps_nowhere(console: Console, tmp_path: Path) -> None:
+    with signed_in(console, tmp_path) as page:
+        open_tools(page, console)
+        page.click("#add-mcp")
+        page.fill("#mcps .mcp-label", "vault")
+        page.fill("#mcps .mcp-url", console.mcp.private)  # 401 without the token
+        page.select_option("#mcps .mcp-approval", "never")
+        page.fill("#mcps .mcp-allowed", "weather, echo")
+        page.fill("#mcps .mcp-authorization", TOKEN)
+        page.fill("#input", '[tool:weather {"city": "Oslo"}]')
+        page.click("#show-code")
+        code = page.inner_text("#code")
+        assert TOKEN not in code and '"authorization": "..."' in code and '"allowed_tools": [\n' in code
+        page.click("#send")
+        page.wait_for_function(COMPLETED)
+        assert "21.5" in page.inner_text("#conversation .tool")
+        page.click("#stats a")
+        assert "vault" in page.inner_text("main") and TOKEN not in page.content()
+
+
+def test_a_file_search_tool_from_the_store_select_cites_its_files_as_links(console: Console, tmp_path: Path) -> None:
+    with console.api() as client:
+        upload = client.files.create(file=("keeper.md", io.BytesIO(b"In fog the keeper sounds the horn twice a minute.")),
+                                     purpose="assistants")
+        store = client.vector_stores.create(name="keeping", file_ids=[upload.id])
+        deadline = time.monotonic() + 20
+        while client.vector_stores.retrieve(store.id).status == "in_progress" and time.monotonic() < deadline:
+            time.sleep(0.05)
+    ask = '[tool:file_search {"queries": ["fog horn"]}] [answer {"text": "In fog the keeper sounds the horn [1]."}]'
+    with signed_in(console, tmp_path) as page:
+        open_tools(page, console)
+        assert page.locator("#web-search").count() == 0 and "No web search backend" in page.inner_text("#no-web-search")
+        page.select_option("#file-search-stores", store.id)
+        page.fill("#file-search-max", "3")
+        page.fill("#input", ask)
+        page.click("#send")
+        page.wait_for_function(COMPLETED)
+        assert "file_search_call" in page.inner_text("#conversation .tool")
+        cited = page.locator("#conversation a.citation")
+        assert cited.inner_text() == "keeper.md" and cited.get_attribute("href") == f"/console/files/{upload.id}"
+        response_id = page.get_attribute("#conversation .assistant", "data-response-id")
+        page.click("#stats a")
+        cited = page.locator(".output a.citation")
+        assert cited.inner_text() == "keeper.md" and cited.get_attribute("href") == f"/console/files/{upload.id}"
+        cited.click()
+        assert page.inner_text("h1") == "File keeper.md"
+    with console.api() as client:
+        [tool] = client.responses.retrieve(response_id).tools  # type: ignore[arg-type]
+    assert tool.type == "file_search" and tool.vector_store_ids == [store.id] and tool.max_num_results == 3
+
+
 PIXEL = bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010806000000"
                       "1f15c4890000000d49444154789c63f8cfc0f01f0005000201e2a5c1e50000000049454e44ae426082")
 
@@ -227,6 +330,37 @@ def test_the_operator_makes_a_key_shown_once_and_revokes_it(console: Console, tm
         assert page.locator("#operate").count() == 0
         page.goto(f"{console.origin}/console/operate")
         assert page.inner_text("#error") == "No such page."
+
+
+def test_usage_charts_per_model_and_principal_and_the_live_view(console: Console, tmp_path: Path) -> None:
+    with console.api("bob") as bob:
+        for _ in range(3):
+            bob.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "count me"}])
+    with signed_in(console, tmp_path, "bob") as page:  # not an operator: its own usage only, by model
+        page.click("text=Usage")
+        page.select_option("select[name=range]", "1h")
+        page.click("form.filters button")
+        totals = page.inner_text("#usage-totals")
+        assert MODEL in totals and page.locator("select[name=by]").count() == 0
+        assert page.locator("#chart-requests rect").count() >= 1 and page.locator("#chart-tokens rect").count() >= 1
+        page.goto(f"{console.origin}/console/usage?range=1h&by=principal")  # asked for anyway: still by model, its own
+        assert "alice" not in page.inner_text("#usage-totals")
+    with signed_in(console, tmp_path) as page:
+        page.goto(f"{console.origin}/console/usage?range=1h&by=principal")
+        rows = page.inner_text("#usage-totals")
+        assert "bob" in rows and "alice" in rows
+        snapshot(page, "usage")
+        page.click("#operate")
+        rate = page.locator("#live-rate")
+        expect(rate).not_to_have_text("–", timeout=10_000)  # a second sample: a rate (the page's script may not eval a string)
+        with console.api("alice") as alice:
+            for _ in range(50):
+                alice.models.list()
+                if float(rate.inner_text()) > 0:
+                    break
+                page.wait_for_timeout(200)
+        assert float(rate.inner_text()) > 0 and page.locator("#live-chart polyline").count() == 1
+        assert page.inner_text("#live-p50").endswith("ms")
 
 
 def test_another_principal_sees_none_of_it(console: Console, tmp_path: Path) -> None:

@@ -1,6 +1,7 @@
 // The console's script, written here with no library (the console works with no network but the
 // server's): a background response's events followed, and the playground, whose turns go to
-// /console/api/responses (the CSRF token in a header) and whose text is shown delta by delta.
+// /console/api/responses (the CSRF token in a header) and whose text is shown delta by delta, and
+// whose tools are built by forms (templates/playground_tools.html).
 "use strict";
 
 // The JSON of each server-sent event of `response` as it comes, to `onEvent`.
@@ -43,6 +44,111 @@ async function readEvents(response, onEvent) {
   });
 })();
 
+// The playground's tool forms: the request's `tools` are those the forms build, in the order shown
+// (functions, MCP servers, file_search, web_search), then those of the JSON box. A mistake throws
+// an Error saying which tool and why; the caller shows it and sends nothing.
+const playgroundTools = {
+  build(form) {
+    const tools = [];
+    form.querySelectorAll("#functions .function-tool").forEach((box, index) => tools.push(this.functionTool(box, index + 1)));
+    form.querySelectorAll("#mcps .mcp-tool").forEach((box, index) => tools.push(this.mcpTool(box, index + 1)));
+    for (const tool of [this.fileSearch(form), this.webSearch(form)]) if (tool) tools.push(tool);
+    return tools.concat(this.raw(form));
+  },
+
+  // What is wrong with a function's parameters (a JSON Schema: a JSON object), or null.
+  parametersError(text) {
+    if (!text.trim()) return null;  // empty: a function of no parameters
+    let value;
+    try { value = JSON.parse(text); } catch (error) { return "not valid JSON (" + error.message + ")"; }
+    if (value === null || typeof value !== "object" || Array.isArray(value)) {
+      return "not a JSON object (a JSON Schema such as {\"type\": \"object\", \"properties\": {}})";
+    }
+    return null;
+  },
+
+  functionTool(box, number) {
+    const name = box.querySelector(".tool-name").value.trim();
+    if (!name) throw new Error("function " + number + " has no name.");
+    const text = box.querySelector(".tool-parameters").value;
+    const error = this.parametersError(text);
+    if (error) throw new Error("function " + name + ": its parameters are " + error + ".");
+    const tool = { type: "function", name: name };
+    const description = box.querySelector(".tool-description").value.trim();
+    if (description) tool.description = description;
+    tool.parameters = text.trim() ? JSON.parse(text) : { type: "object", properties: {} };
+    tool.strict = box.querySelector(".tool-strict").checked;
+    return tool;
+  },
+
+  mcpTool(box, number) {
+    const field = (selector) => box.querySelector(selector).value.trim();
+    const label = field(".mcp-label"), url = field(".mcp-url"), connector = field(".mcp-connector");
+    if (!label) throw new Error("MCP server " + number + " has no server label.");
+    if (url && connector) throw new Error("MCP server " + label + ": give a server URL or a connector, not both.");
+    const tool = { type: "mcp", server_label: label };
+    if (url) tool.server_url = url;
+    else if (connector) tool.connector_id = connector;
+    tool.require_approval = box.querySelector(".mcp-approval").value;
+    const allowed = field(".mcp-allowed").split(",").map((name) => name.trim()).filter(Boolean);
+    if (allowed.length) tool.allowed_tools = allowed;
+    const token = field(".mcp-authorization");  // only ever in this request: never stored, never in View code
+    if (token) tool.authorization = token;
+    return tool;
+  },
+
+  fileSearch(form) {
+    const select = form.querySelector("#file-search-stores");
+    const ids = select ? Array.from(select.selectedOptions, (option) => option.value) : [];
+    if (!ids.length) return null;
+    const tool = { type: "file_search", vector_store_ids: ids };
+    const max = form.querySelector("#file-search-max").value.trim();
+    if (max) {
+      const count = Number(max);
+      if (!Number.isInteger(count) || count < 1 || count > 50) throw new Error("file_search: max results is a whole number from 1 to 50.");
+      tool.max_num_results = count;
+    }
+    return tool;
+  },
+
+  webSearch(form) {
+    const on = form.querySelector("#web-search-on");
+    if (!on || !on.checked) return null;
+    const size = form.querySelector("#web-search-size").value;
+    return size ? { type: "web_search", search_context_size: size } : { type: "web_search" };
+  },
+
+  // The JSON box: an array of tools (one tool object alone is taken as one tool).
+  raw(form) {
+    const text = form.querySelector("#tools").value.trim();
+    if (!text) return [];
+    let value;
+    try { value = JSON.parse(text); } catch (error) { throw new Error("the JSON box is not valid JSON: " + error.message); }
+    if (value !== null && typeof value === "object" && !Array.isArray(value)) return [value];
+    if (!Array.isArray(value)) throw new Error("the JSON box holds a JSON array of tools ([{\"type\": ...}, ...]).");
+    return value;
+  },
+
+  // Add and Remove buttons, and each function's parameters checked as they are typed.
+  wire(form) {
+    form.addEventListener("click", (event) => {
+      const button = event.target.closest("button");
+      if (button && button.classList.contains("add-tool")) {
+        const box = document.getElementById(button.dataset.template).content.firstElementChild.cloneNode(true);
+        document.getElementById(button.dataset.list).appendChild(box);
+        box.querySelector("input").focus();
+      } else if (button && button.classList.contains("remove-tool")) {
+        button.closest("fieldset").remove();
+      }
+    });
+    form.addEventListener("input", (event) => {
+      if (!event.target.classList.contains("tool-parameters")) return;
+      const error = this.parametersError(event.target.value);
+      event.target.closest("fieldset").querySelector(".tool-error").textContent = error ? "The parameters are " + error + "." : "";
+    });
+  },
+};
+
 // The playground.
 (function () {
   const form = document.getElementById("turn");
@@ -59,8 +165,8 @@ async function readEvents(response, onEvent) {
     if (data.get("temperature")) body.temperature = Number(data.get("temperature"));
     if (data.get("max_output_tokens")) body.max_output_tokens = Number(data.get("max_output_tokens"));
     if (data.get("effort")) body.reasoning = { effort: data.get("effort"), summary: "auto" };
-    const tools = (data.get("tools") || "").trim();
-    if (tools) body.tools = JSON.parse(tools);  // a mistake is shown by the caller
+    const tools = playgroundTools.build(form);  // a mistake throws: the caller shows it
+    if (tools.length) body.tools = tools;
     if (form.dataset.conversation) body.conversation = form.dataset.conversation;  // the conversation keeps the turns
     else if (previous) body.previous_response_id = previous;
     return body;
@@ -70,6 +176,19 @@ async function readEvents(response, onEvent) {
     const body = settings();
     body.input = new FormData(form).get("input");
     return body;
+  }
+
+  // Whether the settings and tools make a request; if not, why, in the stats line (tools panel opened).
+  function valid() {
+    try {
+      settings();
+      if (stats.textContent.startsWith("Tools: ")) stats.textContent = "";  // an earlier mistake, now put right
+      return true;
+    } catch (error) {
+      stats.textContent = "Tools: " + error.message;
+      form.querySelector("#tools-panel").open = true;
+      return false;
+    }
   }
 
   function element(tag, className, text) {
@@ -85,18 +204,32 @@ async function readEvents(response, onEvent) {
     return div;
   }
 
+  // A citation as a link: a cited file to its console page, a cited web page (http or https only:
+  // never a javascript: URL) in a new tab, without a referrer. Anything else is no link.
+  function citation(note) {
+    if ((note.type === "file_citation" || note.type === "container_file_citation") && note.file_id) {
+      const link = element("a", "citation", note.filename || note.file_id);
+      link.href = "/console/files/" + encodeURIComponent(note.file_id);
+      return link;
+    }
+    if (note.type === "url_citation" && /^https?:\/\//i.test(note.url || "")) {
+      const link = element("a", "citation", note.title || note.url);
+      link.href = note.url; link.rel = "noreferrer"; link.target = "_blank";
+      return link;
+    }
+    return null;
+  }
+
   // The items of a finished turn other than its text: tool calls and their results, approvals
   // asked (as buttons), a function call waiting for its result (a box to type it in), reasoning.
   function showItems(done, answer) {
     for (const item of done.output || []) {
       if (item.type === "message") {
+        const shown = new Set();  // each cited file or page once, however often cited
         for (const part of item.content || []) {
           for (const note of part.annotations || []) {
-            if (note.type === "url_citation" && /^https?:/.test(note.url)) {
-              const link = element("a", "citation", note.title || note.url);
-              link.href = note.url; link.rel = "noreferrer"; link.target = "_blank";
-              answer.appendChild(element("br")); answer.appendChild(link);
-            }
+            const link = citation(note);
+            if (link && !shown.has(link.href)) { shown.add(link.href); answer.appendChild(element("br")); answer.appendChild(link); }
           }
         }
       } else if (item.type === "mcp_approval_request") {
@@ -130,8 +263,8 @@ async function readEvents(response, onEvent) {
   }
 
   async function turn(input, shown) {
-    let body;
-    try { body = settings(); } catch (error) { stats.textContent = "The tools are not valid JSON: " + error.message; return; }
+    if (!valid()) return;
+    const body = settings();
     body.input = input;
     bubble("user", shown);
     const answer = bubble("assistant", "");
@@ -193,6 +326,7 @@ async function readEvents(response, onEvent) {
 
   async function send(event) {
     event.preventDefault();
+    if (!valid()) return;  // before the message is taken from its box: it stays there to send again
     const input = form.querySelector("#input");
     const text = input.value;
     input.value = "";
@@ -203,9 +337,11 @@ async function readEvents(response, onEvent) {
   }
 
   function showCode() {
-    let body;
-    try { body = request(); } catch (error) { stats.textContent = "The tools are not valid JSON: " + error.message; return; }
+    if (!valid()) return;
+    const body = request();
     body.stream = true;
+    // An MCP server's token stays out of code that is copied, pasted and shown: "..." as the key is.
+    for (const tool of body.tools || []) if (tool.authorization) tool.authorization = "...";
     const json = JSON.stringify(body, null, 2);
     const args = Object.entries(body).map(([key, value]) => "    " + key + "=" + JSON.stringify(value).replace(/\btrue\b/g, "True")
       .replace(/\bfalse\b/g, "False").replace(/\bnull\b/g, "None") + ",").join("\n");
@@ -216,6 +352,7 @@ async function readEvents(response, onEvent) {
     code.hidden = false;
   }
 
+  playgroundTools.wire(form);
   form.addEventListener("submit", send);
   document.getElementById("reset").addEventListener("click", () => { previous = null; conversation.textContent = ""; stats.textContent = ""; });
   document.getElementById("show-code").addEventListener("click", showCode);
