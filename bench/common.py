@@ -45,7 +45,7 @@ def compile_project() -> None:
     wheel's modules when it installs them. This checkout is installed in editable mode, and this
     machine sets PYTHONDONTWRITEBYTECODE=1, so Python would compile every module from source at
     each start (about 100 ms of it). What is compiled lands in __pycache__ (ignored by git)."""
-    packages = [str(ROOT / name) for name in ("builder", "runtime", "providers", "distributions")]
+    packages = [str(ROOT / name) for name in ("contract", "builder", "runtime", "providers", "distributions")]
     subprocess.run([sys.executable, "-m", "compileall", "-q", *packages], check=True, stdout=subprocess.DEVNULL)
 
 
