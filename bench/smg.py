@@ -13,8 +13,12 @@ same round):
 
 - chat, non-streamed, requests/s at c=32, with the server's CPU per request;
 - chat, streamed (64 tokens), streams/s at c=32, with the server's CPU per stream;
-- chat, non-streamed, added p50 at c=1;
-- chat, streamed, time to the first content added at c=1;
+- chat, non-streamed, added p50 at c=1, and the p99 and p99.9;
+- chat, streamed, time to the first content added at c=1, and its p99 and p99.9;
+- the production configuration (`--no-production` leaves it out): SMG with its log at `info` and its
+  Prometheus metrics, the project with bench/chat-production-run.yaml (API keys, quotas in the
+  process, metrics, a JSON access log, traces sampled at 10 % exported over OTLP): chat req/s at
+  c=32, CPU per request, added p50 at c=1;
 - conversation items: create one, and list `limit=100`, p50 in a conversation of 1,000 items;
 - the same on PostgreSQL, both servers durable (`--postgres`, on by default; `--no-postgres`);
 - start-up: from exec to the first `/v1/models` that lists the upstream's model;
@@ -32,9 +36,11 @@ server again, on a fresh database of the server at `--postgres` (an admin DSN: t
 and drops the databases): SMG with `--history-backend postgres`, the project with
 `bench/stack-pg-run.yaml`. The PostgreSQL server is not pinned; it serves both alike.
 
-    .venv/bin/python bench/smg.py [--rounds 2] [--duration 8] [--requests 1000] [--no-prompt-client] [--json PATH]
+    .venv/bin/python bench/smg.py [--rounds 2] [--duration 8] [--requests 1000] [--no-prompt-client] [--no-production] [--json PATH]
 
-Each row prints SMG, the project and the ratio (above 1: the project is better).
+Each row prints SMG, the project and the ratio (above 1: the project is better), and for the
+throughput and tail rows the project against the upstream alone measured in the same round (the
+physical limit: x0.50 on chat req/s is half the upstream's own rate on its core).
 """
 
 from __future__ import annotations
@@ -65,6 +71,7 @@ from common import (  # noqa: E402
 SMG_VERSION = "1.13.0"
 RUN_YAML = ROOT / "bench" / "stack-run.yaml"
 PG_RUN_YAML = ROOT / "bench" / "stack-pg-run.yaml"
+PRODUCTION_RUN_YAML = ROOT / "bench" / "chat-production-run.yaml"
 ADMIN_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 MODEL = "fake-model"
 MESSAGE = "[tokens:64] benchmark"
@@ -115,6 +122,22 @@ def servers(upstream_url: str, state: Path, smg_log_level: str, dsn: str | None 
 
     env = stack_env(upstream_url, state) | ({"BENCH_POSTGRES_DSN": dsn} if dsn else {})
     return [Server("SMG", smg_argv, dict(os.environ)), Server("project", stack_argv, env)]
+
+
+def production_servers(upstream_url: str, state: Path) -> list[Server]:
+    """Both servers configured as they run in production (see `measure_production`)."""
+    smg = smg_binary()
+    prometheus_port = free_port()
+
+    def smg_argv(port: int) -> list[str]:
+        return [str(smg), "launch", "--backend", "openai", "--worker-urls", upstream_url, "--history-backend", "memory",
+                "--host", HOST, "--port", str(port), "--prometheus-host", HOST, "--prometheus-port", str(prometheus_port),
+                "--log-level", "info"]
+
+    def stack_argv(port: int) -> list[str]:
+        return [STACK, "run", str(PRODUCTION_RUN_YAML), "--port", str(port)]
+
+    return [Server("SMG", smg_argv, dict(os.environ)), Server("project", stack_argv, stack_env(upstream_url, state))]
 
 
 @contextlib.asynccontextmanager
@@ -225,6 +248,8 @@ async def measure(server: Server, upstream_port: int, upstream_pid: int, options
             else:
                 measured["plain_added_ms"] = (percentile(samples["server"].totals, 0.5)
                                               - percentile(samples["upstream"].totals, 0.5))
+            measured |= tails("stream_first" if stream else "plain", samples["server"].firsts if stream else samples["server"].totals,
+                              samples["upstream"].firsts if stream else samples["upstream"].totals)
         for kind, stream in (("plain", False), ("stream", True)):
             throughput = await measure_throughput(port, chat(port, stream), 32, options.duration, 2.0,
                                                   {"stack": process.pid, "upstream": upstream_pid})
@@ -232,7 +257,36 @@ async def measure(server: Server, upstream_port: int, upstream_pid: int, options
                 raise RuntimeError(f"{server.name}: {throughput.errors} errors at c=32 (stream={stream})")
             measured[f"{kind}_rps"] = throughput.rps
             measured[f"{kind}_cpu_us"] = cpu_per_request_us(throughput)
+        alone = await measure_throughput(upstream_port, chat(upstream_port, False), 32, options.duration, 2.0, {"upstream": upstream_pid})
+        measured["upstream_plain_rps"] = alone.rps  # the floor, in the same round: the ratio's denominator
         return measured | await conversation_items(port, options, "items")
+    finally:
+        stop(process)
+
+
+def tails(prefix: str, server: list[float], upstream: list[float]) -> dict[str, float]:
+    """p99 and p99.9 at c=1, the server's and, for the ratio to the physical limit, the upstream's alone."""
+    return {f"{prefix}_p99_ms": percentile(server, 0.99), f"{prefix}_p999_ms": percentile(server, 0.999),
+            f"upstream_{prefix}_p99_ms": percentile(upstream, 0.99), f"upstream_{prefix}_p999_ms": percentile(upstream, 0.999)}
+
+
+async def measure_production(server: Server, upstream_port: int, upstream_pid: int, options: argparse.Namespace,
+                             logs: Path) -> dict[str, float]:
+    """Each server as it runs in production: SMG with its log at info and its Prometheus metrics (always
+    on here); the project with bench/chat-production-run.yaml (API keys, quotas in the process, metrics,
+    a JSON access log, traces sampled at 10 % exported over OTLP). Plain chat at c=32, and added p50 at c=1."""
+    port = free_port()
+    process, _ = await start(server, port, logs / f"{server.name}-production.log")
+    try:
+        await asyncio.sleep(0.5)
+        with prompt_client(options.prompt_client):
+            samples = await sample_interleaved({"upstream": (upstream_port, chat(upstream_port, False)), "server": (port, chat(port, False))},
+                                               options.requests, max(50, options.requests // 10), rounds=4)
+        throughput = await measure_throughput(port, chat(port, False), 32, options.duration, 2.0, {"stack": process.pid, "upstream": upstream_pid})
+        if throughput.errors or samples["server"].errors:
+            raise RuntimeError(f"{server.name}: errors in the production rows")
+        return {"prod_rps": throughput.rps, "prod_cpu_us": cpu_per_request_us(throughput),
+                "prod_added_ms": percentile(samples["server"].totals, 0.5) - percentile(samples["upstream"].totals, 0.5)}
     finally:
         stop(process)
 
@@ -268,7 +322,14 @@ ROWS = [
     ("stream_rps", "chat streamed (64 tokens) streams/s at c=32", "{:,.0f}", True),
     ("stream_cpu_us", "  server CPU per stream (µs)", "{:.0f}", False),
     ("plain_added_ms", "chat non-streamed added p50 at c=1 (ms)", "{:+.3f}", False),
+    ("plain_p99_ms", "  p99 at c=1 (ms)", "{:.3f}", False),
+    ("plain_p999_ms", "  p99.9 at c=1 (ms)", "{:.3f}", False),
     ("stream_first_added_ms", "chat stream first content added p50, c=1 (ms)", "{:+.3f}", False),
+    ("stream_first_p99_ms", "  p99 at c=1 (ms)", "{:.3f}", False),
+    ("stream_first_p999_ms", "  p99.9 at c=1 (ms)", "{:.3f}", False),
+    ("prod_rps", "production configuration: chat req/s at c=32", "{:,.0f}", True),
+    ("prod_cpu_us", "  server CPU per request (µs)", "{:.0f}", False),
+    ("prod_added_ms", "  added p50 at c=1 (ms)", "{:+.3f}", False),
     ("items_create_ms", f"conversation items create at {CONVERSATION_SIZE:,} items (ms)", "{:.2f}", False),
     ("items_list_ms", f"conversation items list(100) at {CONVERSATION_SIZE:,} items (ms)", "{:.2f}", False),
     ("pg_items_create_ms", "  the same on PostgreSQL, both durable: create (ms)", "{:.2f}", False),
@@ -285,8 +346,14 @@ def ratio(smg: float, project: float, higher_is_better: bool) -> float:
     return smg / project if project > 0 else float("inf")
 
 
+UPSTREAM = {"plain_rps": "upstream_plain_rps", "prod_rps": "upstream_plain_rps", "plain_p99_ms": "upstream_plain_p99_ms",
+            "plain_p999_ms": "upstream_plain_p999_ms", "stream_first_p99_ms": "upstream_stream_first_p99_ms",
+            "stream_first_p999_ms": "upstream_stream_first_p999_ms"}
+"""The rows also compared with the upstream alone (the physical limit), measured in the same round."""
+
+
 def report(runs: dict[str, list[dict[str, float]]]) -> str:
-    rows = [("measure", "SMG", "project", "project vs SMG", "runs (SMG | project)")]
+    rows = [("measure", "SMG", "project", "project vs SMG", "project vs upstream", "runs (SMG | project)")]
     for key, label, form, higher in ROWS:
         if not all(key in run for run in runs["SMG"] + runs["project"]):
             continue  # a row not measured this time (--no-postgres)
@@ -294,7 +361,10 @@ def report(runs: dict[str, list[dict[str, float]]]) -> str:
         project = statistics.median(run[key] for run in runs["project"])
         spread = " ".join(form.format(run[key]) for run in runs["SMG"]) + " | " + " ".join(
             form.format(run[key]) for run in runs["project"])
-        rows.append((label, form.format(smg), form.format(project), f"x{ratio(smg, project, higher):.2f}", spread))
+        floor = UPSTREAM.get(key)
+        limit = (f"x{ratio(statistics.median(run[floor] for run in runs['project']), project, higher):.2f}"
+                 if floor is not None and all(floor in run for run in runs["project"]) else "")
+        rows.append((label, form.format(smg), form.format(project), f"x{ratio(smg, project, higher):.2f}", limit, spread))
     return table(rows)
 
 
@@ -318,6 +388,10 @@ async def run(options: argparse.Namespace) -> dict[str, list[dict[str, float]]]:
                 for server in both if round_index % 2 == 0 else reversed(both):
                     progress(f"round {round_index + 1}: {server.name}")
                     runs[server.name].append(await measure(server, upstream_port, upstream.pid, options, logs))
+                    if options.production:
+                        production = next(one for one in production_servers(upstream_url, logs / "state-production")
+                                          if one.name == server.name)
+                        runs[server.name][-1] |= await measure_production(production, upstream_port, upstream.pid, options, logs)
                     if options.postgres:
                         async with fresh_database(options.postgres) as dsn:
                             durable = next(one for one in servers(upstream_url, logs / "state-pg", options.smg_log_level, dsn)
@@ -345,6 +419,8 @@ def main() -> None:
                         help="the PostgreSQL server of the durable item rows, by an admin DSN (default: %(default)s)")
     parser.add_argument("--no-postgres", dest="postgres", action="store_const", const=None,
                         help="leave out the PostgreSQL rows")
+    parser.add_argument("--no-production", dest="production", action="store_false",
+                        help="leave out the production rows (logs, metrics, auth, quotas, traces on)")
     parser.add_argument("--json", type=Path, dest="json_path", help="also write each round's numbers here")
     options = parser.parse_args()
     import uvloop

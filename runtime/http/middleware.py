@@ -24,6 +24,7 @@ from runtime.http.forms import FormFields, form_document
 from runtime.http.origins import from_other_origin
 from runtime.observability.metrics import Metrics, route_template
 from runtime.observability.tracing import Tracing
+from runtime.security.auth import RESPONSE_HEADERS
 from contract.ids import random_hex
 
 if TYPE_CHECKING:
@@ -133,7 +134,7 @@ class RequestGuard:
             await _send_error(send, _SHUTTING_DOWN, close=True)
             return
         request_id = new_request_id()
-        scope.setdefault("state", {})["request_id"] = request_id
+        (state := scope.setdefault("state", {}))["request_id"] = request_id
         header = (b"x-request-id", request_id.encode())
         started = False
         status, streaming = 500, False
@@ -142,7 +143,8 @@ class RequestGuard:
             nonlocal started, status, streaming
             if message["type"] == "http.response.start":
                 started = True
-                message["headers"] = [*message.get("headers", ()), header]
+                extra = state.get(RESPONSE_HEADERS)  # a quota's, set by runtime.security.auth
+                message["headers"] = [*message.get("headers", ()), header, *extra] if extra else [*message.get("headers", ()), header]
                 status = int(message["status"])
                 if metrics is not None:
                     streaming = metrics.stream_started(message["headers"])

@@ -157,7 +157,7 @@ class Metrics:
                                              ("model", "deployment"))
         self.fallbacks = _Counter("stack_model_fallbacks", "Requests answered by a fallback model", ("model", "fallback", "reason"))
         self._requests_seen: list[tuple[Any, str, str, int, float]] = []
-        self._calls_seen: list[tuple[str, str, str, float, bytes | None]] = []
+        self._calls_seen: list[tuple[str, str, str, float, bytes | dict[str, int] | None]] = []
         self._all = (self.requests, self.request_seconds, self.open_streams, self.upstream_seconds, self.first_token_seconds,
                      self.tokens, self.tool_calls, self.tool_calls_repeated, self.background_queue, self.deployment_attempts,
                      self.deployment_first_byte_seconds, self.deployment_ejections, self.fallbacks)
@@ -225,11 +225,15 @@ class Metrics:
         if len(seen) >= _FOLD_EVERY:
             self.fold()
 
-    def call_done(self, provider: str, model: str, kind: str, seconds: float, answer: bytes) -> None:
-        """A whole model call's time and, from its `answer`, its tokens."""
-        at = answer.rfind(b'"usage"')
+    def call_done(self, provider: str, model: str, kind: str, seconds: float, answer: bytes | dict[str, int]) -> None:
+        """A whole model call's time and its tokens: from its `answer`'s bytes, or the counts a caller
+        already read from them (`usage_counts`: the bytes are then not scanned twice)."""
         seen = self._calls_seen
-        seen.append((provider, model, kind, seconds, answer[at:] if at >= 0 else None))  # the usage's bytes only
+        if isinstance(answer, dict):
+            seen.append((provider, model, kind, seconds, answer))
+        else:
+            at = answer.rfind(b'"usage"')
+            seen.append((provider, model, kind, seconds, answer[at:] if at >= 0 else None))  # the usage's bytes only
         if len(seen) >= _FOLD_EVERY:
             self.fold()
 
@@ -244,7 +248,7 @@ class Metrics:
         for provider, model, kind, seconds, usage in calls:
             self.upstream_seconds.observe((provider, model, kind), seconds)
             if usage is not None:
-                self.record_usage(provider, model, usage_counts(usage))
+                self.record_usage(provider, model, usage if isinstance(usage, dict) else usage_counts(usage))
 
     def record_usage(self, provider: str, model: str, usage: Any) -> None:
         if not isinstance(usage, dict):

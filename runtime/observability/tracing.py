@@ -39,13 +39,16 @@ class Tracing:
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SimpleSpanProcessor
-        from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+        from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
         from opentelemetry.trace import SpanKind, Status, StatusCode
 
         self.config = config
         self.kinds, self._status, self._error = SpanKind, Status, StatusCode.ERROR
+        # A request without a caller's trace is sampled by `enter` (at `sample_ratio`, before any span
+        # is made); a caller's trace decides for itself (ParentBased). The SDK's own ratio sampler on
+        # top of that sampled the sampled requests again: 1 % of them recorded at a ratio of 10 %.
         self.provider = TracerProvider(resource=Resource.create({"service.name": config.service_name}),
-                                       sampler=ParentBased(TraceIdRatioBased(config.sample_ratio)))
+                                       sampler=ParentBased(ALWAYS_ON))
         self.exporter: Any = None
         if config.exporter == "memory":
             from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter

@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from starlette.datastructures import Headers
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from builder.config import AuthConfig, DelegateAuthConfig, JwtConfig
 from contract import fastjson
@@ -192,9 +192,39 @@ class Authenticator:
         self.config = config
         self._keys = {(entry.key_sha256 or key_hash(entry.key or "")): Principal(entry.principal, dict(entry.attributes), "api_key")
                       for entry in config.api_keys}
+        self._static = {id(principal) for principal in self._keys.values()}
         self._database_keys = database_keys
         self._jwt = _Jwt(config.jwt) if config.jwt is not None else None
         self._delegate = _Delegate(config.delegate) if config.delegate is not None else None
+        self._known: dict[tuple[bytes, bytes], Principal] = {}
+        """The principal of each `authorization` (or `x-api-key`) header value seen carrying one of
+        run.yaml's keys, as the client sent it: a client sends the same header on every request, and
+        reading it (a Headers object, the bearer scheme, a SHA-256) was half of what auth cost a
+        request. Only configured keys land here (the keys are in run.yaml anyway), never database
+        keys or tokens, whose revocation and expiry their own caches keep to."""
+
+    async def principal_of(self, scope: Scope) -> Principal:
+        """The principal of a request's ASGI scope (`principal`, with the header values already
+        known to carry a configured key answered from memory)."""
+        authorization = api_key = None
+        for name, value in scope["headers"]:
+            if name == b"authorization" and authorization is None:
+                authorization = value
+            elif name == b"x-api-key" and api_key is None:
+                api_key = value
+        # The header `principal` reads the key from: a bearer token, else x-api-key.
+        scheme, _, token = (authorization or b"").partition(b" ")
+        used: tuple[bytes, bytes] | None = None
+        if authorization is not None and scheme.lower() == b"bearer" and token.strip():
+            used = (b"a", authorization)
+        elif api_key is not None:
+            used = (b"x", api_key)
+        if used is not None and (known := self._known.get(used)) is not None:
+            return known
+        principal = await self.principal(Headers(scope=scope))
+        if used is not None and id(principal) in self._static and len(self._known) < _KNOWN_HEADERS:
+            self._known[used] = principal
+        return principal
 
     async def principal(self, headers: Headers) -> Principal:
         authorization = headers.get("authorization", "")
@@ -234,6 +264,13 @@ class Authenticator:
         raise AuthFailed("Incorrect API key provided.")
 
 
+_KNOWN_HEADERS = 4096  # header spellings of configured keys remembered (a bound, should a client vary its whitespace)
+
+RESPONSE_HEADERS = "response_headers"
+"""The key, in a request's ASGI `state`, of headers the response must carry (a quota's
+`x-ratelimit-*`): the request guard adds them to the response's start."""
+
+
 class AuthGuard:
     """Admits a request only with a principal (health and version, and CORS preflights, stay open)."""
 
@@ -253,7 +290,7 @@ class AuthGuard:
         try:
             looped = scope.get("extensions", {}).get(LOOPBACK)  # a request of this process's own (a batch's), for its principal
             principal = looped["principal"] if looped is not None and looped["principal"] is not None else (
-                await self.authenticator.principal(Headers(scope=scope)))
+                await self.authenticator.principal_of(scope))
         except AuthFailed as failed:
             challenge = _REALM + (', error="invalid_token"' if failed.invalid_token else "")
             await _refuse(scope, receive, send, 401, error_body(failed.message, "invalid_request_error", None, "invalid_api_key"),
@@ -267,7 +304,8 @@ class AuthGuard:
                 "Your credentials could not be checked right now: the service that checks them did not answer. Try again shortly.",
                 "server_error", None, "auth_unavailable"), {"retry-after": "1"})
             return
-        scope.setdefault("state", {})["principal"] = principal
+        state = scope.setdefault("state", {})
+        state["principal"] = principal
         spend = None
         if self.quotas is not None:
             try:
@@ -275,7 +313,10 @@ class AuthGuard:
             except APIError as error:
                 await _refuse(scope, receive, send, error.status, error.body(), dict(error.headers))
                 return
-            send = _with_headers(send, limits)
+            if limits:
+                # Added to the response's start by the request guard (runtime.http.middleware), which
+                # wraps `send` already: a wrapper of its own here cost a call for every message sent.
+                state[RESPONSE_HEADERS] = limits
             spend = self.quotas.meter(principal.id)
         granted = GRANTS.set(await self.access.grants(principal)) if self.access is not None else None
         reset, metered = CALLER.set(principal), meter_tokens(spend)
@@ -286,19 +327,6 @@ class AuthGuard:
             CALLER.reset(reset)
             if granted is not None:
                 GRANTS.reset(granted)
-
-
-def _with_headers(send: Send, headers: list[tuple[bytes, bytes]]) -> Send:
-    """`send`, adding `headers` to the response's start (as it is, with none to add)."""
-    if not headers:
-        return send
-
-    async def send_with_headers(message: Message) -> None:
-        if message["type"] == "http.response.start":
-            message = {**message, "headers": [*message.get("headers", ()), *headers]}
-        await send(message)
-
-    return send_with_headers
 
 
 async def _refuse(scope: Scope, receive: Receive, send: Send, status: int, body: dict[str, Any], headers: dict[str, str]) -> None:

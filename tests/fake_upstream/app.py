@@ -1081,7 +1081,8 @@ _UNAUTHORIZED = error_reply(
 
 def create_app(api_key: str | None = None, recorded: list[RecordedRequest] | None = None,
                abandoned: list[str] | None = None, faults: Faults | None = None) -> Starlette:
-    """The fake upstream as an ASGI app, serving /v1/models, /v1/chat/completions, /v1/completions and /v1/embeddings.
+    """The fake upstream as an ASGI app, serving /v1/models, /v1/chat/completions, /v1/completions and /v1/embeddings
+    (and taking OTLP traces at /v1/traces).
     `abandoned` receives the path of every answer whose client left before it was whole."""
     logging.getLogger("uvicorn.error").addFilter(_HIDE_DELIBERATE_DROPS)
     handlers = FakeUpstreamApp(api_key, recorded, abandoned, faults)
@@ -1093,5 +1094,13 @@ def create_app(api_key: str | None = None, recorded: list[RecordedRequest] | Non
             Route("/v1/moderations", handlers.moderations, methods=["POST"]),
             Route("/v1/models", handlers.list_models, methods=["GET"]),
             Route("/v1/models/{model:path}", handlers.get_model, methods=["GET"]),
+            Route("/v1/traces", _collected_traces, methods=["POST"]),
         ]
     )
+
+
+async def _collected_traces(request: Request) -> Response:
+    """An OTLP/HTTP collector's answer (an empty ExportTraceServiceResponse): the benches point a
+    stack's trace exporter here, so exporting costs what it costs against a real collector."""
+    await request.body()
+    return Response(b"", 200, media_type="application/x-protobuf")

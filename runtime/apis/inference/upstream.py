@@ -81,11 +81,14 @@ def parsed_chunk(raw: bytes, provider_id: str) -> dict[str, Any]:
 
 async def account(result: bytes, provider_id: str, request: UpstreamRequest, kind: str, metrics: Metrics | None,
                    started: float) -> None:
-    """A whole answer's timing and tokens in the metrics, and its usage against the request's quota."""
+    """A whole answer's timing and tokens in the metrics, and its usage against the request's meter
+    (its bytes scanned once for both)."""
+    counts = usage_counts(result) if token_meter() is not None else None
     if metrics is not None:
-        metrics.call_done(provider_id, str(request.body.get("model")), kind, time.perf_counter() - started, result)
-    if token_meter() is not None:
-        await spend_tokens(usage_counts(result))
+        metrics.call_done(provider_id, str(request.body.get("model")), kind, time.perf_counter() - started,
+                          result if counts is None else counts)
+    if counts is not None:
+        await spend_tokens(counts)
 
 
 async def metered(chunks: AsyncIterator[bytes], hide_usage: bool, metrics: Metrics | None, provider: str, request: UpstreamRequest,

@@ -8,6 +8,8 @@ import json
 import logging
 from pathlib import Path
 
+import pytest
+
 from builder.config import LoggingConfig
 from runtime.observability import logs
 
@@ -118,6 +120,23 @@ def test_an_access_line_queued_by_the_server_is_the_line_its_record_makes() -> N
     queued_text, made_text = served_access_lines("text")
     assert queued_text.split(" ", 2)[2] == made_text.split(" ", 2)[2]  # all but the date and time
     assert "stack.access: POST /v1/responses/\"odd\" 200 12.50ms request_id=req_abc" in queued_text
+
+
+@pytest.mark.parametrize("path, principal, model", [
+    ("/v1/chat/completions", "alice", "fake/m"),
+    ('/v1/files/a"b\\c', 'p"\u2028', "m\x00\t"),  # quotes, backslashes, a line separator, control characters
+    ("/v1/files/\u00e9\x7f", None, None),
+    ("/v1/models", "", ""),
+])
+def test_the_quick_json_access_line_is_byte_for_byte_the_records(path: str, principal: str | None, model: str | None) -> None:
+    formatter = logs.JsonFormatter()
+    for status, duration_ms in ((200, 0.42), (404, 12345.67), (500, 0.0)):
+        record = logs.access_record("GET", path, status, duration_ms, principal, model)
+        record.created, record.request_id, record.trace_id = 1_700_000_000.25, "req_1", "4bf92f3577b34da6a3ce929d0e0e4736"
+        quick = formatter.format_access((1_700_000_000.25, "req_1", "4bf92f3577b34da6a3ce929d0e0e4736", principal, "GET", path, status,
+                                         duration_ms, model))
+        assert quick == formatter.format(record)
+        assert json.loads(quick)["path"] == path
 
 
 def test_outside_the_server_an_access_line_takes_the_standard_handler_path() -> None:

@@ -117,3 +117,51 @@ def test_anthropics_x_api_key_is_admitted_as_a_bearer_token_is() -> None:
     assert asyncio.run(keys.principal(Headers({"authorization": "Bearer sk-one-0001", "x-api-key": "other"}))).id == "ann"  # the bearer first
     with pytest.raises(AuthFailed):
         asyncio.run(keys.principal(Headers({"x-api-key": "sk-two-0002"})))
+
+
+def scope_of(*headers: tuple[str, str]) -> dict[str, Any]:
+    return {"type": "http", "headers": [(name.encode(), value.encode()) for name, value in headers]}
+
+
+async def admitted(keys: Authenticator, *headers: tuple[str, str]) -> str | None:
+    try:
+        return (await keys.principal_of(scope_of(*headers))).id
+    except AuthFailed:
+        return None
+
+
+@pytest.mark.parametrize("headers, expected", [
+    ((("authorization", "Bearer sk-one-0001"),), "ann"),
+    ((("x-api-key", "sk-one-0001"),), "ann"),
+    ((("authorization", "Basic c2stb25lLTAwMDE="), ("x-api-key", "sk-one-0001")), "ann"),  # not a bearer: x-api-key is read
+    ((("authorization", "Basic c2stb25lLTAwMDE="),), None),
+    ((("authorization", "Bearer sk-one-0001"), ("x-api-key", "sk-two-0002")), "ann"),  # the bearer first
+    ((("authorization", "Bearer  "), ("x-api-key", "sk-one-0001")), "ann"),
+    ((("authorization", "bearer sk-one-0001"),), "ann"),
+    ((("authorization", "Bearer sk-two-0002"),), None),
+    ((), None),
+])
+def test_a_scopes_principal_is_the_headers_and_a_remembered_one_never_another_headers(
+        headers: tuple[tuple[str, str], ...], expected: str | None) -> None:
+    keys = Authenticator(AuthConfig.model_validate({"api_keys": [{"key": "sk-one-0001", "principal": "ann"}]}))
+
+    async def twice() -> None:
+        for header_set in (headers, headers):  # the second answered from memory, when it can be
+            assert await admitted(keys, *header_set) == expected
+        # What was remembered for one header never admits a request that reads another.
+        assert await admitted(keys, ("authorization", "Basic c2stb25lLTAwMDE=")) is None
+        assert await admitted(keys, ("x-api-key", "sk-two-0002"), ("authorization", "Basic c2stb25lLTAwMDE=")) is None
+
+    asyncio.run(twice())
+
+
+def test_only_configured_keys_are_remembered_never_a_token(decodes: list[str]) -> None:
+    keys = Authenticator(AuthConfig.model_validate({"api_keys": [{"key": "sk-one-0001", "principal": "ann"}],
+                                                    "jwt": {"public_key": SECRET, "algorithms": ["HS256"], "leeway_s": 0, "cache_s": 0}}))
+    encoded = token()
+    for _ in range(2):
+        assert asyncio.run(keys.principal_of(scope_of(("authorization", f"Bearer {encoded}")))).id == "frank"
+    assert len(decodes) == 2  # checked each time (cache_s 0): not answered from the configured keys' memory
+    assert list(keys._known) == []
+    asyncio.run(keys.principal_of(scope_of(("authorization", "Bearer sk-one-0001"))))
+    assert list(keys._known) == [(b"a", b"Bearer sk-one-0001")]
