@@ -530,9 +530,18 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def cpu_seconds(pid: int) -> float:
-    """User plus system CPU time of process `pid` (all its threads)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+    """User plus system CPU time of process `pid` (all its threads) and of its live descendants (the
+    stack's trace-exporting process: its work counts as the stack's)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:  # ended meanwhile
+        return 0.0
+    own = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        children = []
+    return own + sum(cpu_seconds(int(child)) for child in children)
 
 
 async def sample_cpu(pids: dict[str, int], warmup: float, duration: float) -> dict[str, float]:

@@ -140,7 +140,7 @@ def create_app(stack: Stack) -> StackApp:
             limits.update(surface.body_limits(stack.impls[api]))
         forms.update(surface.form_bodies)
     state.draining = Draining()
-    state.tracing = Tracing(server.tracing) if server.tracing is not None else None
+    state.tracing = _tracing(stack)
     app = StackApp(state, lambda: _fastapi_app(stack, mounted, frozenset(forms)))
     # Innermost of the stack's middleware: the direct routes skip FastAPI altogether; behind them, the
     # routes of the APIs not served answer what to add to run.yaml (runtime.apis.unconfigured).
@@ -269,6 +269,15 @@ class _AuthParts:
         self.keys = _database_keys(stack, auth)
         self.authenticator = Authenticator(auth, self.keys)
         self.access = _access_policy(stack, auth)
+
+
+def _tracing(stack: Stack) -> Tracing | None:
+    config = stack.plan.config.server.tracing
+    if config is None:
+        return None
+    tracing = Tracing(config)
+    stack.closing.append(tracing.aclose)  # the spans not exported yet
+    return tracing
 
 
 def _usage_ledger(stack: Stack) -> UsageLedger | None:

@@ -38,7 +38,7 @@ class Tracing:
         # Imported here: a stack without tracing does not load the SDK at all.
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
         from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
         from opentelemetry.trace import SpanKind, Status, StatusCode
 
@@ -50,6 +50,7 @@ class Tracing:
         self.provider = TracerProvider(resource=Resource.create({"service.name": config.service_name}),
                                        sampler=ParentBased(ALWAYS_ON))
         self.exporter: Any = None
+        self._pipe: Any = None
         if config.exporter == "memory":
             from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
@@ -57,10 +58,11 @@ class Tracing:
             self.provider.add_span_processor(SimpleSpanProcessor(self.exporter))
         elif config.exporter == "console":
             self.provider.add_span_processor(SimpleSpanProcessor(ConsoleSpanExporter()))
-        else:
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        else:  # encoded and posted by a process of its own, off the event loop's interpreter lock
+            from runtime.observability.span_export import PipeSpanProcessor
 
-            self.provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=config.otlp_endpoint)))
+            self._pipe = PipeSpanProcessor(config.otlp_endpoint, dict(self.provider.resource.attributes))
+            self.provider.add_span_processor(self._pipe)
         self.tracer = self.provider.get_tracer("stack")
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
@@ -156,6 +158,12 @@ class Tracing:
             _in_store.reset(reset)
 
     def shutdown(self) -> None:
+        self.provider.shutdown()
+
+    async def aclose(self) -> None:
+        """The server stops: the spans not exported yet are sent (OTLP), then the SDK shuts down."""
+        if self._pipe is not None:
+            await self._pipe.aclose()
         self.provider.shutdown()
 
 
