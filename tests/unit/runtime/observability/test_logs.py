@@ -128,15 +128,16 @@ def test_an_access_line_queued_by_the_server_is_the_line_its_record_makes() -> N
     ("/v1/files/\u00e9\x7f", None, None),
     ("/v1/models", "", ""),
 ])
-def test_the_quick_json_access_line_is_byte_for_byte_the_records(path: str, principal: str | None, model: str | None) -> None:
-    formatter = logs.JsonFormatter()
-    for status, duration_ms in ((200, 0.42), (404, 12345.67), (500, 0.0)):
-        record = logs.access_record("GET", path, status, duration_ms, principal, model)
-        record.created, record.request_id, record.trace_id = 1_700_000_000.25, "req_1", "4bf92f3577b34da6a3ce929d0e0e4736"
-        quick = formatter.format_access((1_700_000_000.25, "req_1", "4bf92f3577b34da6a3ce929d0e0e4736", principal, "GET", path, status,
-                                         duration_ms, model))
-        assert quick == formatter.format(record)
-        assert json.loads(quick)["path"] == path
+def test_the_quick_access_lines_are_byte_for_byte_the_records(path: str, principal: str | None, model: str | None) -> None:
+    for formatter in (logs.JsonFormatter(), logs.TextFormatter()):
+        for created, status, duration_ms in ((1_700_000_000.25, 200, 0.42), (1_700_000_000.999, 404, 12345.67), (1_700_000_001.0, 500, 0.0)):
+            record = logs.access_record("GET", path, status, duration_ms, principal, model)
+            record.created, record.msecs = created, (created - int(created)) * 1000
+            record.request_id, record.trace_id = "req_1", "4bf92f3577b34da6a3ce929d0e0e4736"
+            quick = formatter.format_access((created, "req_1", "4bf92f3577b34da6a3ce929d0e0e4736", principal, "GET", path, status,
+                                             duration_ms, model))
+            assert quick == formatter.format(record)
+    assert json.loads(logs.JsonFormatter().format_access((1.0, None, None, principal, "GET", path, 200, 1.0, model)))["path"] == path
 
 
 def test_outside_the_server_an_access_line_takes_the_standard_handler_path() -> None:
