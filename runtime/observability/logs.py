@@ -31,6 +31,7 @@ from pydantic_core import to_json
 
 from builder.config import LoggingConfig
 from contract.caller import principal_id
+from runtime.observability.tracing import current_trace_id
 
 __all__ = ["BatchWriter", "ConsoleFormatter", "ContextFilter", "JsonFormatter", "TextFormatter", "access_record", "configure",
            "enter_request", "leave_request", "log_access", "note_model"]
@@ -76,11 +77,7 @@ def _caller_trace_id(headers: Any) -> str | None:
 
 
 def _span_trace_id() -> str | None:
-    trace = sys.modules.get("opentelemetry.trace")  # loaded only when tracing is configured
-    if trace is None:
-        return None
-    context = trace.get_current_span().get_span_context()
-    return format(context.trace_id, "032x") if context.is_valid else None
+    return current_trace_id()
 
 
 def _context(request: list[Any] | None, span_trace_id: str | None) -> tuple[str | None, str | None]:

@@ -28,9 +28,12 @@ import sys
 import time
 from typing import Any
 
-from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
+from typing import TYPE_CHECKING
 
-__all__ = ["PipeSpanProcessor", "flat", "rebuilt"]
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import ReadableSpan
+
+__all__ = ["PipeSpanProcessor", "rebuilt"]
 
 log = logging.getLogger("stack")
 
@@ -42,22 +45,10 @@ CLOSE_WAIT_S = 5.0
 Flat = tuple[Any, ...]
 
 
-def flat(span: ReadableSpan) -> Flat:
-    """A finished span as plain values (picklable, and cheap to make: no protobuf here)."""
-    context, parent, status = span.context, span.parent, span.status
-    assert context is not None
-    return (span.name, context.trace_id, context.span_id, int(context.trace_flags), list(context.trace_state.items()),
-            parent.span_id if parent is not None else None, parent.is_remote if parent is not None else False,
-            span.kind.value, span.start_time, span.end_time, dict(span.attributes or {}), status.status_code.value,
-            status.description, [(event.name, dict(event.attributes or {}), event.timestamp) for event in span.events],
-            [(link.context.trace_id, link.context.span_id, int(link.context.trace_flags), dict(link.attributes or {}))
-             for link in span.links],
-            span.instrumentation_scope.name if span.instrumentation_scope is not None else "stack")
-
-
 def rebuilt(values: Flat, resource: Any) -> ReadableSpan:
-    """The span `flat` made, for the SDK's exporter (in the child)."""
-    from opentelemetry.sdk.trace import Event
+    """The SDK's span for the plain values a span of ours ended as (runtime.observability.spans),
+    for the SDK's exporters."""
+    from opentelemetry.sdk.trace import Event, ReadableSpan
     from opentelemetry.sdk.util.instrumentation import InstrumentationScope
     from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
 
@@ -75,7 +66,7 @@ def rebuilt(values: Flat, resource: Any) -> ReadableSpan:
         start_time=start, end_time=end, instrumentation_scope=InstrumentationScope(scope))
 
 
-class PipeSpanProcessor(SpanProcessor):
+class PipeSpanProcessor:
     """Hands finished spans to the exporting child (see the module's docstring)."""
 
     def __init__(self, endpoint: str | None, resource_attributes: dict[str, Any]) -> None:
@@ -87,12 +78,15 @@ class PipeSpanProcessor(SpanProcessor):
         self._starting: asyncio.Task[asyncio.subprocess.Process] | None = None
         self._dropped = 0
         self._warned_at = 0.0
+        self._send_asked = False
 
-    def on_end(self, span: ReadableSpan) -> None:
-        self._pending.append(flat(span))
+    def add(self, values: Flat) -> None:
+        """A span that ended (as runtime.observability.spans.Span.end gives it)."""
+        self._pending.append(values)
         if self._ticker is None:
             self._begin()
-        elif len(self._pending) >= BATCH and self._loop is not None:
+        elif len(self._pending) >= BATCH and not self._send_asked and self._loop is not None:
+            self._send_asked = True  # once a batch: a span may end on another thread, hence threadsafe
             self._loop.call_soon_threadsafe(self._send_soon)
 
     def _begin(self) -> None:
@@ -112,6 +106,7 @@ class PipeSpanProcessor(SpanProcessor):
             self._loop.create_task(self._send())
 
     async def _send(self) -> None:
+        self._send_asked = False
         batch, self._pending = self._pending, []
         if not batch:
             return
@@ -162,12 +157,6 @@ class PipeSpanProcessor(SpanProcessor):
         except TimeoutError:
             log.warning("tracing: the exporting process did not finish within %.0f s; its last spans may be lost", CLOSE_WAIT_S)
             child.kill()
-
-    def shutdown(self) -> None:
-        """The SDK's shutdown (at exit): the spans are sent by `aclose`, on the loop, before it."""
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return True
 
 
 def _read(stream: Any, size: int) -> bytes:

@@ -1,7 +1,10 @@
-"""OpenTelemetry traces (the OpenTelemetry SDK), off unless run.yaml's `server.tracing` is set.
+"""OpenTelemetry traces, off unless run.yaml's `server.tracing` is set.
 
-One tracer provider per app, not the process-wide one: two stacks in one process, or an
-application that embeds the library client and traces itself, keep their own. The app's one
+Spans are recorded by runtime.observability.spans (W3C ids, a caller's `traceparent` honoured) and
+exported by the OpenTelemetry SDK: over OTLP/HTTP from a process of their own
+(runtime.observability.span_export), or by its in-memory or console exporter. Each app has its own
+tracing, never the process-wide provider: two stacks in one process, or an application that embeds
+the library client and traces itself, keep their own. The app's one
 middleware (runtime.http.middleware.RequestGuard) opens a server span per request, named by its route
 template once routed; inside it the inference router opens a client span per model call (GenAI
 semantic conventions: `gen_ai.operation.name`, `gen_ai.provider.name`, `gen_ai.request.model`,
@@ -21,8 +24,11 @@ from collections.abc import Awaitable, Iterator, Mapping
 from typing import Any, TypeVar
 
 from builder.config import TracingConfig
+from runtime.observability.spans import CLIENT, INTERNAL, SERVER, Span, current_span, enter_span, leave_span, parse_traceparent
 
-__all__ = ["Tracing", "current_tracing"]
+__all__ = ["Tracing", "current_trace_id", "current_tracing"]
+
+Flat = tuple[Any, ...]
 
 T = TypeVar("T")
 
@@ -35,66 +41,57 @@ _CONTENT_LIMIT = 16_000
 
 class Tracing:
     def __init__(self, config: TracingConfig) -> None:
-        # Imported here: a stack without tracing does not load the SDK at all.
+        # The SDK is imported here, for the resource and the exporters: a stack without tracing
+        # does not load it at all.
         from opentelemetry.sdk.resources import Resource
-        from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
-        from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
-        from opentelemetry.trace import SpanKind, Status, StatusCode
 
         self.config = config
-        self.kinds, self._status, self._error = SpanKind, Status, StatusCode.ERROR
-        # A request without a caller's trace is sampled by `enter` (at `sample_ratio`, before any span
-        # is made); a caller's trace decides for itself (ParentBased). The SDK's own ratio sampler on
-        # top of that sampled the sampled requests again: 1 % of them recorded at a ratio of 10 %.
-        self.provider = TracerProvider(resource=Resource.create({"service.name": config.service_name}),
-                                       sampler=ParentBased(ALWAYS_ON))
+        self.resource = Resource.create({"service.name": config.service_name})
         self.exporter: Any = None
         self._pipe: Any = None
-        if config.exporter == "memory":
-            from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
-            self.exporter = InMemorySpanExporter()
-            self.provider.add_span_processor(SimpleSpanProcessor(self.exporter))
-        elif config.exporter == "console":
-            self.provider.add_span_processor(SimpleSpanProcessor(ConsoleSpanExporter()))
-        else:  # encoded and posted by a process of its own, off the event loop's interpreter lock
+        if config.exporter == "otlp":  # encoded and posted by a process of its own, off the event loop's interpreter lock
             from runtime.observability.span_export import PipeSpanProcessor
 
-            self._pipe = PipeSpanProcessor(config.otlp_endpoint, dict(self.provider.resource.attributes))
-            self.provider.add_span_processor(self._pipe)
-        self.tracer = self.provider.get_tracer("stack")
-        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+            self._pipe = PipeSpanProcessor(config.otlp_endpoint, dict(self.resource.attributes))
+            self._sink: Any = self._pipe.add
+        else:
+            if config.exporter == "memory":
+                from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-        self._propagator = TraceContextTextMapPropagator()
+                self.exporter = InMemorySpanExporter()
+            else:
+                from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+
+                self.exporter = ConsoleSpanExporter()
+            self._sink = self._export_now
+
+    def _export_now(self, values: Flat) -> None:
+        from runtime.observability.span_export import rebuilt
+
+        self.exporter.export([rebuilt(values, self.resource)])
 
     # --- the request -------------------------------------------------------------------------
 
-    def enter(self, scope: Mapping[str, Any], request_id: str | None) -> tuple[Any, contextvars.Token[Tracing | None], Any] | None:
+    def enter(self, scope: Mapping[str, Any], request_id: str | None) -> tuple[Span, Any, Any] | None:
         """Open the request's server span (in the caller's trace when its `traceparent` header names
-        one) and make it current; None when the sampler leaves the request out, which then costs
-        nothing more: no span below it is made."""
-        from opentelemetry import context, trace
-
-        parent = None
+        one) and make it current; None when the request is not sampled (a caller's trace that it
+        did not sample, or `sample_ratio`), which then costs nothing more: no span below it is made."""
+        caller = None
         for name, value in scope.get("headers") or ():
             if name == b"traceparent":
-                parent = self._propagator.extract({"traceparent": value.decode("latin-1")})
+                caller = parse_traceparent(value)
                 break
-        if parent is None and self.config.sample_ratio < 1 and random.random() >= self.config.sample_ratio:
-            return None  # decided here: the SDK's own sampler would first make ids and a span object (about 50 µs)
-        span = self.tracer.start_span(f"{scope.get('method', 'WS')} {scope['path']}", context=parent, kind=self.kinds.SERVER)
-        if not span.is_recording():
+        if caller is not None:
+            if not caller[2]:
+                return None  # the caller's trace is not sampled: neither is this part of it
+        elif self.config.sample_ratio < 1 and random.random() >= self.config.sample_ratio:
             return None
-        span.set_attributes({"http.request.method": str(scope.get("method", "GET")), "url.path": str(scope["path"]),
-                             "stack.request_id": request_id or ""})
-        attached = context.attach(trace.set_span_in_context(span))
-        return span, _current.set(self), attached
+        span = Span(self._sink, f"{scope.get('method', 'WS')} {scope['path']}", SERVER, caller[:2] if caller is not None else None,
+                    {"http.request.method": str(scope.get("method", "GET")), "url.path": str(scope["path"]),
+                     "stack.request_id": request_id or ""})
+        return span, _current.set(self), enter_span(span)
 
-    def leave(self, entered: tuple[Any, contextvars.Token[Tracing | None], Any], scope: Mapping[str, Any], route: str,
-              status: int) -> None:
-        from opentelemetry import context
-
+    def leave(self, entered: tuple[Span, Any, Any], scope: Mapping[str, Any], route: str, status: int) -> None:
         span, current, attached = entered
         span.update_name(f"{scope.get('method', 'WS')} {route}")
         span.set_attribute("http.route", route)
@@ -103,36 +100,38 @@ class Tracing:
         if principal is not None:
             span.set_attribute("enduser.id", principal.id)
         if status >= 500:
-            span.set_status(self._status(self._error))
+            span.set_error()
         span.end()
-        context.detach(attached)
+        leave_span(attached)
         _current.reset(current)
 
     # --- inside the request ----------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def model_call(self, operation: str, provider: str, model: str, body: Mapping[str, Any]) -> Iterator[Any]:
+    def model_call(self, operation: str, provider: str, model: str, body: Mapping[str, Any]) -> Iterator[Span]:
         """A client span around one model call; `finished(span, usage, answer)` records its outcome."""
         span = self.start_model_call(operation, provider, model, body)
         try:
             yield span
         except BaseException as error:
             span.record_exception(error)
-            span.set_status(self._status(self._error))
+            span.set_error(f"{type(error).__name__}: {error}")
             raise
         finally:
             span.end()
 
-    def start_model_call(self, operation: str, provider: str, model: str, body: Mapping[str, Any]) -> Any:
+    def start_model_call(self, operation: str, provider: str, model: str, body: Mapping[str, Any]) -> Span:
         """The span of a model call, not made current (a stream's span outlives the context it
         was opened in: it is iterated from the response's task); its caller ends it."""
-        span = self.tracer.start_span(f"{operation} {model}", kind=self.kinds.CLIENT, attributes={
+        span = Span(self._sink, f"{operation} {model}", CLIENT, current_span(), {
             "gen_ai.operation.name": operation, "gen_ai.provider.name": provider, "gen_ai.request.model": model})
         if self.config.capture_content and body.get("messages") is not None:
             span.set_attribute("gen_ai.input.messages", json.dumps(body["messages"])[:_CONTENT_LIMIT])
         return span
 
-    def finished(self, span: Any, usage: Mapping[str, Any], answer: bytes | None = None) -> None:
+    def finished(self, span: Span | None, usage: Mapping[str, Any], answer: bytes | None = None) -> None:
+        if span is None:
+            return
         for attribute, key in (("gen_ai.usage.input_tokens", "prompt_tokens"), ("gen_ai.usage.output_tokens", "completion_tokens")):
             if isinstance(usage.get(key), int):
                 span.set_attribute(attribute, usage[key])
@@ -144,27 +143,46 @@ class Tracing:
                 span.set_attribute("gen_ai.output.messages", answer[:_CONTENT_LIMIT].decode(errors="replace"))
 
     async def tool_call(self, name: str, call_id: str, work: Awaitable[T]) -> T:
-        with self.tracer.start_as_current_span(f"execute_tool {name}", kind=self.kinds.INTERNAL, attributes={
+        with self._current_span(f"execute_tool {name}", INTERNAL, {
                 "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name, "gen_ai.tool.call.id": call_id}):
             return await work
 
     async def store(self, operation: str, system: str, work: Awaitable[T]) -> T:
         reset = _in_store.set(True)  # the traced call runs the untraced one: no second span
         try:
-            with self.tracer.start_as_current_span(f"db {operation}", kind=self.kinds.CLIENT, attributes={
-                    "db.system.name": system, "db.operation.name": operation}):
+            with self._current_span(f"db {operation}", CLIENT, {"db.system.name": system, "db.operation.name": operation}):
                 return await work
         finally:
             _in_store.reset(reset)
 
+    @contextlib.contextmanager
+    def _current_span(self, name: str, kind: int, attributes: dict[str, Any]) -> Iterator[Span]:
+        """A span made current while the block runs (its exception recorded, as the SDK's would)."""
+        span = Span(self._sink, name, kind, current_span(), attributes)
+        token = enter_span(span)
+        try:
+            yield span
+        except BaseException as error:
+            span.record_exception(error)
+            span.set_error(f"{type(error).__name__}: {error}")
+            raise
+        finally:
+            leave_span(token)
+            span.end()
+
     def shutdown(self) -> None:
-        self.provider.shutdown()
+        """Nothing to do: the in-memory and console exporters export as spans end."""
 
     async def aclose(self) -> None:
-        """The server stops: the spans not exported yet are sent (OTLP), then the SDK shuts down."""
+        """The server stops: the spans not exported yet are sent (OTLP)."""
         if self._pipe is not None:
             await self._pipe.aclose()
-        self.provider.shutdown()
+
+
+def current_trace_id() -> str | None:
+    """The current span's trace id in hex (for log lines), or None outside a sampled request."""
+    span = current_span()
+    return format(span.trace_id, "032x") if span is not None else None
 
 
 _current: contextvars.ContextVar[Tracing | None] = contextvars.ContextVar("tracing", default=None)
