@@ -529,14 +529,16 @@ async def measure_throughput(
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def cpu_seconds(pid: int) -> float:
-    """User plus system CPU time of process `pid` (all its threads) and of its live descendants (the
-    stack's trace-exporting process: its work counts as the stack's)."""
+def cpu_seconds(pid: int, descendants: bool = True) -> float:
+    """User plus system CPU time of process `pid` (all its threads) and, with `descendants`, of its
+    live descendants (the stack's trace-exporting process: its work counts as the stack's)."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:  # ended meanwhile
         return 0.0
     own = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+    if not descendants:
+        return own
     try:
         children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
     except OSError:
@@ -547,9 +549,10 @@ def cpu_seconds(pid: int) -> float:
 async def sample_cpu(pids: dict[str, int], warmup: float, duration: float) -> dict[str, float]:
     """Each process's CPU use over the window, in percent of one core."""
     await asyncio.sleep(warmup)
-    before, started = {name: cpu_seconds(pid) for name, pid in pids.items()}, time.perf_counter()
+    # The client's own: the servers it started are its descendants too.
+    before, started = {name: cpu_seconds(pid, name != "client") for name, pid in pids.items()}, time.perf_counter()
     await asyncio.sleep(duration)
-    after, elapsed = {name: cpu_seconds(pid) for name, pid in pids.items()}, time.perf_counter() - started
+    after, elapsed = {name: cpu_seconds(pid, name != "client") for name, pid in pids.items()}, time.perf_counter() - started
     return {name: round(100 * (after[name] - before[name]) / elapsed, 1) for name in pids}
 
 
