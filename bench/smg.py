@@ -77,7 +77,7 @@ MODEL = "fake-model"
 MESSAGE = "[tokens:64] benchmark"
 EXPECT_CHAT = b"tok64"
 # SMG asks for a bearer token on its model list; the project, with auth off, ignores it.
-HEADERS = {"authorization": "Bearer bench"}
+HEADERS = {"authorization": "Bearer bench-api-key-0001"}  # the production rows' key (bench/chat-production-run.yaml); SMG and the bare stack ignore it
 CONVERSATION_SIZE = 1_000
 PER_APPEND = 20
 START_TIMEOUT_S = 60.0
@@ -257,11 +257,24 @@ async def measure(server: Server, upstream_port: int, upstream_pid: int, options
                 raise RuntimeError(f"{server.name}: {throughput.errors} errors at c=32 (stream={stream})")
             measured[f"{kind}_rps"] = throughput.rps
             measured[f"{kind}_cpu_us"] = cpu_per_request_us(throughput)
-        alone = await measure_throughput(upstream_port, chat(upstream_port, False), 32, options.duration, 2.0, {"upstream": upstream_pid})
-        measured["upstream_plain_rps"] = alone.rps  # the floor, in the same round: the ratio's denominator
+        measured["upstream_plain_rps"] = await upstream_alone(options, logs)  # the floor, in the same round
         return measured | await conversation_items(port, options, "items")
     finally:
         stop(process)
+
+
+async def upstream_alone(options: argparse.Namespace, logs: Path) -> float:
+    """The fake upstream's own plain chat rate at c=32 on the servers' core (a second instance, on
+    core 0 alone as the servers are: the one on the client's core would be measured client-bound)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "tests"))
+    alone = spawn([sys.executable, "-m", "fake_upstream", "--port", "0"], STACK_CORE, env, logs / "upstream-alone.log",
+                  stdout=subprocess.PIPE)
+    try:
+        port = int(read_listening_url(alone).rsplit(":", 1)[1])
+        measured = await measure_throughput(port, chat(port, False), 32, options.duration, 2.0, {"upstream": alone.pid})
+        return measured.rps
+    finally:
+        stop(alone)
 
 
 def tails(prefix: str, server: list[float], upstream: list[float]) -> dict[str, float]:
