@@ -81,6 +81,11 @@ class Span:
             "exception.type": type(error).__qualname__, "exception.message": str(error),
             "exception.stacktrace": "".join(traceback.format_exception(error)), "exception.escaped": "False"}, time.time_ns()))
 
+    def failed(self, error: BaseException) -> None:
+        """What the SDK records of an exception leaving a span's block: the event, and the error status."""
+        self.record_exception(error)
+        self.set_error(f"{type(error).__name__}: {error}")
+
     def end(self) -> None:
         self._sink((self.name, self.trace_id, self.span_id, _SAMPLED, [], self.parent_id, self.parent_remote, self.kind, self.start,
                     time.time_ns(), self.attributes, self.status, self.description, self.events, [], "stack"))

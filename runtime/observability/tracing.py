@@ -114,8 +114,7 @@ class Tracing:
         try:
             yield span
         except BaseException as error:
-            span.record_exception(error)
-            span.set_error(f"{type(error).__name__}: {error}")
+            span.failed(error)
             raise
         finally:
             span.end()
@@ -163,8 +162,7 @@ class Tracing:
         try:
             yield span
         except BaseException as error:
-            span.record_exception(error)
-            span.set_error(f"{type(error).__name__}: {error}")
+            span.failed(error)
             raise
         finally:
             leave_span(token)
