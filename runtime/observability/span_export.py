@@ -111,10 +111,12 @@ class PipeSpanProcessor:
         if not batch:
             return
         try:
-            child = await self._running_child()
-        except OSError as error:
-            self._drop(len(batch), f"the exporting process could not start ({error})")
-            return
+            await self._write(batch)
+        except Exception as error:  # the batch is lost; the ticking goes on (else spans would pile up unsent)
+            self._drop(len(batch), f"{type(error).__name__}: {error}")
+
+    async def _write(self, batch: list[Flat]) -> None:
+        child = await self._running_child()
         assert child.stdin is not None
         if child.stdin.transport.get_write_buffer_size() > MAX_BUFFERED:
             self._drop(len(batch), "the exporting process is behind")

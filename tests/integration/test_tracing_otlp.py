@@ -90,3 +90,36 @@ def test_spans_reach_the_collector_while_the_server_runs_and_the_last_ones_when_
         assert server.kind == server.SPAN_KIND_SERVER and call.kind == call.SPAN_KIND_CLIENT
         assert server.end_time_unix_nano > server.start_time_unix_nano
     assert sorted(attributes(call)["gen_ai.usage.output_tokens"] for call in calls) == [2, 3]
+
+
+def test_a_batch_that_cannot_be_sent_is_dropped_and_a_dead_child_is_started_again(collector: Collector) -> None:
+    import asyncio
+    import signal
+
+    from runtime.observability.span_export import PipeSpanProcessor
+    from runtime.observability.spans import SERVER, Span
+
+    endpoint = f"http://127.0.0.1:{collector.server_address[1]}/v1/traces"
+
+    async def run() -> None:
+        pipe = PipeSpanProcessor(endpoint, {"service.name": "pipe-test"})
+        Span(pipe.add, "unpicklable", SERVER, None, {"value": lambda: None}).end()  # a value pickle refuses
+        await pipe._send()
+        assert pipe._dropped == 1
+        Span(pipe.add, "first", SERVER, None).end()
+        await pipe._send()
+        child = pipe._child
+        assert child is not None
+        deadline = time.monotonic() + 10
+        while not any(span.name == "first" for _, span in collector.spans()) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        child.send_signal(signal.SIGKILL)
+        await child.wait()
+        Span(pipe.add, "after", SERVER, None).end()
+        await pipe._send()
+        assert pipe._child is not child  # started again
+        await pipe.aclose()
+
+    asyncio.run(run())
+    names = [span.name for _, span in collector.spans()]
+    assert names.count("first") == 1 and names.count("after") == 1 and "unpicklable" not in names
