@@ -277,7 +277,8 @@ class UsageConfig(_Strict):
     model, minute by minute, in the `metadata` store, for the console's usage charts."""
 
     retention_days: int = Field(default=90, ge=1, le=3660)
-    """Minutes older than this are deleted."""
+    """Counts older than this are deleted (by the minute they are kept two days at most, by the
+    hour eight, by the day this long)."""
     flush_s: float = Field(default=10.0, gt=0, le=3600)
     """How often a process writes the counts it added up; what it counted last shows this much later."""
 

@@ -152,8 +152,8 @@ def create_app(stack: Stack) -> StackApp:
     if (usage := _usage_ledger(stack)) is not None:  # inside auth, which finds each request's principal
         inner = CountUsage(inner, usage)
     auth = _AuthParts(stack, server.auth) if server.auth is not None else None  # one of each, the console's too
-    if server.auth is not None and auth is not None:  # inside CORS, so a browser can read a 401; off, it costs nothing
-        quotas = Quotas(server.auth.quotas) if server.auth.quotas is not None else None
+    if auth is not None:  # inside CORS, so a browser can read a 401; off, it costs nothing
+        quotas = Quotas(auth.config.quotas) if auth.config.quotas is not None else None
         if quotas is not None:
             stack.closing.append(quotas.aclose)  # Redis: the tokens not sent yet
         open_paths = OPEN_PATHS | ({server.metrics.path} if server.metrics is not None and server.metrics.open else set())
@@ -266,6 +266,7 @@ class _AuthParts:
     same objects (one key cache, one registry of principals)."""
 
     def __init__(self, stack: Stack, auth: AuthConfig) -> None:
+        self.config = auth
         self.keys = _database_keys(stack, auth)
         self.authenticator = Authenticator(auth, self.keys)
         self.access = _access_policy(stack, auth)

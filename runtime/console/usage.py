@@ -55,11 +55,7 @@ class Group:
 
     label: str
     color: str
-    requests: int
-    input_tokens: int
-    output_tokens: int
-    client_errors: int
-    server_errors: int
+    totals: UsageRow
 
 
 async def usage(page: Page) -> Response:
@@ -86,8 +82,7 @@ def charts(totals: Sequence[UsageRow], rows: Iterable[UsageRow], by: str, first:
     minutes from minute `first` on."""
     colour = {getattr(row, by): PALETTE[min(at, TOP)] for at, row in enumerate(totals)}
     colour[OTHER] = PALETTE[TOP]
-    groups = [Group(_label(getattr(row, by), by), colour[getattr(row, by)], row.requests, row.input_tokens, row.output_tokens,
-                    row.client_errors, row.server_errors) for row in totals]
+    groups = [Group(_label(getattr(row, by), by), colour[getattr(row, by)], row) for row in totals]
     rows = list(rows)
     drawn = [_chart(name, measure, rows, by, colour, first, bucket, count) for name, measure in _MEASURES.items()]
     return groups, drawn

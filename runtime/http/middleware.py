@@ -143,8 +143,8 @@ class RequestGuard:
             nonlocal started, status, streaming
             if message["type"] == "http.response.start":
                 started = True
-                extra = state.get(RESPONSE_HEADERS)  # a quota's, set by runtime.security.auth
-                message["headers"] = [*message.get("headers", ()), header, *extra] if extra else [*message.get("headers", ()), header]
+                # With the headers auth asked for (a quota's: runtime.security.auth), if any.
+                message["headers"] = [*message.get("headers", ()), header, *state.get(RESPONSE_HEADERS, ())]
                 status = int(message["status"])
                 if metrics is not None:
                     streaming = metrics.stream_started(message["headers"])

@@ -76,10 +76,6 @@ def _caller_trace_id(headers: Any) -> str | None:
     return None
 
 
-def _span_trace_id() -> str | None:
-    return current_trace_id()
-
-
 def _context(request: list[Any] | None, span_trace_id: str | None) -> tuple[str | None, str | None]:
     """The request id and trace id of `request` (None, None outside one)."""
     if request is None:
@@ -89,7 +85,7 @@ def _context(request: list[Any] | None, span_trace_id: str | None) -> tuple[str 
 
 def _stamp(record: logging.LogRecord) -> None:
     """Put on `record` the context of the request it is written in (in that request's task)."""
-    record.request_id, record.trace_id = _context(_request.get(), _span_trace_id())
+    record.request_id, record.trace_id = _context(_request.get(), current_trace_id())
     if getattr(record, "principal", None) is None:
         record.principal = principal_id()
 
@@ -134,7 +130,7 @@ def log_access(method: str, path: str, status: int, duration_ms: float, principa
     model = request[2] if request is not None else None
     writer = _writer
     if writer is not None:
-        writer.queue_access((time.time(), *_context(request, _span_trace_id()), principal, method, path, status, duration_ms, model))
+        writer.queue_access((time.time(), *_context(request, current_trace_id()), principal, method, path, status, duration_ms, model))
     else:
         _access.handle(access_record(method, path, status, duration_ms, principal, model))
 

@@ -110,14 +110,8 @@ class Tracing:
     @contextlib.contextmanager
     def model_call(self, operation: str, provider: str, model: str, body: Mapping[str, Any]) -> Iterator[Span]:
         """A client span around one model call; `finished(span, usage, answer)` records its outcome."""
-        span = self.start_model_call(operation, provider, model, body)
-        try:
+        with self._ended(self.start_model_call(operation, provider, model, body)) as span:
             yield span
-        except BaseException as error:
-            span.failed(error)
-            raise
-        finally:
-            span.end()
 
     def start_model_call(self, operation: str, provider: str, model: str, body: Mapping[str, Any]) -> Span:
         """The span of a model call, not made current (a stream's span outlives the context it
@@ -154,22 +148,25 @@ class Tracing:
         finally:
             _in_store.reset(reset)
 
+    def _current_span(self, name: str, kind: int, attributes: dict[str, Any]) -> contextlib.AbstractContextManager[Span]:
+        """A span made current while the block runs."""
+        return self._ended(Span(self._sink, name, kind, current_span(), attributes), current=True)
+
+    @staticmethod
     @contextlib.contextmanager
-    def _current_span(self, name: str, kind: int, attributes: dict[str, Any]) -> Iterator[Span]:
-        """A span made current while the block runs (its exception recorded, as the SDK's would)."""
-        span = Span(self._sink, name, kind, current_span(), attributes)
-        token = enter_span(span)
+    def _ended(span: Span, current: bool = False) -> Iterator[Span]:
+        """`span` over a block, ended with it (an exception leaving it recorded, as the SDK's would);
+        with `current`, the current span while it runs."""
+        token = enter_span(span) if current else None
         try:
             yield span
         except BaseException as error:
             span.failed(error)
             raise
         finally:
-            leave_span(token)
+            if token is not None:
+                leave_span(token)
             span.end()
-
-    def shutdown(self) -> None:
-        """Nothing to do: the in-memory and console exporters export as spans end."""
 
     async def aclose(self) -> None:
         """The server stops: the spans not exported yet are sent (OTLP)."""

@@ -158,8 +158,7 @@ class UsageLedger:
             self._forgot_at = now
             await self.create_tables()
             for level in LEVELS:
-                kept_days = self.config.retention_days if level.kept_days is None else min(level.kept_days, self.config.retention_days)
-                await self.db.write_one(level.forget, {"before": int(now) // 60 - kept_days * 1440})
+                await self.db.write_one(level.forget, {"before": int(now) // 60 - self._kept_days(level) * 1440})
 
     def _put_back(self, pending: dict[tuple[int, str, str], list[int]]) -> None:
         for key, counts in pending.items():
@@ -196,11 +195,14 @@ class UsageLedger:
                                 {"since": since_minute, "bucket": bucket_minutes, **params},
                                 f"CASE WHEN {by} IN {listed} THEN {by} END AS grouped", "bucket, grouped")
 
+    def _kept_days(self, level: Level) -> int:
+        return self.config.retention_days if level.kept_days is None else min(level.kept_days, self.config.retention_days)
+
     def _level_for(self, since_minute: int) -> Level:
         """The coarsest level whose buckets start at `since_minute` and that still holds it:
         totals add up the fewest rows that are exact."""
         age_days = (int(time.time()) // 60 - since_minute) / 1440
-        fits = [level for level in LEVELS if since_minute % level.step == 0 and (level.kept_days or self.config.retention_days) >= age_days]
+        fits = [level for level in LEVELS if since_minute % level.step == 0 and self._kept_days(level) >= age_days]
         return max(fits, key=lambda level: level.step) if fits else LEVELS[-1]
 
     async def _read(self, level: Level, bucket: str, by: str, principal: str | None, params: dict[str, Any], grouped: str,

@@ -14,7 +14,7 @@ def test_groups_rank_by_requests_and_bars_stack_to_the_tallest() -> None:
     rows = [row(100, "", "big", 8, 80), row(100, "", "small", 2, 20, errors=1), row(110, "", "big", 5)]
     totals = [row(100, "", "big", 13, 80), row(100, "", "small", 2, 20, errors=1)]
     groups, drawn = charts(totals, rows, "model", first=100, bucket=10, count=6)
-    assert [(g.label, g.requests, g.input_tokens, g.client_errors) for g in groups] == [("big", 13, 80, 0), ("small", 2, 20, 1)]
+    assert [(g.label, g.totals.requests, g.totals.input_tokens, g.totals.client_errors) for g in groups] == [("big", 13, 80, 0), ("small", 2, 20, 1)]
     requests = next(chart for chart in drawn if chart.name == "requests")
     assert requests.top == 10  # the first bucket: 8 + 2
     first = [bar for bar in requests.bars if bar.x < 120]

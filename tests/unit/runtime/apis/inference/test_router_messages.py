@@ -238,4 +238,3 @@ async def test_the_model_call_is_traced_with_its_usage_and_stop_reason(router: t
     assert span.attributes["gen_ai.provider.name"] == "claude"
     assert (span.attributes["gen_ai.usage.input_tokens"], span.attributes["gen_ai.usage.output_tokens"]) == (19, 5)
     assert list(span.attributes["gen_ai.response.finish_reasons"]) == ["end_turn"]
-    tracing.shutdown()
