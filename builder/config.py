@@ -73,7 +73,7 @@ class PostgresBackend(_Strict):
 
 BackendConfig = Annotated[SqliteBackend | PostgresBackend, Field(discriminator="type")]
 
-STORE_NAMES = ("responses", "conversations", "chat_completions", "files", "vector_stores", "prompts", "batches", "metadata")
+STORE_NAMES = ("responses", "conversations", "chat_completions", "files", "vector_stores", "prompts", "batches", "containers", "metadata")
 
 
 class StoresConfig(_Strict):
@@ -86,6 +86,7 @@ class StoresConfig(_Strict):
     vector_stores: str = "default"
     prompts: str = "default"
     batches: str = "default"
+    containers: str = "default"
     metadata: str = "default"
 
 

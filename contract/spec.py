@@ -78,6 +78,8 @@ class Api(str, enum.Enum):
     prompts = "prompts"
     messages = "messages"
     batches = "batches"
+    containers = "containers"
+    sandboxes = "sandboxes"
 
 
 MULTI_PROVIDER_APIS = frozenset({Api.inference, Api.tool_runtime})

@@ -95,6 +95,19 @@ def _batches() -> ApiSurface:
     return ApiSurface(Api.batches, routes.router, protocol=BatchesProvider)
 
 
+def _containers() -> ApiSurface:
+    from runtime.apis.containers import routes
+    from contract.containers.protocol import ContainersProvider
+
+    return ApiSurface(Api.containers, routes.router, protocol=ContainersProvider, body_limits=routes.upload_limits)
+
+
+def _sandboxes() -> ApiSurface:
+    from contract.sandboxes.protocol import SandboxBackend
+
+    return ApiSurface(Api.sandboxes, None, protocol=SandboxBackend)
+
+
 class _Surfaces(Mapping[Api, ApiSurface]):
     """Each API's surface, its modules imported the first time it is asked for: a stack imports
     the routes of the APIs its run.yaml lists, not the others' (which have none to serve)."""
@@ -119,7 +132,7 @@ class _Surfaces(Mapping[Api, ApiSurface]):
 SURFACES: Mapping[Api, ApiSurface] = _Surfaces({
     Api.inference: _inference, Api.responses: _responses, Api.conversations: _conversations, Api.tool_runtime: _tool_runtime,
     Api.files: _files, Api.vector_stores: _vector_stores, Api.prompts: _prompts, Api.safety: _safety, Api.messages: _messages,
-    Api.batches: _batches,
+    Api.batches: _batches, Api.containers: _containers, Api.sandboxes: _sandboxes,
 })
 
 ROUTE_PATHS: Mapping[Api, tuple[str, ...]] = {
@@ -138,6 +151,8 @@ ROUTE_PATHS: Mapping[Api, tuple[str, ...]] = {
     Api.safety: ("/moderations",),
     Api.messages: ("/messages", "/messages/count_tokens"),
     Api.batches: ("/batches", "/batches/{batch_id}", "/batches/{batch_id}/cancel"),
+    Api.containers: ("/containers", "/containers/{container_id}", "/containers/{container_id}/files",
+                     "/containers/{container_id}/files/{file_id}", "/containers/{container_id}/files/{file_id}/content"),
 }
 """The paths (under /v1) of each API's routes, every method alike: the same as its router declares
 (a unit test holds them together), listed here so that a stack answers the routes of an API it does

@@ -1,0 +1,1 @@
+"""The containers API's contract (see protocol)."""

@@ -1,0 +1,1 @@
+"""The sandboxes API's contract (see protocol)."""
