@@ -100,6 +100,12 @@ def _parser() -> argparse.ArgumentParser:
     revoke.add_argument("key_id")
     revoke.set_defaults(handler=_keys_revoke)
 
+    sandbox = commands.add_parser("sandbox", help="the sandboxes that run code_interpreter's code")
+    sandbox_commands = sandbox.add_subparsers(metavar="ACTION", required=True)
+    setup = sandbox_commands.add_parser("setup", help="make the sandboxes' runtime venv (numpy, pandas, matplotlib) from the package index")
+    setup.add_argument("--venv", default=None, help="where to make it (default: $STACK_SANDBOX_VENV, else ~/.cache/stack/sandbox-venv)")
+    setup.set_defaults(handler=_sandbox_setup)
+
     commands.add_parser("list-apis", help="list the APIs a stack can serve").set_defaults(handler=_list_apis)
     providers = commands.add_parser("list-providers", help="list installed providers, built-in and third-party")
     providers.add_argument("api", nargs="?", default=None, help="only this API's providers")
@@ -196,6 +202,24 @@ def _build(args: argparse.Namespace) -> int:
     from builder.render import build
 
     return build(args.config, output=args.output, venv=args.venv, env=os.environ)
+
+
+def _sandbox_setup(args: argparse.Namespace) -> int:
+    import subprocess
+    from pathlib import Path
+
+    from builder.sandbox_venv import RUNTIME_PACKAGES, default_venv, make_runtime_venv
+
+    venv = Path(args.venv).expanduser().absolute() if args.venv else default_venv()
+    print(f"making the sandboxes' runtime venv at {venv} ({', '.join(RUNTIME_PACKAGES)})", flush=True)
+    try:
+        python = make_runtime_venv(venv)
+    except subprocess.CalledProcessError as error:
+        print(f"error: {' '.join(map(str, error.cmd[:4]))} failed (exit status {error.returncode})", file=sys.stderr)
+        return 1
+    print(f"done: the bubblewrap sandboxes' `python` is {python}; the starter serves code_interpreter with "
+          f"STACK_SANDBOX_VENV={venv} set")
+    return 0
 
 
 def _list_apis(_args: argparse.Namespace) -> int:
