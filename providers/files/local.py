@@ -25,8 +25,8 @@ from contract.caller import principal_id
 from contract.errors import InvalidRequestError, NotFoundError, PayloadTooLargeError
 from contract.ids import random_hex
 from runtime.storage import (
-    BIGINT, INTEGER, TEXT, Column, Database, Index, InsertRows, Scoped, Sql, StorageUnavailableError, String, in_list, owner_condition,
-    table,
+    BIGINT, INTEGER, TEXT, Column, Database, Index, InsertRows, Scoped, Sql, String, every, in_list,
+    owner_condition, table,
 )
 
 __all__ = ["LOCAL", "LocalFiles"]
@@ -192,22 +192,11 @@ async def create(context: ProviderContext[LocalFilesConfig]) -> AsyncIterator[Lo
     await db.create_tables([files])
     provider = LocalFiles(db, directory, context.config)
     await provider.sweep()
-    sweeper = asyncio.get_running_loop().create_task(_sweep(provider))
+    sweeper = every(context.config.sweep_s, provider.sweep, "the sweep of expired files")
     try:
         yield provider
     finally:
         sweeper.cancel()
-
-
-async def _sweep(provider: LocalFiles) -> None:
-    while True:
-        await asyncio.sleep(provider.config.sweep_s)
-        try:
-            await provider.sweep()
-        except StorageUnavailableError:
-            pass  # said by the storage layer; the next sweep tries again
-        except Exception:
-            log.exception("the sweep of expired files failed; it runs again in %.0f s", provider.config.sweep_s)
 
 
 LOCAL = ProviderSpec(

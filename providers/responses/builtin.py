@@ -34,7 +34,7 @@ from providers.responses.sealing import ReasoningSeal, decode_key, load_key
 from providers.responses.store import ResponseStore
 from providers.responses.translate import Event
 from runtime.apis.tool_runtime.router import ToolRouter
-from runtime.storage import StorageUnavailableError
+from runtime.storage import every
 
 __all__ = ["BUILTIN", "BuiltinResponses"]
 
@@ -246,7 +246,8 @@ async def create(context: ProviderContext[BuiltinResponsesConfig]) -> AsyncItera
     await parts.background.recover(at_start=True)
     await parts.background.listen()
     await service.listen()
-    sweeper = asyncio.get_running_loop().create_task(_sweep(parts.background, config.lease_s))
+    # Takes over the responses of processes that died, once their lease lapses.
+    sweeper = every(config.lease_s / 3, parts.background.recover, "the sweep for orphaned responses")
     try:
         yield service
     finally:
@@ -260,18 +261,6 @@ async def close(parts: Parts) -> None:
     parts.engine.close()
     await parts.background.stop()
     await parts.persistence.close()
-
-
-async def _sweep(background: Background, lease_s: float) -> None:
-    """Take over the responses of processes that died, once their lease lapses."""
-    while True:
-        await asyncio.sleep(lease_s / 3)
-        try:
-            await background.recover()
-        except StorageUnavailableError:
-            pass  # the storage layer has said so; the next sweep tries again
-        except Exception:
-            log.exception("the sweep for orphaned responses failed; it runs again in %.0f s", lease_s / 3)
 
 
 BUILTIN = ProviderSpec(

@@ -15,7 +15,7 @@ The package's modules, from the contract down:
 - `driver`: where a statement meets the driver, and what it comes back as (`Ran`, `IntegrityError`);
 - `sqlite` and `postgres`: each database's own machinery (connections, group commit and
   checkpoints; the pool, the greenlet a work function runs in, and LISTEN);
-- `tasks`: a write run to its end whatever befalls its caller;
+- `tasks`: a write run to its end whatever befalls its caller, and providers' periodic sweeps (`every`);
 - `outage`: a database that cannot serve (unreachable, full, locked) told from other failures, and
   answered `StorageUnavailableError` (503, retryable).
 
@@ -29,9 +29,10 @@ from runtime.storage.migrations import schema_lock
 from runtime.storage.outage import StorageUnavailableError, sqlstate, when_back
 from runtime.storage.schema import BIGINT, BOOLEAN, FLOAT, INTEGER, JSON, TEXT, Column, Index, Kind, String, Table, Unique, table
 from runtime.storage.sql import InsertRows, Scoped, Sql, in_list, insert_rows, loads, owner_condition
+from runtime.storage.tasks import every
 
 __all__ = [
     "BIGINT", "BOOLEAN", "FLOAT", "INTEGER", "JSON", "SMALL_WRITE_ROWS", "TEXT", "Column", "Database", "Index", "InsertRows",
-    "IntegrityError", "Kind", "Ran", "Scoped", "Sql", "Storage", "StorageUnavailableError", "String", "Table", "Unique", "dialect_of",
+    "IntegrityError", "Kind", "Ran", "Scoped", "Sql", "Storage", "StorageUnavailableError", "String", "Table", "Unique", "dialect_of", "every",
     "in_list", "insert_rows", "loads", "open_database", "owner_condition", "schema_lock", "sqlstate", "table", "when_back",
 ]

@@ -4,7 +4,6 @@ no model and hybrid search (vectors and keywords, fused) for stores with an embe
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
@@ -16,7 +15,7 @@ from providers.vector_stores.builtin.ingest import Ingestor
 from providers.vector_stores.builtin.provider import BuiltinVectorStores
 from providers.vector_stores.builtin.tables import create_tables
 from providers.vector_stores.builtin.vectors import require_pgvector
-from runtime.storage import StorageUnavailableError
+from runtime.storage import every
 
 __all__ = ["BUILTIN", "BuiltinVectorStores", "BuiltinVectorStoresConfig"]
 
@@ -58,7 +57,7 @@ async def create(context: ProviderContext[BuiltinVectorStoresConfig]) -> AsyncIt
     await ingestor.start()
     provider = BuiltinVectorStores(db, context.deps[Api.files], ingestor, inference, config.embedding_model, config.embedding_dimension,
                                    config.attach_wait_s)
-    sweeper = asyncio.get_running_loop().create_task(_sweep(provider, config.sweep_s))
+    sweeper = every(config.sweep_s, lambda: _forget_gone_files(provider), "the sweep of files gone from the Files API", at_once=True)
     try:
         yield provider
     finally:
@@ -66,18 +65,10 @@ async def create(context: ProviderContext[BuiltinVectorStoresConfig]) -> AsyncIt
         await ingestor.stop()
 
 
-async def _sweep(provider: BuiltinVectorStores, every_s: float) -> None:
-    while True:
-        try:
-            gone = await provider.forget_gone_files()
-        except StorageUnavailableError:
-            pass  # said by the storage layer; the next sweep tries again
-        except Exception:
-            log.exception("the sweep of files gone from the Files API failed; it runs again in %.0f s", every_s)
-        else:
-            if gone:
-                log.info("files expired or deleted in the Files API, taken out of every vector store: %s", ", ".join(gone))
-        await asyncio.sleep(every_s)
+async def _forget_gone_files(provider: BuiltinVectorStores) -> None:
+    gone = await provider.forget_gone_files()
+    if gone:
+        log.info("files expired or deleted in the Files API, taken out of every vector store: %s", ", ".join(gone))
 
 
 BUILTIN = ProviderSpec(
