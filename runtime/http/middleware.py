@@ -19,6 +19,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from contract import fastjson
 from runtime.observability import logs
 from runtime.http.direct_routes import replay_body
+from runtime.http.body_limits import RouteLimits
 from contract.errors import PayloadTooLargeError, error_body
 from runtime.http.forms import FormFields, form_document
 from runtime.http.origins import from_other_origin
@@ -110,7 +111,7 @@ class RequestGuard:
         self.raw_forms = raw_forms
         """Path prefixes whose forms are passed on as they are (the console's, `/console/`), from this origin only."""
         self.max_body_bytes = max_body_bytes
-        self.route_limits = dict(route_limits or {})
+        self.route_limits = RouteLimits(route_limits)
         """Limits of their own for some (method, path), such as file uploads."""
         self.form_paths = dict(form_paths or {})
         """POST paths whose body may also be a form, read as the JSON object it stands for."""
@@ -156,7 +157,7 @@ class RequestGuard:
         began = time.perf_counter() if metrics is not None or logged is not None else 0.0
         task = asyncio.current_task()
         try:
-            limit = self.route_limits.get((scope["method"], scope["path"]), self.max_body_bytes) if self.route_limits else self.max_body_bytes
+            limit = self.route_limits.limit(scope["method"], scope["path"], self.max_body_bytes) if self.route_limits else self.max_body_bytes
             verdict = self._body_verdict(scope, limit)
             receive = self._limited(receive, limit)
             if verdict is not None:

@@ -14,6 +14,7 @@ from fake_mcp.servers import McpServers, running_mcp_servers
 from fake_upstream.server import FakeUpstream, running_fake_upstream
 from runtime.testing.targets import StackTarget, open_target
 from support.live import CONFIG, live_env
+from support.sandbox import runtime_python
 
 TEXT_MODEL = os.environ.get("STACK_TEST_TEXT_MODEL", "fake-model")
 REASONING_MODEL = os.environ.get("STACK_TEST_REASONING_MODEL", "fake-reasoner")
@@ -30,6 +31,13 @@ def inference_upstream() -> Iterator[str | None]:
     with running_fake_upstream() as upstream, pytest.MonkeyPatch.context() as patch:
         patch.setenv("STACK_TEST_INFERENCE_URL", upstream.base_url)
         yield upstream.base_url
+
+
+@pytest.fixture(scope="session", autouse=True)
+def sandbox_venv() -> None:
+    """The runtime venv the stack's bubblewrap sandboxes run code with (run.yaml names it), made once
+    per machine before any stack starts: without it the sandboxes provider refuses to start."""
+    runtime_python()
 
 
 @pytest.fixture(scope="session", autouse=True)
