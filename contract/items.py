@@ -56,6 +56,7 @@ INCLUDABLE = ("file_search_call.results", "web_search_call.results", "web_search
 INCLUDED_ONLY: dict[str, tuple[tuple[tuple[str, ...], str | None], ...]] = {
     "file_search_call": ((("results",), "file_search_call.results"),),
     "web_search_call": ((("action", "sources"), "web_search_call.action.sources"), (("action", "text"), None)),
+    "code_interpreter_call": ((("outputs",), "code_interpreter_call.outputs"), (("files",), None), (("note",), None)),
 }
 """Item fields (paths into the item) shown only when `include` asks for the value beside them, or
 never (None: what a tool read for the model, kept for the model alone). OpenAI keeps such fields

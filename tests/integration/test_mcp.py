@@ -262,7 +262,7 @@ def test_private_addresses_not_allowed_by_run_yaml_are_refused(openai_client: op
     ({"type": "mcp", "server_label": "x", "server_url": "ftp://x/mcp"}, "tools[0].server_url"),
     ({"type": "mcp", "server_label": "x", "server_url": "http://x", "require_approval": "sometimes"}, "tools[0].require_approval"),
     ({"type": "mcp", "server_label": "x", "server_url": "http://x", "allowed_tools": {"names": ["a"]}}, "tools[0].allowed_tools"),
-    ({"type": "code_interpreter", "container": {"type": "auto"}}, "tools[0].type"),
+    ({"type": "image_generation"}, "tools[0].type"),  # a hosted tool no runtime here serves
 ])
 def test_malformed_tools_are_400s_naming_the_field(openai_client: openai.OpenAI, text_model: str, tool: Any, param: str) -> None:
     with pytest.raises(openai.BadRequestError) as error:
