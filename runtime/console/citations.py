@@ -1,5 +1,6 @@
 """An output_text part's annotations as links, for the pages that show stored messages: a file
-citation to the file's console page, a URL citation to its page when it is http or https (any
+citation to the file's console page, a container file (written by code_interpreter's code) to its
+download, a URL citation to its page when it is http or https (any
 other scheme, `javascript:` say, is no link). Templates escape the text and the address; nothing
 here is marked safe."""
 
@@ -11,9 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-__all__ = ["Link", "citations"]
+__all__ = ["Link", "citations", "container_file_href"]
 
-_FILE_CITATIONS = ("file_citation", "container_file_citation")
 _WEB = re.compile(r"https?://", re.IGNORECASE)
 """The start of an address that may be a link: a browser takes it as http(s) whatever follows."""
 
@@ -40,9 +40,17 @@ def citations(part: Any) -> list[Link]:
 
 def _link(note: Mapping[str, Any]) -> Link | None:
     kind = note.get("type")
-    if kind in _FILE_CITATIONS and isinstance(note.get("file_id"), str) and note["file_id"]:
-        file_id = note["file_id"]
+    file_id = note.get("file_id")
+    if kind == "file_citation" and isinstance(file_id, str) and file_id:
         return Link(f"/console/files/{quote(file_id, safe='')}", str(note.get("filename") or file_id), external=False)
+    container_id = note.get("container_id")
+    if kind == "container_file_citation" and isinstance(file_id, str) and file_id and isinstance(container_id, str) and container_id:
+        return Link(container_file_href(container_id, file_id), str(note.get("filename") or file_id), external=False)
     if kind == "url_citation" and isinstance(note.get("url"), str) and _WEB.match(note["url"]):
         return Link(note["url"], str(note.get("title") or note["url"]), external=True)
     return None
+
+
+def container_file_href(container_id: str, file_id: str) -> str:
+    """Where the console downloads a container's file (through the API, as the signed-in principal)."""
+    return f"/console/containers/{quote(container_id, safe='')}/files/{quote(file_id, safe='')}/content"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 from starlette.responses import RedirectResponse, Response
 
@@ -118,6 +118,15 @@ async def file_content(page: Page) -> Response:
     return Response(answer.body, answer.status, headers=headers)
 
 
+async def container_file_content(page: Page) -> Response:
+    """A file code_interpreter's code wrote (a container_file_citation's link)."""
+    container_id, file_id = page.request.path_params["item_id"], page.request.path_params["file_id"]
+    answer = await page.console.context.loopback("GET", f"/v1/containers/{quote(container_id, safe='')}/files/{quote(file_id, safe='')}/content",
+                                                 None, page.session.principal)
+    headers = {**SECURITY_HEADERS, "content-disposition": "attachment", "content-type": "application/octet-stream"}
+    return Response(answer.body, answer.status, headers=headers)
+
+
 async def file_delete(page: Page) -> Response:
     status, body = await page.api("DELETE", f"/files/{page.request.path_params['item_id']}")
     if status != 200:
@@ -177,6 +186,7 @@ ROUTES = [
     ("/chat", chats, ["GET"]), ("/chat/{item_id}", chat, ["GET"]),
     ("/files", files, ["GET", "POST"]), ("/files/{item_id}", file, ["GET"]), ("/files/{item_id}/content", file_content, ["GET"]),
     ("/files/{item_id}/delete", file_delete, ["POST"]),
+    ("/containers/{item_id}/files/{file_id}/content", container_file_content, ["GET"]),
     ("/vector_stores", vector_stores, ["GET", "POST"]), ("/vector_stores/{item_id}", vector_store, ["GET", "POST"]),
     ("/batches", batches, ["GET"]), ("/batches/{item_id}", batch, ["GET"]),
     ("/prompts", prompts, ["GET"]),

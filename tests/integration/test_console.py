@@ -23,6 +23,7 @@ from playwright.sync_api import expect
 from fake_mcp.servers import TOKEN, McpServers, running_mcp_servers
 from fake_upstream import CHAT_MODEL, FakeUpstream, running_fake_upstream
 from runtime.testing.targets import StackTarget, open_target
+from support.sandbox import runtime_python
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 MODEL = f"fake/{CHAT_MODEL}"
@@ -63,8 +64,11 @@ providers:
   prompts: [{{provider_id: builtin, provider_type: builtin}}]
   files: [{{provider_id: local, provider_type: local}}]
   vector_stores: [{{provider_id: builtin, provider_type: builtin}}]
+  sandboxes: [{{provider_id: bubblewrap, provider_type: bubblewrap, config: {{python: '{runtime_python()}'}}}}]
+  containers: [{{provider_id: builtin, provider_type: builtin}}]
   tool_runtime: [{{provider_id: mcp, provider_type: mcp, config: {{allow_private: [127.0.0.1]}}}},
-                 {{provider_id: file_search, provider_type: file_search}}]
+                 {{provider_id: file_search, provider_type: file_search}},
+                 {{provider_id: code_interpreter, provider_type: code_interpreter}}]
 server:
   console: true
   metrics: {{}}
@@ -262,6 +266,22 @@ def test_a_file_search_tool_from_the_store_select_cites_its_files_as_links(conso
     with console.api() as client:
         [tool] = client.responses.retrieve(response_id).tools  # type: ignore[arg-type]
     assert tool.type == "file_search" and tool.vector_store_ids == [store.id] and tool.max_num_results == 3
+
+
+def test_a_file_the_code_wrote_is_cited_as_its_download_for_its_owner_only(console: Console, tmp_path: Path) -> None:
+    code = "open('/mnt/data/tally.txt', 'w').write('42 sheep')"
+    ask = f"[tool:python {json.dumps({'code': code})}] " + '[answer {"text": "Counted: sandbox:/mnt/data/tally.txt"}]'
+    with console.api() as client:
+        response = client.responses.create(model="fake-model", input=ask, tools=[{"type": "code_interpreter", "container": "auto"}])
+    with signed_in(console, tmp_path) as page:
+        page.goto(f"{console.origin}/console/responses/{response.id}")
+        cited = page.locator(".output a.citation")
+        href = cited.get_attribute("href") or ""
+        assert cited.inner_text() == "tally.txt" and href.startswith("/console/containers/cntr_") and href.endswith("/content")
+        download = page.request.get(f"{console.origin}{href}")
+        assert download.status == 200 and download.body() == b"42 sheep"
+    with signed_in(console, tmp_path, "bob") as page:
+        assert page.request.get(f"{console.origin}{href}").status == 404  # another principal's container
 
 
 PIXEL = bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010806000000"

@@ -204,12 +204,17 @@ const playgroundTools = {
     return div;
   }
 
-  // A citation as a link: a cited file to its console page, a cited web page (http or https only:
+  // A citation as a link: a cited file to its console page, a file code wrote to its download, a cited web page (http or https only:
   // never a javascript: URL) in a new tab, without a referrer. Anything else is no link.
   function citation(note) {
-    if ((note.type === "file_citation" || note.type === "container_file_citation") && note.file_id) {
+    if (note.type === "file_citation" && note.file_id) {
       const link = element("a", "citation", note.filename || note.file_id);
       link.href = "/console/files/" + encodeURIComponent(note.file_id);
+      return link;
+    }
+    if (note.type === "container_file_citation" && note.file_id && note.container_id) {  // a file the code wrote: its download
+      const link = element("a", "citation", note.filename || note.file_id);
+      link.href = "/console/containers/" + encodeURIComponent(note.container_id) + "/files/" + encodeURIComponent(note.file_id) + "/content";
       return link;
     }
     if (note.type === "url_citation" && /^https?:\/\//i.test(note.url || "")) {

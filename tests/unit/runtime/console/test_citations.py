@@ -10,12 +10,12 @@ from runtime.console.pages import response
 from support.console_pages import render_page
 
 
-def test_a_file_citation_links_to_the_files_page_by_its_name() -> None:
+def test_a_file_citation_links_to_the_files_page_and_a_container_file_to_its_download() -> None:
     part = {"type": "output_text", "text": "Fog [1].", "annotations": [
         {"type": "file_citation", "file_id": "file-abc", "filename": "guide.md", "index": 3},
         {"type": "container_file_citation", "file_id": "cfile_1", "filename": "", "container_id": "c", "start_index": 0, "end_index": 1}]}
     assert citations(part) == [Link("/console/files/file-abc", "guide.md", external=False),
-                               Link("/console/files/cfile_1", "cfile_1", external=False)]
+                               Link("/console/containers/c/files/cfile_1/content", "cfile_1", external=False)]
 
 
 def test_a_file_id_is_quoted_into_the_path() -> None:
