@@ -1,6 +1,6 @@
 """The checks of a container create request (`POST /v1/containers`), in OpenAI's words: a 400 naming
 the parameter. The code_interpreter tool's `container: {"type": "auto", ...}` may use them too
-(`file_ids`, `memory_limit`)."""
+(`file_ids`, `memory_limit`, `network_policy`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from contract.containers.protocol import NewContainer
 from contract.errors import InvalidRequestError
 from contract.sandboxes.protocol import MEMORY_TIERS
 
-__all__ = ["MAX_FILE_IDS", "MAX_NAME", "check_file_ids", "check_memory_limit", "new_container"]
+__all__ = ["MAX_FILE_IDS", "MAX_NAME", "check_file_ids", "check_memory_limit", "check_network_policy", "new_container"]
 
 MAX_NAME = 256
 MAX_FILE_IDS = 100
@@ -29,12 +29,12 @@ def new_container(body: Mapping[str, Any]) -> NewContainer:
     if not isinstance(name, str) or not name.strip() or len(name) > MAX_NAME:
         raise InvalidRequestError(f"Invalid 'name': expected a non-empty string of at most {MAX_NAME} characters.", param="name",
                                   code="invalid_value")
-    _check_network_policy(body.get("network_policy"))
+    allowed_domains = check_network_policy(body.get("network_policy"), "network_policy")
     if body.get("skills"):
         raise InvalidRequestError("Invalid 'skills': this server's containers take no skills.", param="skills", code="unsupported_parameter")
     return NewContainer(name=name, file_ids=check_file_ids(body.get("file_ids"), "file_ids"),
                         expires_after_minutes=_expires_after(body.get("expires_after")),
-                        memory_limit=check_memory_limit(body.get("memory_limit"), "memory_limit"))
+                        memory_limit=check_memory_limit(body.get("memory_limit"), "memory_limit"), allowed_domains=allowed_domains)
 
 
 def check_file_ids(value: Any, param: str) -> tuple[str, ...]:
@@ -76,14 +76,27 @@ def _expires_after(value: Any) -> int | None:
     return minutes
 
 
-def _check_network_policy(value: Any) -> None:
+def check_network_policy(value: Any, param: str) -> tuple[str, ...] | None:
+    """OpenAI's `{"type": "disabled"}` (None: no network) or `{"type": "allowlist", "allowed_domains": [...]}`
+    (its domains, as given: whether this server's operator allows them is the containers provider's to say)."""
     if value is None:
-        return
+        return None
     kind = value.get("type") if isinstance(value, Mapping) else None
-    if kind == "disabled" and set(value) == {"type"}:
-        return
-    if kind == "allowlist":
-        raise InvalidRequestError("Invalid 'network_policy': this server's sandboxes have no network, so no domain can be allowed. "
-                                  "Leave network_policy out, or send {\"type\": \"disabled\"}.", param="network_policy.type",
-                                  code="unsupported_value")
-    raise InvalidRequestError("Invalid 'network_policy': expected {\"type\": \"disabled\"}.", param="network_policy", code="invalid_value")
+    if kind not in ("disabled", "allowlist"):
+        raise InvalidRequestError(f"Invalid '{param}': expected {{\"type\": \"disabled\"}} or {{\"type\": \"allowlist\", "
+                                  "\"allowed_domains\": [...]}.", param=param, code="invalid_value")
+    known = ("type",) if kind == "disabled" else ("type", "allowed_domains", "domain_secrets")
+    for key in value:
+        if key not in known:
+            raise InvalidRequestError(f"Unrecognized request argument supplied: {param}.{str(key)[:80]}", param=f"{param}.{key}",
+                                      code="unknown_parameter")
+    if kind == "disabled":
+        return None
+    if value.get("domain_secrets"):
+        raise InvalidRequestError(f"Invalid '{param}.domain_secrets': this server's proxy passes encrypted traffic through "
+                                  "untouched, so it cannot add secrets to it.", param=f"{param}.domain_secrets", code="unsupported_parameter")
+    domains = value.get("allowed_domains")
+    if not isinstance(domains, list) or not domains or not all(isinstance(domain, str) and domain for domain in domains):
+        raise InvalidRequestError(f"Invalid '{param}.allowed_domains': expected a non-empty array of domain names.",
+                                  param=f"{param}.allowed_domains", code="invalid_value")
+    return tuple(domains)

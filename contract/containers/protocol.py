@@ -2,12 +2,16 @@
 code_interpreter tool asks of it.
 
 A container is `{id: "cntr_...", object: "container", name, created_at, status, last_active_at,
-expires_after: {anchor: "last_active_at", minutes}, memory_limit}`; `status` is `running` until it
+expires_after: {anchor: "last_active_at", minutes}, memory_limit, network_policy}`; `status` is `running` until it
 has been idle for `expires_after.minutes` (20 by default), then `expired`: its sandbox is destroyed,
 its record kept (a run in it raises `ContainerExpiredError`); deleting it removes both. Its files
 are `{id: "cfile_...", object: "container.file", container_id, path: "/mnt/data/...", bytes,
 created_at, source: "user" | "assistant"}`: uploaded or copied from the files API (`user`), or
 written by code (`assistant`, registered after the cell that wrote them).
+
+`network_policy` is `{type: "disabled"}` (no network, the default) or `{type: "allowlist",
+allowed_domains}`: the hosts its code may reach through the sandboxes backend's proxy, each one
+that the backend's operator allows (`allowed_hosts`), or a 400 naming `network_policy.allowed_domains`.
 
 Containers and their files belong to the principal that created them (contract.caller): another
 principal's id is unknown (404), as with every object of the stack.
@@ -20,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from contract.errors import NotFoundError
+from contract.sandboxes.network import HostRule
 from contract.sandboxes.protocol import CellOutput
 
 __all__ = ["CodeRun", "ContainerExpiredError", "ContainerFileContent", "ContainersProvider", "NewContainer"]
@@ -39,6 +44,8 @@ class NewContainer:
     """None: the provider's default (20)."""
     memory_limit: str | None = None
     """One of contract.sandboxes.protocol.MEMORY_TIERS; None: the provider's default ("1g")."""
+    allowed_domains: tuple[str, ...] | None = None
+    """`network_policy: {"type": "allowlist", "allowed_domains"}` as given; None: `disabled` (no network)."""
 
 
 @dataclass(frozen=True)
@@ -65,9 +72,14 @@ class ContainersProvider(Protocol):
     def max_file_bytes(self) -> int:
         """The largest file put into a container (the request size limit of its upload route)."""
 
+    @property
+    def allowed_hosts(self) -> tuple[HostRule, ...]:
+        """The hosts a container's `network_policy` may allow (its sandboxes backend's); empty: none."""
+
     async def create_container(self, request: NewContainer) -> dict[str, Any]:
         """Copies each of `file_ids` (files API ids, the caller's) into /mnt/data under its filename;
-        an unknown one is a 404 naming it, and nothing is created."""
+        an unknown one is a 404 naming it, and nothing is created. `allowed_domains` outside
+        `allowed_hosts` are a 400 naming `network_policy.allowed_domains`."""
 
     async def list_containers(self, after: str | None, limit: int, order: str, name: str | None) -> tuple[list[dict[str, Any]], bool]: ...
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -21,7 +22,8 @@ from contract.checks import MAX_STRING, validate_id, validate_metadata
 from contract.items import check_include, shown_item, shown_items
 from contract.errors import InvalidRequestError
 
-__all__ = ["HOSTED_TOOL_TYPES", "IGNORED_FIELDS", "RESPONSE_FIELDS", "CompactRequest", "CreateResponse", "ConversationRef", "response_object"]
+__all__ = ["HOSTED_SHELL_ENVIRONMENTS", "HOSTED_TOOL_TYPES", "IGNORED_FIELDS", "RESPONSE_FIELDS", "CompactRequest", "CreateResponse", "ConversationRef", "hosted_shell",
+           "response_object"]
 
 _SCHEMA_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
@@ -203,6 +205,16 @@ HOSTED_TOOL_TYPES = frozenset({
     "file_search", "web_search", "web_search_2025_08_26", "web_search_preview", "web_search_preview_2025_03_11", "mcp",
     "code_interpreter", "image_generation", "computer", "computer_use", "computer_use_preview", "programmatic_tool_calling",
 })
+
+
+HOSTED_SHELL_ENVIRONMENTS = ("container_auto", "container_reference")
+"""The `environment` types of a `shell` tool that OpenAI runs (in its containers) rather than the client."""
+
+
+def hosted_shell(tool: Mapping[str, Any]) -> bool:
+    """Whether `tool` is a `shell` tool the server runs (a container environment), not the client."""
+    environment = tool.get("environment")
+    return tool.get("type") == "shell" and isinstance(environment, Mapping) and environment.get("type") in HOSTED_SHELL_ENVIRONMENTS
 
 
 _EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")

@@ -12,9 +12,17 @@ sandbox of the configured backend, named by the container's id:
   for the next. `CellOutput.fresh_kernel` says when a cell ran in a new kernel.
 
 Isolation is the backend's whole job: code in a sandbox must not reach the host's files, the
-server's process, the network (unless its operator allows hosts), or another sandbox; limits on
+server's process, the network (but the hosts its operator allows, below), or another sandbox; limits on
 memory, CPU time, processes and file size hold. A backend that cannot verify its isolation on the
 host at start refuses to start (its factory raises, naming what is missing and the alternatives).
+
+Network: a backend whose operator allows hosts reports them (`allowed_hosts`, rules of
+`contract.sandboxes.network`); a sandbox created with `allowed_domains` (each covered by those
+rules) may reach those hosts, and only them, on the operator's ports, through the backend's proxy
+(HTTP CONNECT and plain HTTP, the code's HTTP_PROXY and HTTPS_PROXY), which resolves each name
+itself and refuses private, loopback, link-local and reserved addresses. Without `allowed_domains`
+a sandbox has no network at all. A backend that cannot do this reports no hosts, and refuses
+`allowed_domains` with `InvalidRequestError`.
 
 Paths given to the file methods are relative to `/mnt/data` ("plot.png", "out/table.csv"); a
 path that leaves it (`..`, absolute) raises `InvalidRequestError`, one that names no file
@@ -23,9 +31,11 @@ path that leaves it (`..`, absolute) raises `InvalidRequestError`, one that name
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
+
+from contract.sandboxes.network import HostRule
 
 __all__ = ["DATA_DIR", "MEMORY_TIERS", "CellOutput", "SandboxBackend", "SandboxFile"]
 
@@ -70,8 +80,14 @@ class SandboxBackend(Protocol):
     def max_memory_bytes(self) -> int:
         """The largest memory limit a sandbox may have here (what the host has, capped by config)."""
 
-    async def create(self, sandbox_id: str, memory_bytes: int) -> None:
-        """Make the sandbox's place for files (the kernel starts with the first `run`)."""
+    @property
+    def allowed_hosts(self) -> tuple[HostRule, ...]:
+        """The hosts a sandbox may be allowed to reach (the operator's list); empty: no network for any."""
+
+    async def create(self, sandbox_id: str, memory_bytes: int, allowed_domains: Sequence[str] = ()) -> None:
+        """Make the sandbox's place for files (the kernel starts with the first `run`). `allowed_domains`
+        (host names, `*.` patterns, each covered by `allowed_hosts`: else `InvalidRequestError`) are the
+        hosts its code may reach, kept with it for every kernel it starts; none: no network."""
 
     async def run(self, sandbox_id: str, code: str) -> CellOutput:
         """Run one cell in the sandbox's kernel, starting one if it has none in this process.

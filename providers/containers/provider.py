@@ -20,6 +20,7 @@ from contract.containers.protocol import CodeRun, ContainerExpiredError, Contain
 from contract.errors import InvalidRequestError, NotFoundError, PayloadTooLargeError
 from contract.files.protocol import FilesProvider
 from contract.ids import random_hex
+from contract.sandboxes.network import HostRule, check_allowed_domains
 from contract.sandboxes.protocol import DATA_DIR, SandboxBackend, SandboxFile
 from providers.containers.config import BuiltinContainersConfig
 from providers.containers.copying import file_name, from_files_api, memory_bytes
@@ -47,6 +48,10 @@ class BuiltinContainers:
     def max_file_bytes(self) -> int:
         return self.config.max_file_bytes
 
+    @property
+    def allowed_hosts(self) -> tuple[HostRule, ...]:
+        return self.sandboxes.allowed_hosts
+
     def _now(self) -> int:
         return int(self.clock())
 
@@ -54,14 +59,17 @@ class BuiltinContainers:
         minutes = self._minutes(request.expires_after_minutes)
         tier = request.memory_limit or self.config.default_memory_limit
         memory = memory_bytes(tier, self.sandboxes.max_memory_bytes)
+        domains = () if request.allowed_domains is None else \
+            check_allowed_domains(list(request.allowed_domains), self.allowed_hosts, "network_policy.allowed_domains")
         sources = [await from_files_api(self.files, file_id, self.config.max_file_bytes, "file_ids") for file_id in request.file_ids]
         container_id = f"cntr_{random_hex(16)}"
         now = self._now()
-        await self.sandboxes.create(container_id, memory)
+        await self.sandboxes.create(container_id, memory, domains)
         try:
             written = [await self.sandboxes.write_file(container_id, name, await source()) for name, source in sources]
             record = {"id": container_id, "name": request.name, "created_at": now, "last_active_at": now, "expires_minutes": minutes,
-                      "memory_limit": tier, "status": "running", "principal": principal_id()}
+                      "memory_limit": tier, "status": "running", "principal": principal_id(),
+                      "allowed_domains": "\n".join(domains) if domains else None}
             rows = {file.path: self._file_row(container_id, file, "user", now) for file in written}  # a name twice: the last copy
             await self.store.add(record, list(rows.values()))
         except BaseException:
@@ -221,7 +229,13 @@ class BuiltinContainers:
         status = "expired" if row["status"] != "running" or self._overdue(row) else "running"
         return {"id": row["id"], "object": "container", "name": row["name"], "created_at": row["created_at"], "status": status,
                 "last_active_at": row["last_active_at"], "expires_after": {"anchor": "last_active_at", "minutes": row["expires_minutes"]},
-                "memory_limit": row["memory_limit"], "network_policy": {"type": "disabled"}}
+                "memory_limit": row["memory_limit"], "network_policy": _network_policy(row.get("allowed_domains"))}
+
+
+def _network_policy(allowed_domains: str | None) -> dict[str, Any]:
+    if not allowed_domains:
+        return {"type": "disabled"}
+    return {"type": "allowlist", "allowed_domains": allowed_domains.split("\n")}
 
 
 def _public_file(row: dict[str, Any]) -> dict[str, Any]:

@@ -32,6 +32,7 @@ containers = table(
     Column("memory_limit", String(8), nullable=False),
     Column("status", String(16), nullable=False, index=True),
     Column("principal", String(160)),
+    Column("allowed_domains", TEXT),  # network_policy's, one a line; null: disabled
     Index("ix_containers_principal", ("principal", "seq")),
 )
 
@@ -50,7 +51,8 @@ container_files = table(
     Index("ix_container_files_container", ("container_id", "seq")),
 )
 
-CONTAINER_COLUMNS = ("id", "name", "created_at", "last_active_at", "expires_minutes", "memory_limit", "status", "principal")
+CONTAINER_COLUMNS = ("id", "name", "created_at", "last_active_at", "expires_minutes", "memory_limit", "status", "principal",
+                     "allowed_domains")
 FILE_COLUMNS = ("id", "container_id", "path", "bytes", "modified_ns", "created_at", "source")
 
 _SELECT = f"SELECT {', '.join(CONTAINER_COLUMNS)} FROM containers"

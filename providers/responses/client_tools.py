@@ -22,6 +22,7 @@ from typing import Any
 
 from providers.responses.grammars import Grammar, GrammarError, compile_grammar
 from contract.errors import InvalidRequestError
+from contract.responses.models import hosted_shell
 
 __all__ = ["CLIENT_TOOL_TYPES", "ClientTool", "call_input", "client_tools", "loaded_tools", "output_text", "tool_choice_name"]
 
@@ -185,6 +186,8 @@ def _members(tool: Mapping[str, Any], path: str) -> list[tuple[str, Mapping[str,
 
 def _client_tool(tool: Mapping[str, Any], namespace: str | None) -> ClientTool | None:
     kind = tool.get("type")
+    if hosted_shell(tool):  # a shell in a container: the server's (a tool runtime offers it)
+        return None
     if kind == "function":
         name = str(tool["name"])
         chat = {key: tool[key] for key in ("description", "parameters", "strict") if tool.get(key) is not None}

@@ -19,7 +19,7 @@ from typing import Any
 from providers.responses.client_tools import (
     CLIENT_TOOL_TYPES, ClientTool, check_client_tool, client_tools, loaded_tools, tool_choice_name,
 )
-from contract.responses.models import HOSTED_TOOL_TYPES, CreateResponse
+from contract.responses.models import HOSTED_TOOL_TYPES, CreateResponse, hosted_shell
 from contract.tool_runtime.protocol import Citations, FunctionSpec, ModelCall, ToolContext, ToolSession
 from runtime.apis.tool_runtime.router import ToolRouter
 from contract.tool_runtime.web_search import WEB_SEARCH_TYPES
@@ -37,10 +37,15 @@ async def check_server_tools(request: CreateResponse, router: ToolRouter | None)
     """Every non-function tool must be of a type a tool runtime serves, and pass its checks."""
     for index, tool in enumerate(request.tools or ()):
         kind = tool.get("type")
-        if kind in CLIENT_TOOL_TYPES:
+        if kind in CLIENT_TOOL_TYPES and not hosted_shell(tool):
             check_client_tool(tool, f"tools[{index}]")
             continue
         runtime = router.runtime_for(kind) if router is not None and isinstance(kind, str) else None
+        if runtime is None and hosted_shell(tool):
+            raise InvalidRequestError(
+                f"Invalid value for 'tools[{index}].environment': a shell in a container needs this server's containers, and it has "
+                "none. Add a sandboxes provider, containers and the container_shell tool_runtime to run.yaml (see docs/code-interpreter.md), "
+                "or leave the environment out for a shell the client runs.", param=f"tools[{index}].environment", code="unsupported_tool_type")
         if runtime is None and isinstance(kind, str) and kind in WEB_SEARCH_TYPES:
             raise InvalidRequestError(
                 f"Invalid value for 'tools[{index}].type': {kind!r} needs a search backend, and this server has none. Add a "
@@ -78,7 +83,7 @@ def public_tools(request: CreateResponse, router: ToolRouter | None) -> tuple[li
     tools: list[dict[str, Any]] = []
     removed = False
     for tool in request.tools or ():
-        runtime = router.runtime_for(tool["type"]) if router is not None and tool.get("type") != "function" else None
+        runtime = router.runtime_for(tool["type"]) if router is not None and _server_side(tool) else None
         if runtime is None:
             # A function's optional keys are shown (null when not given), as OpenAI's echo has them.
             tools.append({"description": None, "parameters": None, "strict": None, **tool} if tool.get("type") == "function" else tool)
@@ -137,7 +142,7 @@ class RequestTools:
         """A session per tool runtime the request's tools use (none without server-side tools)."""
         grouped: dict[int, tuple[Any, list[dict[str, Any]]]] = {}
         for tool in request.tools or ():
-            if tool.get("type") == "function" or router is None:
+            if router is None or not _server_side(tool):
                 continue
             runtime = router.runtime_for(tool["type"])
             if runtime is not None:
@@ -235,6 +240,11 @@ class RequestTools:
 
     async def aclose(self) -> None:
         await asyncio.gather(*(session.aclose() for session, _ in self.sessions), return_exceptions=True)
+
+
+def _server_side(tool: Mapping[str, Any]) -> bool:
+    """A tool some tool runtime may serve: not one of the client's (a shell in a container is the server's)."""
+    return tool.get("type") not in CLIENT_TOOL_TYPES or hosted_shell(tool)
 
 
 def _unique_name(spec: FunctionSpec, taken: set[str]) -> str:

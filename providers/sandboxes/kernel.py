@@ -10,6 +10,12 @@ of JSON: a request `{"code": "..."}`, a reply `{"logs", "images" (base64 PNGs), 
 "truncated"}`. Before the first request it writes `{"ready": true}` once its limits are set.
 `{"interrupt": true}`, sent while a cell runs, interrupts it.
 
+With `"proxy_socket"` and `"proxy_port"` in its argument (a sandbox whose container allows
+domains), it forwards each connection to 127.0.0.1:<proxy_port>, in the sandbox's own network
+namespace, to the host's proxy on that Unix socket (`providers/sandboxes/egress.py`, which judges
+every request); the code's HTTP_PROXY and HTTPS_PROXY name that port. The forwarder is plain bytes
+and decides nothing: code that bypasses it reaches the same socket, and nothing else.
+
 Why hand-written rather than ipykernel and jupyter_client: those speak ZeroMQ over sockets, and a
 sandbox has no network at all (not even loopback that the host could reach); they need pyzmq and
 jupyter_client on the host and ipykernel in every runtime image; and a round trip through them
@@ -33,10 +39,13 @@ import json
 import os
 import queue
 import resource
+import select
 import signal
+import socket
 import struct
 import sys
 import threading
+import time
 import traceback
 from types import FrameType
 from typing import Any, BinaryIO
@@ -187,6 +196,8 @@ def main() -> None:
     sys.stdin = io.StringIO("")
     os.environ.setdefault("MPLBACKEND", "Agg")
     signal.signal(signal.SIGINT, _on_sigint)
+    if limits.get("proxy_socket"):
+        _forward(str(limits["proxy_socket"]), int(limits["proxy_port"]))
     _set_limits(limits)
     namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": __builtins__}
     cells: queue.Queue[str | None] = queue.Queue()
@@ -210,6 +221,47 @@ def _listen(requests: BinaryIO, cells: queue.Queue[str | None]) -> None:
         else:
             cells.put(str(request.get("code", "")))
     cells.put(None)
+
+
+def _forward(socket_path: str, port: int) -> None:
+    listener = socket.create_server(("127.0.0.1", port))
+    threading.Thread(target=_accept, args=(listener, socket_path), daemon=True).start()
+
+
+def _accept(listener: socket.socket, socket_path: str) -> None:
+    while True:
+        try:
+            client, _ = listener.accept()
+        except OSError:
+            time.sleep(0.1)  # out of descriptors, say: the code's to fix; the next accept may do
+            continue
+        try:
+            threading.Thread(target=_relay, args=(client, socket_path), daemon=True).start()
+        except RuntimeError:  # no thread to be had (the sandbox's process limit): this connection is dropped
+            client.close()
+
+
+def _relay(client: socket.socket, socket_path: str) -> None:
+    """Bytes both ways between the code's connection and the host's proxy; an end's EOF is passed on as a half-close."""
+    upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    with client, upstream:
+        try:
+            upstream.connect(socket_path)
+        except OSError:
+            return
+        peers = {client: upstream, upstream: client}
+        while peers:
+            ready, _, _ = select.select(list(peers), [], [])
+            for source in ready:
+                try:
+                    data = source.recv(65536)
+                    if data:
+                        peers[source].sendall(data)
+                        continue
+                    peers[source].shutdown(socket.SHUT_WR)
+                except OSError:
+                    return
+                del peers[source]
 
 
 if __name__ == "__main__":

@@ -47,10 +47,15 @@ class Pipe(Protocol):
         """End the kernel and everything it started; idempotent."""
 
 
-def kernel_arguments(*, max_output_bytes: int, memory_bytes: int, cpu_s: int, max_file_bytes: int, max_processes: int) -> str:
-    """The driver's one argument: the limits it sets on itself before it takes a cell."""
-    return json.dumps({"max_output_bytes": max_output_bytes, "memory_bytes": memory_bytes, "cpu_s": cpu_s,
-                       "max_file_bytes": max_file_bytes, "max_processes": max_processes})
+def kernel_arguments(*, max_output_bytes: int, memory_bytes: int, cpu_s: int, max_file_bytes: int, max_processes: int,
+                     proxy: tuple[str, int] | None = None) -> str:
+    """The driver's one argument: the limits it sets on itself before it takes a cell, and (`proxy`: the
+    socket inside, the port) where it forwards the code's proxy connections, if it has network."""
+    arguments: dict[str, Any] = {"max_output_bytes": max_output_bytes, "memory_bytes": memory_bytes, "cpu_s": cpu_s,
+                                 "max_file_bytes": max_file_bytes, "max_processes": max_processes}
+    if proxy is not None:
+        arguments.update(proxy_socket=proxy[0], proxy_port=proxy[1])
+    return json.dumps(arguments)
 
 
 class Kernel:

@@ -16,6 +16,8 @@ import pytest
 from fake_upstream.server import running_fake_upstream
 from runtime.testing.targets import open_target
 from support.live import CONFIG, live_env
+from support.live_stack import run_yaml, served
+from support.sandbox import runtime_python
 
 AUTO = {"type": "code_interpreter", "container": {"type": "auto"}}
 
@@ -128,7 +130,9 @@ def test_code_that_raises_completes_with_its_traceback(openai_client: openai.Ope
     ("cntr_nosuch", "tools[0].container"),
     ({"type": "auto", "memory_limit": "2g"}, "tools[0].container.memory_limit"),
     ({"type": "auto", "file_ids": ["file-nosuch"]}, "tools[0].container.file_ids"),
-    ({"type": "auto", "network_policy": {"type": "allowlist", "allowed_domains": ["example.org"]}}, "tools[0].container.network_policy"),
+    ({"type": "auto", "network_policy": {"type": "allowlist", "allowed_domains": ["example.org"]}},
+     "tools[0].container.network_policy.allowed_domains"),  # this stack's operator allows no hosts
+    ({"type": "auto", "network_policy": {"type": "open"}}, "tools[0].container.network_policy"),
     ({"type": "manual"}, "tools[0].container"),
 ])
 def test_a_bad_container_is_a_400_naming_it(openai_client: openai.OpenAI, text_model: str, container: Any, param: str) -> None:
@@ -186,3 +190,38 @@ def test_a_call_over_a_websocket_has_the_events_of_a_stream(websocket_client: op
     assert "response.code_interpreter_call.interpreting" in kinds and "response.code_interpreter_call.completed" in kinds
     done = next(event for event in events if event.type == "response.output_item.done" and event.item.type == "code_interpreter_call")
     assert done.item.outputs[0].logs == "9\n"  # type: ignore[union-attr]
+
+
+NETWORKED = """  sandboxes: [{provider_id: bubblewrap, provider_type: bubblewrap, config: {python: "%s", allowed_hosts: ["localhost:%d"],
+                                                                            allow_private: [localhost]}}]
+  containers: [{provider_id: builtin, provider_type: builtin}]
+  tool_runtime: [{provider_id: code_interpreter, provider_type: code_interpreter}]
+"""
+
+
+@pytest.fixture(scope="module")
+def networked(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[openai.OpenAI, int]]:
+    """A stack whose sandboxes' operator allows one host: the live fake upstream's (on 127.0.0.1, hence allow_private),
+    which is also its model."""
+    with running_fake_upstream() as upstream:
+        path = run_yaml(tmp_path_factory.mktemp("networked"), upstream.base_url, providers=NETWORKED % (runtime_python(), upstream.port), name="networked")
+        with served("server", path) as client:
+            yield client, upstream.port
+
+
+def test_code_in_a_container_with_an_allowlist_reaches_the_allowed_host_only(networked: tuple[openai.OpenAI, int],
+                                                                           text_model: str) -> None:
+    client, port = networked
+    code = ("import urllib.request\n"
+            f"print(urllib.request.urlopen('http://localhost:{port}/v1/models', timeout=10).status)\n"
+            "try:\n    urllib.request.urlopen('http://example.com/', timeout=10)\nexcept Exception as error:\n    print(error)")
+    container = {"type": "auto", "network_policy": {"type": "allowlist", "allowed_domains": ["localhost"]}}
+    response = client.responses.create(model=text_model, input=ask(code), tools=[{"type": "code_interpreter", "container": container}])
+    assert response.output_text == "Tool result: 200\nHTTP Error 403: Forbidden"
+    assert response.tools[0].container.network_policy.model_dump(exclude_none=True) == container["network_policy"]  # type: ignore[union-attr]
+    made = client.containers.retrieve(response.output[0].container_id)  # type: ignore[union-attr]
+    assert made.network_policy is not None and made.network_policy.allowed_domains == ["localhost"]
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.responses.create(model=text_model, input="hi", tools=[{"type": "code_interpreter", "container": {
+            "type": "auto", "network_policy": {"type": "allowlist", "allowed_domains": ["example.com"]}}}])
+    assert refused.value.param == "tools[0].container.network_policy.allowed_domains"

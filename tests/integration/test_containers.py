@@ -63,7 +63,8 @@ def test_an_upload_has_the_providers_size_limit_not_the_servers(openai_client: o
 
 
 @pytest.mark.parametrize(("params", "param", "words"), [
-    ({"name": "n", "network_policy": {"type": "allowlist", "allowed_domains": ["pypi.org"]}}, "network_policy.type", "no network"),
+    ({"name": "n", "network_policy": {"type": "allowlist", "allowed_domains": ["pypi.org"]}}, "network_policy.allowed_domains",
+     "operator allows no hosts"),
     ({"name": "n", "memory_limit": "64g"}, "memory_limit", "more than this server's sandboxes may have"),
     ({"name": "n", "expires_after": {"anchor": "last_active_at", "minutes": 0}}, "expires_after.minutes", "1 or more"),
     ({"name": "n", "skills": [{"type": "skill_reference", "skill_id": "skill_1"}]}, "skills", "no skills"),
@@ -94,7 +95,7 @@ class Pair:
 
 ALICE, BOB = "sk-alice-0123456789", "sk-bob-0123456789"
 PROVIDERS = """  files: [{provider_id: local, provider_type: local}]
-  sandboxes: [{provider_id: bubblewrap, provider_type: bubblewrap, config: {python: "%s"}}]
+  sandboxes: [{provider_id: bubblewrap, provider_type: bubblewrap, config: {python: "%s", allowed_hosts: [pypi.org, "*.pythonhosted.org"]}}]
   containers: [{provider_id: builtin, provider_type: builtin}]
 server:
   auth:
@@ -129,3 +130,15 @@ def test_another_principals_container_and_files_are_a_404_on_every_route(pair: P
     assert mine.id not in [c.id for c in pair.bob.containers.list(limit=100)]
     assert [c.id for c in pair.alice.containers.list(limit=100)] == [mine.id]
     assert pair.alice.containers.files.content.retrieve(secret.id, container_id=mine.id).read() == b"alice's"
+
+
+def test_an_allowlist_within_the_operators_hosts_is_kept_and_echoed_and_one_beyond_them_is_a_400(pair: Pair) -> None:
+    policy = {"type": "allowlist", "allowed_domains": ["pypi.org", "files.pythonhosted.org"]}
+    made = pair.alice.containers.create(name="online", network_policy=policy)  # type: ignore[arg-type]
+    assert made.network_policy is not None and made.network_policy.model_dump() == policy
+    assert pair.alice.containers.retrieve(made.id).network_policy.model_dump() == policy  # type: ignore[union-attr]
+    assert pair.alice.containers.create(name="closed").network_policy.model_dump(exclude_none=True) == {"type": "disabled"}  # type: ignore[union-attr]
+    with pytest.raises(openai.BadRequestError) as refused:
+        pair.alice.containers.create(name="n", network_policy={"type": "allowlist", "allowed_domains": ["pypi.org", "evil.com"]})
+    assert refused.value.body["param"] == "network_policy.allowed_domains"  # type: ignore[index]
+    assert "'evil.com' is not among the hosts" in refused.value.body["message"]  # type: ignore[index]

@@ -10,24 +10,29 @@ import contextlib
 import io
 import os
 import traceback
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from contract.errors import InvalidRequestError, NotFoundError
+from contract.sandboxes.network import HostRule, check_allowed_domains, parse_host_rule
 from contract.sandboxes.protocol import CellOutput, SandboxFile
 
 __all__ = ["FakeSandboxes"]
 
 
 class FakeSandboxes:
-    """Sandboxes in `root/<sandbox id>/`; `calls` records each method called, with the sandbox id."""
+    """Sandboxes in `root/<sandbox id>/`; `calls` records each method called, with the sandbox id.
+    `allowed_hosts` are the operator's (the domains a sandbox is given are kept in `domains`: the
+    fake has no network to give)."""
 
-    def __init__(self, root: Path, max_memory_bytes: int = 4 << 30) -> None:
+    def __init__(self, root: Path, max_memory_bytes: int = 4 << 30, allowed_hosts: Sequence[str] = ()) -> None:
         self.root = root
         self._max_memory_bytes = max_memory_bytes
+        self._allowed_hosts = tuple(parse_host_rule(host) for host in allowed_hosts)
         self.kernels: dict[str, dict[str, Any]] = {}
         self.memory: dict[str, int] = {}
+        self.domains: dict[str, tuple[str, ...]] = {}
         self.calls: list[tuple[str, str]] = []
 
     @property
@@ -40,8 +45,14 @@ class FakeSandboxes:
     def exists(self, sandbox_id: str) -> bool:
         return self.data_dir(sandbox_id).is_dir()
 
-    async def create(self, sandbox_id: str, memory_bytes: int) -> None:
+    @property
+    def allowed_hosts(self) -> tuple[HostRule, ...]:
+        return self._allowed_hosts
+
+    async def create(self, sandbox_id: str, memory_bytes: int, allowed_domains: Sequence[str] = ()) -> None:
         self.calls.append(("create", sandbox_id))
+        if allowed_domains:
+            self.domains[sandbox_id] = check_allowed_domains(list(allowed_domains), self.allowed_hosts, "network_policy.allowed_domains")
         self.data_dir(sandbox_id).mkdir(parents=True)
         self.memory[sandbox_id] = memory_bytes
 

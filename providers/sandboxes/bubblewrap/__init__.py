@@ -17,15 +17,17 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from builder.sandbox_venv import DEFAULT_VENV
+from contract.sandboxes.network import parse_host_rule
 from contract.sandboxes.protocol import MEMORY_TIERS
 from contract.spec import Api, ProviderContext, ProviderSpec
 from providers.sandboxes.bubblewrap.backend import BubblewrapSandboxes, Settings
 from providers.sandboxes.bubblewrap.cgroups import PidsCgroups
 from providers.sandboxes.bubblewrap.command import inspect_runtime
 from providers.sandboxes.bubblewrap.probe import ALTERNATIVES, IsolationError, find_bwrap, verify_isolation
+from runtime.security.netguard import AddressPolicy
 
 __all__ = ["BUBBLEWRAP", "BubblewrapConfig", "BubblewrapSandboxes", "host_memory_bytes", "open_backend"]
 
@@ -45,6 +47,19 @@ class BubblewrapConfig(BaseModel):
     max_file_bytes: int = Field(default=1 << 30, ge=1, description="The largest file code may write (RLIMIT_FSIZE)")
     max_output_bytes: int = Field(default=64 * 1024, ge=1024, description="A cell's logs are cut at this many bytes")
     idle_stop_s: float | None = Field(default=None, gt=0, description="Stop a kernel that ran no cell for this long (its files stay)")
+    allowed_hosts: list[str] = Field(default_factory=list, description=(
+        "Hosts a container's network_policy may allow its code to reach, through a proxy: `pypi.org`, `*.example.com` (every "
+        "name under it), with `:port` for a port other than 443 and 80. Empty: no sandbox has network"))
+    allow_private: list[str] = Field(default_factory=list, description=(
+        "Non-public hosts or networks (names, addresses, CIDR) the proxy may dial for an allowed host; public addresses are "
+        "always allowed, and nothing else is unless listed here"))
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _hosts(cls, hosts: list[str]) -> list[str]:
+        for host in hosts:
+            parse_host_rule(host)  # its ValueError says what is wrong with the entry
+        return hosts
 
 
 def host_memory_bytes() -> int:
@@ -76,7 +91,9 @@ def _settings(config: BubblewrapConfig, state_dir: Path) -> Settings:
     return Settings(bwrap=bwrap, runtime=runtime, directory=directory,
                     max_memory_bytes=min(MEMORY_TIERS[config.max_memory], host_memory_bytes()),
                     cell_timeout_s=config.cell_timeout_s, cpu_s=config.cpu_s, max_processes=config.max_processes,
-                    max_file_bytes=config.max_file_bytes, max_output_bytes=config.max_output_bytes, cgroups=cgroups)
+                    max_file_bytes=config.max_file_bytes, max_output_bytes=config.max_output_bytes, cgroups=cgroups,
+                    allowed_hosts=tuple(parse_host_rule(host) for host in config.allowed_hosts),
+                    guard=AddressPolicy(config.allow_private).allows)
 
 
 @contextlib.asynccontextmanager

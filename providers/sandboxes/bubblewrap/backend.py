@@ -1,7 +1,9 @@
 """Sandboxes as bwrap processes on the server's own host: one kernel process per sandbox.
 
 Layout under `directory`: `<id>/data` is the sandbox's /mnt/data, `<id>/memory_bytes` its memory
-limit (so that a kernel started after a restart gets the one it was created with).
+limit and `<id>/allowed_domains` (when it has network) the domains it may reach, one a line (so that
+a kernel started after a restart gets what it was created with). A kernel with domains gets its
+proxy (`providers/sandboxes/egress.py`), which lives and dies with it.
 """
 
 from __future__ import annotations
@@ -11,16 +13,20 @@ import collections
 import contextlib
 import logging
 import os
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from contract.errors import InvalidRequestError, NotFoundError
+from contract.sandboxes.network import HostRule, check_allowed_domains, parse_host_rule
 from contract.sandboxes.protocol import CellOutput, SandboxFile
+from contract.spec import AddressGuard
 from providers.sandboxes.bubblewrap.cgroups import PidsCgroups
-from providers.sandboxes.bubblewrap.command import Runtime, bwrap_command
+from providers.sandboxes.bubblewrap.command import PROXY_PORT, PROXY_SOCKET, Runtime, bwrap_command
 from providers.sandboxes.data_dir import DataDir, check_sandbox_id
+from providers.sandboxes.egress import EgressProxy
 from providers.sandboxes.kernel_client import Kernel, KernelDied, Kernels, kernel_arguments
+from runtime.security.netguard import AddressPolicy
 
 __all__ = ["BubblewrapSandboxes", "Settings"]
 
@@ -43,15 +49,21 @@ class Settings:
     max_file_bytes: int
     max_output_bytes: int
     cgroups: PidsCgroups
+    allowed_hosts: tuple[HostRule, ...] = ()
+    """The operator's hosts; none: no sandbox has network."""
+    guard: AddressGuard = field(default_factory=lambda: AddressPolicy().allows)
+    """Which addresses the proxies may dial: public ones, unless the operator's `allow_private` adds some."""
 
 
 class _ProcessPipe:
     """A bwrap process's stdin and stdout; its stderr (the code's own writes to fd 2) is drained, the last of it kept."""
 
-    def __init__(self, process: asyncio.subprocess.Process, cgroups: PidsCgroups, cgroup: Path | None) -> None:
+    def __init__(self, process: asyncio.subprocess.Process, cgroups: PidsCgroups, cgroup: Path | None,
+                 proxy: EgressProxy | None = None) -> None:
         self.process = process
         self.cgroups = cgroups
         self.cgroup = cgroup
+        self.proxy = proxy
         self.stderr: collections.deque[bytes] = collections.deque(maxlen=16)
         self._drain = asyncio.ensure_future(self._drain_stderr())
 
@@ -84,6 +96,8 @@ class _ProcessPipe:
             self.process.kill()
         await self.process.wait()
         self._drain.cancel()
+        if self.proxy is not None:
+            await self.proxy.close()
         await asyncio.to_thread(self.cgroups.remove, self.cgroup)
 
 
@@ -104,13 +118,28 @@ class BubblewrapSandboxes:
     def _data(self, sandbox_id: str) -> DataDir:
         return DataDir(self._place(sandbox_id) / "data")
 
-    async def create(self, sandbox_id: str, memory_bytes: int) -> None:
+    @property
+    def allowed_hosts(self) -> tuple[HostRule, ...]:
+        return self.settings.allowed_hosts
+
+    async def create(self, sandbox_id: str, memory_bytes: int, allowed_domains: Sequence[str] = ()) -> None:
         if not 0 < memory_bytes <= self.max_memory_bytes:
             raise InvalidRequestError(f"A sandbox's memory must be at most {self.max_memory_bytes} bytes on this server.",
                                       param="memory_limit", code="invalid_value")
+        domains = check_allowed_domains(list(allowed_domains), self.allowed_hosts, "network_policy.allowed_domains") \
+            if allowed_domains else ()
         place = self._place(sandbox_id)
         await asyncio.to_thread(self._data(sandbox_id).create)
+        if domains:
+            await asyncio.to_thread((place / "allowed_domains").write_text, "".join(f"{domain}\n" for domain in domains))
         await asyncio.to_thread((place / "memory_bytes").write_text, str(memory_bytes))
+
+    def _domains(self, sandbox_id: str) -> tuple[HostRule, ...]:
+        try:
+            lines = (self._place(sandbox_id) / "allowed_domains").read_text().split()
+        except FileNotFoundError:
+            return ()
+        return tuple(parse_host_rule(line, with_port=False) for line in lines)
 
     def _memory(self, sandbox_id: str) -> int:
         try:
@@ -121,9 +150,23 @@ class BubblewrapSandboxes:
     async def _start(self, sandbox_id: str) -> Kernel:
         settings = self.settings
         memory = await asyncio.to_thread(self._memory, sandbox_id)
+        domains = await asyncio.to_thread(self._domains, sandbox_id)
+        # The operator's list as it is now: a host the operator no longer allows is not reached.
+        proxy = await EgressProxy.open(settings.allowed_hosts, domains, settings.guard) if domains and settings.allowed_hosts else None
         argument = kernel_arguments(max_output_bytes=settings.max_output_bytes, memory_bytes=memory, cpu_s=settings.cpu_s,
-                                    max_file_bytes=settings.max_file_bytes, max_processes=settings.max_processes)
-        command = bwrap_command(settings.bwrap, settings.runtime, self._place(sandbox_id) / "data", argument, memory)
+                                    max_file_bytes=settings.max_file_bytes, max_processes=settings.max_processes,
+                                    proxy=None if proxy is None else (PROXY_SOCKET, PROXY_PORT))
+        command = bwrap_command(settings.bwrap, settings.runtime, self._place(sandbox_id) / "data", argument, memory,
+                                None if proxy is None else proxy.socket_path)
+        try:
+            return await self._spawn(sandbox_id, command, proxy)
+        except BaseException:
+            if proxy is not None:
+                await proxy.close()
+            raise
+
+    async def _spawn(self, sandbox_id: str, command: list[str], proxy: EgressProxy | None) -> Kernel:
+        settings = self.settings
         cgroup = await asyncio.to_thread(settings.cgroups.make, f"{os.getpid()}-{sandbox_id}", settings.max_processes)
         if cgroup is not None:  # the shell joins the cgroup, then becomes bwrap: nothing of the sandbox runs outside it
             command = ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(cgroup / "cgroup.procs"), *command]
@@ -133,7 +176,7 @@ class BubblewrapSandboxes:
         process = await asyncio.create_subprocess_exec(*command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
                                                        stderr=asyncio.subprocess.PIPE, start_new_session=True,
                                                        env={"PATH": "/usr/bin:/bin"})
-        pipe = _ProcessPipe(process, settings.cgroups, cgroup)
+        pipe = _ProcessPipe(process, settings.cgroups, cgroup, proxy)
         kernel = Kernel(pipe, settings.cell_timeout_s)
         try:
             await kernel.started(START_TIMEOUT_S)

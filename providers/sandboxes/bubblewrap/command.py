@@ -10,6 +10,11 @@ not the host's), IPC, UTS and mount namespaces; `--uid 65534` and `--cap-drop AL
 capability even inside them; `--clearenv` drops the server's environment (its keys) before
 the few variables below are set; `--new-session` keeps it off the server's terminal (TIOCSTI);
 `--die-with-parent` ends it if the server dies.
+
+A sandbox whose container allows domains gets no more network than that: its proxy's Unix socket
+is bound in at PROXY_SOCKET (the kernel driver forwards 127.0.0.1:PROXY_PORT to it), the proxy
+variables name that port, and the host's CA certificates (public, read-only) are bound so that
+HTTPS can be verified. No resolv.conf: the proxy resolves names, the sandbox never does.
 """
 
 from __future__ import annotations
@@ -21,10 +26,15 @@ from pathlib import Path
 
 from providers.sandboxes.kernel_client import DRIVER
 
-__all__ = ["DRIVER_PATH", "Runtime", "bwrap_command", "inspect_runtime"]
+__all__ = ["DRIVER_PATH", "PROXY_PORT", "PROXY_SOCKET", "Runtime", "bwrap_command", "inspect_runtime"]
 
 DRIVER_PATH = "/opt/stack/kernel.py"
 """Where the driver is, inside."""
+PROXY_SOCKET = "/run/stack/egress.sock"
+"""Where the sandbox's proxy socket is, inside."""
+PROXY_PORT = 3128
+"""The port on the sandbox's own loopback that the driver forwards to it."""
+_CERTIFICATES = ("/etc/ssl/certs", "/etc/pki/tls/certs", "/etc/pki/ca-trust/extracted", "/etc/ssl/cert.pem")
 
 _ROOT_LINKS = ("bin", "lib", "lib32", "lib64", "libx32", "sbin")
 
@@ -63,7 +73,17 @@ def _root(args: list[str]) -> None:
             args += ["--ro-bind", str(path), f"/{name}"]
 
 
-def bwrap_command(bwrap: str, runtime: Runtime, data: Path, kernel_argument: str, tmp_bytes: int | None) -> list[str]:
+def _network(args: list[str], environment: dict[str, str], proxy_socket: Path) -> None:
+    args += ["--ro-bind", str(proxy_socket), PROXY_SOCKET]
+    for path in _CERTIFICATES:
+        if Path(path).exists():
+            args += ["--ro-bind", path, path]
+    proxy = f"http://127.0.0.1:{PROXY_PORT}"
+    environment.update(HTTP_PROXY=proxy, HTTPS_PROXY=proxy, http_proxy=proxy, https_proxy=proxy)
+
+
+def bwrap_command(bwrap: str, runtime: Runtime, data: Path, kernel_argument: str, tmp_bytes: int | None,
+                  proxy_socket: Path | None = None) -> list[str]:
     args = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--uid", "65534", "--gid", "65534",
             "--cap-drop", "ALL", "--clearenv", "--hostname", "sandbox"]
     _root(args)
@@ -79,6 +99,8 @@ def bwrap_command(bwrap: str, runtime: Runtime, data: Path, kernel_argument: str
         # Caches in /tmp, not in /mnt/data where they would show as the user's files.
         "MPLCONFIGDIR": "/tmp/matplotlib", "XDG_CACHE_HOME": "/tmp/cache",
     }
+    if proxy_socket is not None:
+        _network(args, environment, proxy_socket)
     for name, value in environment.items():
         args += ["--setenv", name, value]
     return [*args, "--", runtime.python, "-B", DRIVER_PATH, kernel_argument]

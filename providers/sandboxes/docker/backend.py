@@ -3,19 +3,22 @@
 `create` makes the container (not started) and its /mnt/data; the first cell attaches to it and
 starts it; a kernel killed (a timeout, a limit) leaves the container stopped, and the next cell
 starts it again: a fresh kernel, the same files (they live in the container's own layer).
+No network, ever: the Engine may be on another host, where no proxy socket of the server's could be
+mounted, so this backend allows no hosts and refuses a sandbox with `allowed_domains`.
 The driver is given as `python -c <source>`, so the image needs nothing of ours, only Python.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import httpx2
 
 from contract.errors import InvalidRequestError, NotFoundError
+from contract.sandboxes.network import HostRule, check_allowed_domains
 from contract.sandboxes.protocol import CellOutput, SandboxFile
 from providers.sandboxes.data_dir import check_sandbox_id, split_path
 from providers.sandboxes.docker.archive import SANDBOX_UID, data_dir_tar, file_tar, listing, single_file
@@ -78,7 +81,13 @@ class DockerSandboxes:
             },
         }
 
-    async def create(self, sandbox_id: str, memory_bytes: int) -> None:
+    @property
+    def allowed_hosts(self) -> tuple[HostRule, ...]:
+        return ()
+
+    async def create(self, sandbox_id: str, memory_bytes: int, allowed_domains: Sequence[str] = ()) -> None:
+        if allowed_domains:
+            check_allowed_domains(list(allowed_domains), self.allowed_hosts, "network_policy.allowed_domains")  # refuses: no hosts
         if not 0 < memory_bytes <= self.max_memory_bytes:
             raise InvalidRequestError(f"A sandbox's memory must be at most {self.max_memory_bytes} bytes on this server.",
                                       param="memory_limit", code="invalid_value")

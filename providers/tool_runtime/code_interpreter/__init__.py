@@ -4,7 +4,8 @@ The model is offered one function, `python`, taking the code. Its call becomes a
 `code_interpreter_call` item (`in_progress`, the code as `response.code_interpreter_call_code.*`
 events, `interpreting`, `completed`) run in a container of the containers API: the one the tool
 names (`container: "cntr_..."`), or for `container: "auto"` (or `{"type": "auto", "file_ids",
-"memory_limit"}`) the container the chain or conversation already used, else a new one. A
+"memory_limit", "network_policy"}`) the container the chain or conversation already used, else a new
+one (with the network its `network_policy` allows, if the sandboxes' operator allows those hosts). A
 container that expired meanwhile is replaced by a new one and the model is told its earlier
 names and files are gone. `outputs` (the cell's logs and images) are stored always and shown when
 `include` asks for `code_interpreter_call.outputs`; files the code wrote under /mnt/data are
@@ -19,17 +20,16 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from contract.containers.protocol import ContainersProvider
-from contract.errors import InvalidRequestError, NotFoundError
+from contract.errors import InvalidRequestError
 from contract.files.protocol import FilesProvider
-from contract.sandboxes.protocol import MEMORY_TIERS
 from contract.spec import Api, EmptyConfig, ProviderContext, ProviderSpec
 from contract.tool_runtime.protocol import PublicTool, ToolContext, ToolExchange
+from providers.tool_runtime.code_interpreter.checks import check_auto, check_container_id
 from providers.tool_runtime.code_interpreter.session import FUNCTION, CodeInterpreterSession
 
 __all__ = ["CODE_INTERPRETER", "CodeInterpreterRuntime"]
 
 _FIELDS = frozenset({"type", "container"})
-_AUTO_FIELDS = frozenset({"type", "file_ids", "memory_limit", "network_policy"})
 MAX_LOGS_TO_MODEL = 20_000
 """Characters of a cell's logs the model reads (the item keeps what the sandbox returned)."""
 
@@ -54,52 +54,19 @@ class CodeInterpreterRuntime:
             raise InvalidRequestError(f"Missing required parameter: '{where}'.", param=where, code="missing_required_parameter")
         if isinstance(container, str):
             if container != "auto":
-                await self._check_container(container, where)
+                await check_container_id(self.containers, container, where)
             return
         if not isinstance(container, dict) or container.get("type") != "auto":
             raise InvalidRequestError(f"Invalid value for '{where}': expected a container id, \"auto\", or an object of type 'auto'.",
                                       param=where, code="invalid_value")
-        await self._check_auto(container, where)
-
-    async def _check_container(self, container_id: str, where: str) -> None:
-        try:
-            await self.containers.get_container(container_id)  # an expired one is replaced when used
-        except NotFoundError:
-            raise InvalidRequestError(f"Invalid '{where}': no container found with id '{container_id[:80]}'.", param=where,
-                                      code="invalid_value") from None
-
-    async def _check_auto(self, container: Mapping[str, Any], where: str) -> None:
-        for key in container:
-            if key not in _AUTO_FIELDS:
-                raise InvalidRequestError(f"Unknown parameter: '{where}.{key}'.", param=f"{where}.{key}", code="unknown_parameter")
-        limit = container.get("memory_limit")
-        if limit is not None and limit not in MEMORY_TIERS:
-            raise InvalidRequestError(f"Invalid value for '{where}.memory_limit': expected one of {', '.join(MEMORY_TIERS)}.",
-                                      param=f"{where}.memory_limit", code="invalid_value")
-        policy = container.get("network_policy")
-        if policy is not None and (not isinstance(policy, dict) or policy.get("type") != "disabled"):
-            raise InvalidRequestError(f"Invalid value for '{where}.network_policy': this server's sandboxes have no network; only "
-                                      "{\"type\": \"disabled\"} is accepted.", param=f"{where}.network_policy", code="invalid_value")
-        file_ids = container.get("file_ids")
-        if file_ids is None:
-            return
-        if not isinstance(file_ids, list) or not all(isinstance(file_id, str) and file_id for file_id in file_ids):
-            raise InvalidRequestError(f"Invalid '{where}.file_ids': expected an array of file ids.", param=f"{where}.file_ids",
-                                      code="invalid_value")
-        for index, file_id in enumerate(file_ids):
-            try:
-                if self.files is None:
-                    raise NotFoundError(file_id)
-                await self.files.get_file(file_id)
-            except NotFoundError:
-                raise InvalidRequestError(f"Invalid '{where}.file_ids[{index}]': no file found with id '{file_id[:80]}'.",
-                                          param=f"{where}.file_ids", code="invalid_value") from None
+        await check_auto(self.containers, self.files, container, where)
 
     def public_tool(self, tool: Mapping[str, Any]) -> PublicTool:
         container = tool["container"]
         if isinstance(container, dict):
             container = {"type": "auto", "file_ids": list(container.get("file_ids") or []),
-                         **({"memory_limit": container["memory_limit"]} if container.get("memory_limit") else {})}
+                         **({"memory_limit": container["memory_limit"]} if container.get("memory_limit") else {}),
+                         **({"network_policy": container["network_policy"]} if container.get("network_policy") else {})}
         return PublicTool({"type": "code_interpreter", "container": container})
 
     def render(self, item: Mapping[str, Any]) -> ToolExchange | None:

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from contract.containers.protocol import CodeRun, ContainersProvider, NewContainer
+from contract.containers.protocol import CodeRun, ContainersProvider
 from contract.errors import APIError, NotFoundError
 from contract.items import new_id
 from contract.tool_runtime.protocol import FunctionSpec, ItemSink, ModelCall, OutputItem, Step, ToolContext
+from providers.tool_runtime.code_interpreter.checks import with_network
+from providers.tool_runtime.code_interpreter.choice import ContainerChoice, wanted
 from providers.tool_runtime.code_interpreter.citations import ContainerFileCitations
 
 __all__ = ["FUNCTION", "CodeInterpreterSession"]
@@ -40,20 +41,18 @@ class CodeInterpreterSession:
     def __init__(self, containers: ContainersProvider, tools: list[Mapping[str, Any]], context: ToolContext) -> None:
         self.containers = containers
         self.tools = tools
-        self.context = context
-        self._in_use: dict[int, str] = {}
-        """The container each tool's calls run in, once the first of them chose it."""
-        self._used = {item["container_id"] for item in _calls(context)}
+        earlier = [str(item["container_id"]) for item in _calls(context)]
+        self.choice = ContainerChoice(containers, f"code_interpreter {context.response_id}", earlier)
+        self._used = set(earlier)
         """Containers an earlier cell ran in: a fresh kernel in one of them means a restart the model is told of."""
-        self._choosing = asyncio.Lock()  # calls of one turn run at once: the first chooses, the others use its choice
         self._files: list[dict[str, Any]] = []
 
     def preparations(self) -> Sequence[Step]:
         return ()
 
     def functions(self) -> Sequence[FunctionSpec]:
-        return [FunctionSpec(FUNCTION, _PARAMETERS, _DESCRIPTION, group="code_interpreter", key=str(index))
-                for index in range(len(self.tools))]
+        return [FunctionSpec(FUNCTION, _PARAMETERS, _description(tool), group="code_interpreter", key=str(index))
+                for index, tool in enumerate(self.tools)]
 
     def pending_calls(self) -> Sequence[ModelCall]:
         return ()
@@ -66,7 +65,7 @@ class CodeInterpreterSession:
         code = _code(call.arguments)
         notes: list[str] = []
         try:
-            container_id = await self._container(index, notes)
+            container_id = await self.choice.container(index, wanted(self.tools[index]["container"]), notes)
         except APIError as error:  # the container could not be made (a memory limit over this server's, a file gone)
             item = sink.open(_item("", code))
             item.item.update(status="failed", note=f"No container could be made for the code: {error.message}")
@@ -91,8 +90,8 @@ class CodeInterpreterSession:
             except NotFoundError:  # it expired (or was deleted) since it was chosen: once more, in a new one
                 if attempt:
                     break
-                self._in_use.pop(index, None)
-                item.item["container_id"] = await self._container(index, notes, gone=container_id)
+                item.item["container_id"] = await self.choice.container(index, wanted(self.tools[index]["container"]), notes,
+                                                                        gone=container_id)
             except Exception as error:
                 log.exception("code_interpreter: running a cell in %s failed", container_id)
                 item.item.update(status="failed", note=_note(notes, f"The sandbox failed to run the code ({type(error).__name__})."))
@@ -115,42 +114,16 @@ class CodeInterpreterSession:
         if item.item["status"] == "completed":
             item.emit("response.code_interpreter_call.completed")
 
-    async def _container(self, index: int, notes: list[str], gone: str | None = None) -> str:
-        async with self._choosing:
-            chosen = self._in_use.get(index)
-            if chosen is None:
-                chosen = self._in_use[index] = await self._choose(self.tools[index]["container"], notes, gone)
-            return chosen
-
-    async def _choose(self, spec: Any, notes: list[str], gone: str | None) -> str:
-        """The named container, or for `auto` the one the chain last used; a new one when that one is gone."""
-        wanted = spec if isinstance(spec, str) and spec != "auto" else None
-        if wanted is None and gone is None:
-            earlier = [item["container_id"] for item in _calls(self.context)]
-            wanted = earlier[-1] if earlier else None
-        wanted = gone or wanted
-        if wanted is not None and gone is None:
-            try:
-                if (await self.containers.get_container(wanted)).get("status") != "expired":
-                    return wanted
-            except NotFoundError:
-                pass
-        auto = spec if isinstance(spec, dict) else {}
-        created = await self.containers.create_container(NewContainer(
-            name=f"code_interpreter {self.context.response_id}", file_ids=list(auto.get("file_ids") or ()),
-            memory_limit=auto.get("memory_limit")))
-        if wanted is not None:
-            # (No ids in what the model reads: the same turn reads the same, and replays from recordings.)
-            notes.append("The container used before expired (it was idle too long), so this code ran in a new one: names defined "
-                         "and files written by earlier code are gone; the files given with the tool were copied again.")
-        return str(created["id"])
-
     def citations(self) -> ContainerFileCitations | None:
         """The answer's links to the files this response's code wrote."""
         return ContainerFileCitations(self._files) if self._files else None
 
     async def aclose(self) -> None:
         return None
+
+
+def _description(tool: Mapping[str, Any]) -> str:
+    return with_network(_DESCRIPTION, tool.get("container"))
 
 
 def _item(container_id: str, code: str) -> dict[str, Any]:

@@ -25,7 +25,9 @@ _NEW_CONTAINER = json_body(["name"], {
     "expires_after": {"type": "object", "required": ["anchor", "minutes"], "additionalProperties": False, "properties": {
         "anchor": {"type": "string", "enum": ["last_active_at"]}, "minutes": {"type": "integer", "minimum": 1}}},
     "memory_limit": {"type": "string", "enum": ["1g", "4g", "16g", "64g"]},
-    "network_policy": {"type": "object", "required": ["type"], "properties": {"type": {"type": "string", "enum": ["disabled"]}}},
+    "network_policy": {"type": "object", "required": ["type"], "properties": {
+        "type": {"type": "string", "enum": ["disabled", "allowlist"]},
+        "allowed_domains": {"type": "array", "items": {"type": "string"}, "minItems": 1}}},
 }, more=False)
 _NEW_FILE = {"requestBody": {"required": True, "content": {
     "multipart/form-data": {"schema": {"type": "object", "properties": {"file": {"type": "string", "format": "binary"},

@@ -18,11 +18,22 @@ def test_a_full_request_reads_as_its_fields() -> None:
     assert new_container({"name": "c"}) == NewContainer(name="c")
 
 
+def test_an_allowlist_reads_as_its_domains_which_the_provider_then_checks_against_the_operators_hosts() -> None:
+    body = {"name": "c", "network_policy": {"type": "allowlist", "allowed_domains": ["pypi.org", "*.pythonhosted.org"]}}
+    assert new_container(body).allowed_domains == ("pypi.org", "*.pythonhosted.org")
+    assert new_container({"name": "c", "network_policy": {"type": "disabled"}}).allowed_domains is None
+
+
 @pytest.mark.parametrize(("body", "param", "words"), [
     ({}, "name", "Missing required parameter"),
     ({"name": ""}, "name", "non-empty"),
     ({"name": "c", "image": "python"}, "image", "Unrecognized"),
-    ({"name": "c", "network_policy": {"type": "allowlist", "allowed_domains": ["pypi.org"]}}, "network_policy.type", "no network"),
+    ({"name": "c", "network_policy": {"type": "allowlist", "allowed_domains": []}}, "network_policy.allowed_domains", "non-empty"),
+    ({"name": "c", "network_policy": {"type": "allowlist"}}, "network_policy.allowed_domains", "non-empty"),
+    ({"name": "c", "network_policy": {"type": "allowlist", "allowed_domains": ["a.org"], "domain_secrets": [
+        {"domain": "a.org", "name": "KEY", "value": "v"}]}}, "network_policy.domain_secrets", "cannot add secrets"),
+    ({"name": "c", "network_policy": {"type": "disabled", "allowed_domains": ["a.org"]}}, "network_policy.allowed_domains",
+     "Unrecognized"),
     ({"name": "c", "network_policy": {"type": "open"}}, "network_policy", "disabled"),
     ({"name": "c", "skills": [{"type": "skill_reference", "skill_id": "s"}]}, "skills", "no skills"),
     ({"name": "c", "memory_limit": "2g"}, "memory_limit", "1g, 4g, 16g, 64g"),

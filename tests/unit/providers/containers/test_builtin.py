@@ -100,6 +100,33 @@ async def test_an_unknown_file_id_is_a_404_naming_it_and_nothing_is_created(setu
     assert setup.sandboxes.calls == [] and await setup.records("containers") == [] and await setup.records("container_files") == []
 
 
+async def test_a_container_without_a_policy_has_no_network(setup: Setup) -> None:
+    made = await setup.containers.create_container(NewContainer(name="closed"))
+    assert made["network_policy"] == {"type": "disabled"} and setup.sandboxes.domains == {}
+
+
+async def test_an_allowlist_the_operator_covers_is_given_to_the_sandbox_and_echoed(setup: Setup) -> None:
+    setup.containers.sandboxes = sandboxes = FakeSandboxes(setup.sandboxes.root, allowed_hosts=["pypi.org", "*.pythonhosted.org"])
+    made = await setup.containers.create_container(NewContainer(name="online", allowed_domains=("PyPI.org", "files.pythonhosted.org")))
+    policy = {"type": "allowlist", "allowed_domains": ["pypi.org", "files.pythonhosted.org"]}
+    assert made["network_policy"] == policy and sandboxes.domains == {made["id"]: ("pypi.org", "files.pythonhosted.org")}
+    assert (await setup.containers.get_container(made["id"]))["network_policy"] == policy
+    assert (await setup.containers.list_containers(None, 20, "asc", None))[0][0]["network_policy"] == policy
+
+
+@pytest.mark.parametrize(("operator", "domains", "words"), [
+    ((), ("pypi.org",), "allows no hosts"),
+    (("pypi.org",), ("pypi.org", "evil.com"), "'evil.com' is not among the hosts this server's operator allows (pypi.org)"),
+])
+async def test_an_allowlist_the_operator_does_not_cover_is_a_400_and_nothing_is_created(setup: Setup, operator: tuple[str, ...],
+                                                                                        domains: tuple[str, ...], words: str) -> None:
+    setup.containers.sandboxes = sandboxes = FakeSandboxes(setup.sandboxes.root, allowed_hosts=operator)
+    with pytest.raises(InvalidRequestError) as refused:
+        await setup.containers.create_container(NewContainer(name="c", allowed_domains=domains))
+    assert refused.value.param == "network_policy.allowed_domains" and words in refused.value.message
+    assert sandboxes.calls == [] and await setup.records("containers") == []
+
+
 async def test_another_principals_container_is_not_there_on_any_call(setup: Setup) -> None:
     with acting_as("alice"):
         mine = await setup.containers.create_container(NewContainer(name="alice's"))

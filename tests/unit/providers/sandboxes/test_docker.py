@@ -43,6 +43,15 @@ async def test_a_container_is_asked_for_with_no_network_no_capabilities_an_unpri
     assert (engine.containers["stack-sandbox-asked"].root / "mnt" / "data").is_dir()
 
 
+async def test_no_host_is_ever_allowed_and_an_allowlist_is_refused_before_the_engine_is_asked(
+        backend: DockerSandboxes, engine: FakeEngine) -> None:
+    assert backend.allowed_hosts == ()
+    with pytest.raises(InvalidRequestError) as refused:
+        await backend.create("online", 1 << 30, ["pypi.org"])
+    assert refused.value.param == "network_policy.allowed_domains" and "allows no hosts" in refused.value.message
+    assert "stack-sandbox-online" not in engine.containers
+
+
 async def test_cells_share_names_and_show_the_last_expression(backend: DockerSandboxes) -> None:
     await backend.create("cells", 1 << 30)
     first = await backend.run("cells", "x = 20\nprint('hello')")
