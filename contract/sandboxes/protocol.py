@@ -37,7 +37,7 @@ from typing import Literal, Protocol, runtime_checkable
 
 from contract.sandboxes.network import HostRule
 
-__all__ = ["DATA_DIR", "MEMORY_TIERS", "CellOutput", "SandboxBackend", "SandboxFile"]
+__all__ = ["DATA_DIR", "MEMORY_TIERS", "CellOutput", "HeldSandbox", "SandboxBackend", "SandboxFile"]
 
 DATA_DIR = "/mnt/data"
 """Where a sandbox's files are, as the code inside sees them."""
@@ -70,6 +70,15 @@ class SandboxFile:
     """Relative to /mnt/data, `/`-separated."""
     bytes: int
     modified_ns: int
+
+
+@dataclass(frozen=True)
+class HeldSandbox:
+    """A sandbox a backend holds: made by `create`, not destroyed yet."""
+
+    sandbox_id: str
+    created_at: float
+    """When it was made, in seconds since the epoch."""
 
 
 @runtime_checkable
@@ -109,3 +118,8 @@ class SandboxBackend(Protocol):
         """Every regular file under /mnt/data, by path."""
 
     async def delete_file(self, sandbox_id: str, path: str) -> None: ...
+
+    async def held(self) -> list[HeldSandbox]:
+        """Every sandbox this backend holds, whoever made it: the containers provider destroys the
+        ones no running container names (a crash between making a sandbox and recording its
+        container, or between expiring a container and destroying its sandbox, leaves one)."""

@@ -30,6 +30,8 @@ __all__ = ["BuiltinContainers"]
 
 log = logging.getLogger("stack")
 
+ORPHAN_AGE_S = 3600.0
+
 
 class BuiltinContainers:
     """Implements contract.containers.protocol.ContainersProvider."""
@@ -172,10 +174,21 @@ class BuiltinContainers:
         return registered
 
     async def sweep(self) -> None:
-        """Expire the containers idle past their expiry (but those running a cell here)."""
+        """Expire the containers idle past their expiry (but those running a cell here), then reclaim orphans."""
         for container_id in await self.store.overdue(self._now()):
             if container_id not in self.busy:
                 await self._expire(container_id)
+        await self.reclaim()
+
+    async def reclaim(self) -> None:
+        """Destroy the sandboxes no running container names, once ORPHAN_AGE_S old: what a crash between making a
+        sandbox and recording its container (or expiring a container and destroying its sandbox) left. The age
+        leaves alone a container being made, whose sandbox comes before its record, here or in another process."""
+        running = {container_id for container_id, _ in await self.store.running()}
+        for held in await self.sandboxes.held():
+            if held.sandbox_id not in running and self.clock() - held.created_at > ORPHAN_AGE_S:
+                log.warning("sandbox %s belongs to no running container (a crash left it): destroyed", held.sandbox_id)
+                await self.sandboxes.destroy(held.sandbox_id)
 
     async def reconcile(self) -> None:
         """At start, what a crash left: records of files no longer in their sandbox go, and files

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ __all__ = ["FakeEngine"]
 class _Container:
     config: dict[str, Any]
     root: Path
+    created: int = 0
     process: asyncio.subprocess.Process | None = None
     attached: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
     pumps: list[asyncio.Task[None]] = field(default_factory=list)
@@ -99,6 +101,8 @@ class FakeEngine:
                 return await self._exec(method, parts[1], parts[2])
             if path == "/containers/create":
                 return self._create(query["name"], json.loads(body))
+            if path == "/containers/json":
+                return 200, "application/json", json.dumps(self._listed(json.loads(query.get("filters") or "{}"))).encode()
             container = self.containers.get(parts[1])
             if container is None:
                 return _error(404, f"No such container: {parts[1]}")
@@ -111,8 +115,16 @@ class FakeEngine:
             return _error(409, f"Conflict. The container name {name} is already in use")
         root = self._top / name
         root.mkdir()
-        self.containers[name] = _Container(config, root)
+        self.containers[name] = _Container(config, root, created=int(time.time()))
         return 201, "application/json", json.dumps({"Id": name, "Warnings": self.warnings}).encode()
+
+    def _listed(self, filters: dict[str, list[str]]) -> list[dict[str, Any]]:
+        """`GET /containers/json?all=1`, filtered by the labels named (`label: [key]` or `[key=value]`)."""
+        wanted = [label.partition("=") for label in filters.get("label", [])]
+        return [{"Id": name, "Names": [f"/{name}"], "Labels": container.config.get("Labels") or {}, "Created": container.created}
+                for name, container in self.containers.items()
+                if all(key in (container.config.get("Labels") or {}) and (not equals or container.config["Labels"][key] == value)
+                       for key, equals, value in wanted)]
 
     async def _container(self, method: str, container: _Container, action: str, query: dict[str, str],
                          body: bytes) -> tuple[int, str, bytes]:

@@ -20,6 +20,7 @@ import json
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +47,7 @@ DENY_EGRESS: dict[str, Any] = {
 class _Pod:
     manifest: dict[str, Any]
     root: Path
+    created: str = ""
     looks: int = 0
     processes: list[asyncio.subprocess.Process] = field(default_factory=list)
 
@@ -129,6 +131,8 @@ class FakeKubernetes:
             return _status(404, "NotFound", f'namespaces "{parts[3]}" not found')
         if len(parts) == 5 and method == "POST":
             return self._create(json.loads(body), dry_run=query.get("dryRun") == ["All"])
+        if len(parts) == 5 and method == "GET":
+            return 200, {"kind": "PodList", "items": self._listed((query.get("labelSelector") or [""])[0])}
         pod = self.pods.get(parts[5]) if len(parts) > 5 else None
         if pod is None:
             return _status(404, "NotFound", f'pods "{parts[5] if len(parts) > 5 else ""}" not found')
@@ -155,8 +159,14 @@ class FakeKubernetes:
         root = self._top / name
         (root / "mnt" / "data").mkdir(parents=True)
         (root / "tmp").mkdir()
-        self.pods[name] = _Pod(manifest, root)
+        self.pods[name] = _Pod(manifest, root, created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
         return 201, {**manifest, "status": {"phase": "Pending"}}
+
+    def _listed(self, selector: str) -> list[dict[str, Any]]:
+        """The pods whose labels match an equality selector (`key=value,key=value`), with their creation time."""
+        wanted = [term.partition("=")[::2] for term in selector.split(",") if term]
+        return [{**pod.manifest, "metadata": {**pod.manifest["metadata"], "creationTimestamp": pod.created}} for pod in self.pods.values()
+                if all(pod.manifest["metadata"].get("labels", {}).get(key) == value for key, value in wanted)]
 
     def _pod_status(self, pod: _Pod) -> dict[str, Any]:
         if pod.looks < 2:

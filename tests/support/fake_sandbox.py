@@ -9,6 +9,7 @@ import ast
 import contextlib
 import io
 import os
+import time
 import traceback
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Any
 
 from contract.errors import InvalidRequestError, NotFoundError
 from contract.sandboxes.network import HostRule, check_allowed_domains, parse_host_rule
-from contract.sandboxes.protocol import CellOutput, SandboxFile
+from contract.sandboxes.protocol import CellOutput, HeldSandbox, SandboxFile
 
 __all__ = ["FakeSandboxes"]
 
@@ -34,6 +35,8 @@ class FakeSandboxes:
         self.memory: dict[str, int] = {}
         self.domains: dict[str, tuple[str, ...]] = {}
         self.calls: list[tuple[str, str]] = []
+        self.created_at: dict[str, float] = {}
+        """When each was made (a test may set one back in time)."""
 
     @property
     def max_memory_bytes(self) -> int:
@@ -55,6 +58,10 @@ class FakeSandboxes:
             self.domains[sandbox_id] = check_allowed_domains(list(allowed_domains), self.allowed_hosts, "network_policy.allowed_domains")
         self.data_dir(sandbox_id).mkdir(parents=True)
         self.memory[sandbox_id] = memory_bytes
+        self.created_at[sandbox_id] = time.time()
+
+    async def held(self) -> list[HeldSandbox]:
+        return [HeldSandbox(sandbox_id, made) for sandbox_id, made in self.created_at.items() if self.exists(sandbox_id)]
 
     async def run(self, sandbox_id: str, code: str) -> CellOutput:
         self.calls.append(("run", sandbox_id))

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from contract.errors import InvalidRequestError, NotFoundError
 from contract.sandboxes.network import HostRule, check_allowed_domains, parse_host_rule
-from contract.sandboxes.protocol import CellOutput, SandboxFile
+from contract.sandboxes.protocol import CellOutput, HeldSandbox, SandboxFile
 from contract.spec import AddressGuard
 from providers.sandboxes.bubblewrap.cgroups import PidsCgroups
 from providers.sandboxes.bubblewrap.command import PROXY_PORT, PROXY_SOCKET, Runtime, bwrap_command
@@ -133,6 +133,19 @@ class BubblewrapSandboxes:
         if domains:
             await asyncio.to_thread((place / "allowed_domains").write_text, "".join(f"{domain}\n" for domain in domains))
         await asyncio.to_thread((place / "memory_bytes").write_text, str(memory_bytes))
+
+    async def held(self) -> list[HeldSandbox]:
+        return await asyncio.to_thread(self._held)
+
+    def _held(self) -> list[HeldSandbox]:
+        found = []
+        for place in self.settings.directory.iterdir():
+            try:
+                made = (place / "memory_bytes").stat().st_mtime  # written last by `create`, once
+            except OSError:  # not a sandbox, or one being made or removed
+                continue
+            found.append(HeldSandbox(place.name, made))
+        return found
 
     def _domains(self, sandbox_id: str) -> tuple[HostRule, ...]:
         try:

@@ -11,6 +11,7 @@ The driver is given as `python -c <source>`, so the image needs nothing of ours,
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,7 +20,7 @@ import httpx2
 
 from contract.errors import InvalidRequestError, NotFoundError
 from contract.sandboxes.network import HostRule, check_allowed_domains
-from contract.sandboxes.protocol import CellOutput, SandboxFile
+from contract.sandboxes.protocol import CellOutput, HeldSandbox, SandboxFile
 from providers.sandboxes.data_dir import check_sandbox_id, split_path
 from providers.sandboxes.docker.archive import SANDBOX_UID, data_dir_tar, file_tar, listing, single_file
 from providers.sandboxes.docker.engine import EngineError, attach, check
@@ -28,6 +29,8 @@ from providers.sandboxes.kernel_client import DRIVER, Kernel, KernelDied, Kernel
 __all__ = ["ContainerSettings", "DockerSandboxes"]
 
 START_TIMEOUT_S = 60.0
+LABEL = "stack.sandbox"
+"""The label every sandbox container has, its value the sandbox id (what `held` lists)."""
 _UNLINK = ("import os, stat, sys\ntry:\n    info = os.lstat(sys.argv[1])\nexcept FileNotFoundError:\n    sys.exit(2)\n"
            "sys.exit(3) if not stat.S_ISREG(info.st_mode) else os.unlink(sys.argv[1])")
 
@@ -70,7 +73,7 @@ class DockerSandboxes:
         return {
             "Image": s.image, "Cmd": [s.python, "-B", "-c", self._driver, argument], "User": f"{SANDBOX_UID}:{SANDBOX_UID}",
             "WorkingDir": "/mnt/data", "OpenStdin": True, "StdinOnce": False, "AttachStdin": True, "AttachStdout": True,
-            "AttachStderr": True, "Tty": False, "NetworkDisabled": True, "Labels": {"stack.sandbox": sandbox_id},
+            "AttachStderr": True, "Tty": False, "NetworkDisabled": True, "Labels": {LABEL: sandbox_id},
             "Env": ["HOME=/mnt/data", "LANG=C.UTF-8", "MPLBACKEND=Agg", "PYTHONDONTWRITEBYTECODE=1", "MPLCONFIGDIR=/tmp/matplotlib",
                     "XDG_CACHE_HOME=/tmp/cache"],
             "HostConfig": {
@@ -149,6 +152,11 @@ class DockerSandboxes:
         with contextlib.suppress(NotFoundError):
             await self._check(await self.client.delete(f"/containers/{self.name(sandbox_id)}", params={"force": "1", "v": "1"}),
                               sandbox_id)
+
+    async def held(self) -> list[HeldSandbox]:
+        listed = await check(await self.client.get("/containers/json", params={"all": "1", "filters": json.dumps({"label": [LABEL]})}))
+        return [HeldSandbox(str(entry["Labels"][LABEL]), float(entry.get("Created") or 0)) for entry in listed
+                if isinstance(entry, dict) and isinstance(entry.get("Labels"), dict) and entry["Labels"].get(LABEL)]
 
     async def write_file(self, sandbox_id: str, path: str, data: bytes) -> SandboxFile:
         parts = split_path(path)

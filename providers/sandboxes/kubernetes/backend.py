@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import json
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -21,13 +22,13 @@ from websockets.exceptions import WebSocketException
 
 from contract.errors import InvalidRequestError, NotFoundError
 from contract.sandboxes.network import HostRule, check_allowed_domains
-from contract.sandboxes.protocol import CellOutput, SandboxFile
+from contract.sandboxes.protocol import CellOutput, HeldSandbox, SandboxFile
 from providers.sandboxes.data_dir import CHUNK, check_sandbox_id, split_path
 from providers.sandboxes.kernel_client import DRIVER, Kernel, KernelDied, Kernels, kernel_arguments
 from providers.sandboxes.kubernetes import scripts
 from providers.sandboxes.kubernetes.api import ApiError, Cluster, check
 from providers.sandboxes.kubernetes.exec import Completed, ExecPipe, open_exec, run_command
-from providers.sandboxes.kubernetes.pod import PodSettings, pod_manifest, pod_name
+from providers.sandboxes.kubernetes.pod import LABELS, PodSettings, pod_manifest, pod_name
 
 __all__ = ["KubernetesSandboxes"]
 
@@ -165,6 +166,17 @@ class KubernetesSandboxes:
             if error.status != 404:
                 raise
 
+    async def held(self) -> list[HeldSandbox]:
+        selector = ",".join(f"{key}={value}" for key, value in LABELS.items())
+        listed = await check(await self.client.get(self.pods, params={"labelSelector": selector}))
+        held = []
+        for pod in listed.get("items") or ():
+            metadata = pod.get("metadata") or {}
+            sandbox_id = (metadata.get("annotations") or {}).get("stack.sandbox/id")
+            if isinstance(sandbox_id, str) and sandbox_id:
+                held.append(HeldSandbox(sandbox_id, _epoch(metadata.get("creationTimestamp"))))
+        return held
+
     async def write_file(self, sandbox_id: str, path: str, data: bytes) -> SandboxFile:
         relative = "/".join(split_path(path))
         done = scripts.check_exit(await self._exec(sandbox_id, scripts.WRITE, relative, str(len(data)), stdin=data), path)
@@ -184,3 +196,13 @@ class KubernetesSandboxes:
 
     async def close(self) -> None:
         await self.kernels.stop_all()
+
+
+def _epoch(stamp: object) -> float:
+    """An RFC 3339 timestamp of the API (`2026-11-29T04:00:00Z`) in seconds since the epoch; 0 if it has none."""
+    if not isinstance(stamp, str):
+        return 0.0
+    try:
+        return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0

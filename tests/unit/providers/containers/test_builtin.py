@@ -16,7 +16,7 @@ from contract.caller import CALLER, Principal
 from contract.containers.protocol import ContainerExpiredError, ContainersProvider, NewContainer
 from contract.errors import InvalidRequestError, NotFoundError, PayloadTooLargeError
 from providers.containers.config import BuiltinContainersConfig
-from providers.containers.provider import BuiltinContainers
+from providers.containers.provider import ORPHAN_AGE_S, BuiltinContainers
 from providers.containers.store import ContainerStore
 from providers.files.local import LocalFiles, LocalFilesConfig, files
 from runtime.storage import Database, Sql
@@ -201,6 +201,20 @@ async def test_an_idle_container_expires_its_sandbox_and_files_go_and_its_record
     await setup.containers.delete_container(cid)
     with pytest.raises(NotFoundError):
         await setup.containers.get_container(cid)
+
+
+async def test_the_sweep_destroys_sandboxes_a_crash_left_once_an_hour_old(setup: Setup) -> None:
+    kept = (await setup.containers.create_container(NewContainer(name="kept")))["id"]
+    expired = (await setup.containers.create_container(NewContainer(name="expired", expires_after_minutes=1)))["id"]
+    await setup.containers.store.expire(expired)  # then the crash: its sandbox was never destroyed
+    await setup.sandboxes.create("cntr_unrecorded", 1 << 30)  # made, then the crash: no record
+    await setup.sandboxes.create("cntr_being_made", 1 << 30)  # a create under way elsewhere
+    for sandbox_id in (kept, expired, "cntr_unrecorded"):
+        setup.sandboxes.created_at[sandbox_id] = setup.clock() - ORPHAN_AGE_S - 1
+    setup.sandboxes.created_at["cntr_being_made"] = setup.clock() - 5
+    await setup.containers.sweep()
+    assert {held.sandbox_id for held in await setup.sandboxes.held()} == {kept, "cntr_being_made"}
+    assert (await setup.containers.get_container(kept))["status"] == "running"
 
 
 async def test_a_request_to_a_container_past_its_expiry_expires_it_without_waiting_for_the_sweep(setup: Setup) -> None:

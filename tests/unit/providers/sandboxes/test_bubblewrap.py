@@ -6,6 +6,7 @@ each test uses names of its own."""
 from __future__ import annotations
 
 import shutil
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -124,6 +125,15 @@ async def test_stop_keeps_the_files_and_the_next_cell_has_a_fresh_kernel(backend
     output = await backend.run("stopped", "open('kept.txt').read()")
     assert (output.fresh_kernel, output.logs) == (True, "'k'\n")
     assert "NameError" in (await backend.run("stopped", "kept")).logs
+
+
+async def test_held_lists_each_sandbox_made_and_not_destroyed_with_when_it_was_made(backend: BubblewrapSandboxes) -> None:
+    before = time.time()
+    await backend.create("listed", 1 << 30)
+    held = {entry.sandbox_id: entry.created_at for entry in await backend.held()}
+    assert "listed" in held and before - 1 <= held["listed"] <= time.time() + 1
+    await backend.destroy("listed")
+    assert "listed" not in {entry.sandbox_id for entry in await backend.held()}
 
 
 async def test_destroy_removes_the_files_and_the_sandbox(backend: BubblewrapSandboxes) -> None:

@@ -3,6 +3,7 @@ what the backend asks of the Engine, and the sandbox contract over the Engine's 
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -93,6 +94,14 @@ async def test_files_go_in_and_out_as_archives_and_are_deleted_by_an_exec(backen
         await backend.write_file("files", "../etc/passwd", b"x")
     with pytest.raises(InvalidRequestError):
         [chunk async for chunk in backend.read_file("files", "in")]  # a directory
+
+
+async def test_held_lists_the_sandbox_containers_by_their_label(backend: DockerSandboxes, engine: FakeEngine) -> None:
+    await backend.create("listed", 1 << 30)
+    held = {entry.sandbox_id: entry.created_at for entry in await backend.held()}
+    assert "listed" in held and abs(held["listed"] - time.time()) < 5
+    await backend.destroy("listed")
+    assert "listed" not in {entry.sandbox_id for entry in await backend.held()}
 
 
 async def test_destroy_removes_the_container_and_a_gone_sandbox_is_not_found(backend: DockerSandboxes, engine: FakeEngine) -> None:

@@ -3,6 +3,7 @@ port: the pod the backend asks for, and the sandbox contract over REST calls and
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -110,6 +111,14 @@ async def test_files_go_in_and_out_through_execs(backend: KubernetesSandboxes) -
         await backend.write_file("files", "../etc/passwd", b"x")
     with pytest.raises(InvalidRequestError):
         [chunk async for chunk in backend.read_file("files", "in")]  # a directory
+
+
+async def test_held_lists_the_sandbox_pods_by_their_labels(backend: KubernetesSandboxes, api: FakeKubernetes) -> None:
+    await backend.create("listed_one", 1 << 30)
+    held = {entry.sandbox_id: entry.created_at for entry in await backend.held()}
+    assert "listed_one" in held and abs(held["listed_one"] - time.time()) < 5  # the id from its annotation, not the pod's name
+    await backend.destroy("listed_one")
+    assert "listed_one" not in {entry.sandbox_id for entry in await backend.held()}
 
 
 async def test_destroy_deletes_the_pod_and_a_gone_sandbox_is_not_found(backend: KubernetesSandboxes, api: FakeKubernetes) -> None:
