@@ -3,7 +3,7 @@ page's script posts each turn to `/console/api/responses` (with the CSRF token i
 sends it to `POST /v1/responses` as the signed-in principal and passes its events on as they come.
 
 Its tool forms offer what this server can run (`tool_options`): function tools always (the client
-runs them), and `mcp`, `file_search` and `web_search` when `GET /v1/providers` lists an active
+runs them), and `mcp`, `file_search`, `web_search` and `code_interpreter` when `GET /v1/providers` lists an active
 tool_runtime provider of that kind, with the MCP servers and connectors run.yaml configures and the
 principal's own vector stores to choose from. The script builds the request's `tools` from the forms,
 then adds those of the raw JSON box (any other tool, or fields the forms lack)."""
@@ -21,7 +21,7 @@ from runtime.console.page import SECURITY_HEADERS, Page
 __all__ = ["ROUTES", "WEB_SEARCH_BACKENDS", "ToolOptions", "tool_options"]
 
 _TURN_FIELDS = {"model", "input", "instructions", "temperature", "max_output_tokens", "reasoning", "previous_response_id", "tools",
-                "store", "conversation"}
+                "store", "conversation", "include"}
 
 WEB_SEARCH_BACKENDS = frozenset({"tavily", "brave", "searxng"})
 """The tool_runtime provider types that serve `web_search` (providers/tool_runtime/web_search/backends.py;
@@ -41,6 +41,7 @@ class ToolOptions:
     mcp: bool
     file_search: bool
     web_search: bool
+    code_interpreter: bool = False
     servers: tuple[str, ...] = ()
     """The MCP servers run.yaml configures, by `server_label` (a request names them without a URL)."""
     connectors: tuple[str, ...] = ()
@@ -57,12 +58,13 @@ def tool_options(providers: Any, stores: Any) -> ToolOptions:
                     for store in listed if isinstance(store.get("id"), str))
     rows = _data(providers)
     if not rows:
-        return ToolOptions(known=False, mcp=True, file_search=True, web_search=True, stores=choices)
+        return ToolOptions(known=False, mcp=True, file_search=True, web_search=True, code_interpreter=True, stores=choices)
     tools = [row for row in rows if row.get("api") == "tool_runtime" and row.get("status") == "active"]
     kinds = {row.get("provider_type") for row in tools}
     servers = [server for row in tools if row.get("provider_type") == "mcp" for server in _data((row.get("config") or {}).get("servers"))]
     return ToolOptions(
         known=True, mcp="mcp" in kinds, file_search="file_search" in kinds, web_search=bool(kinds & WEB_SEARCH_BACKENDS),
+        code_interpreter="code_interpreter" in kinds,
         servers=tuple(str(server["server_label"]) for server in servers if server.get("server_label")),
         connectors=tuple(str(server["connector_id"]) for server in servers if server.get("connector_id")),
         stores=choices)

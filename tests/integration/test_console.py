@@ -268,6 +268,23 @@ def test_a_file_search_tool_from_the_store_select_cites_its_files_as_links(conso
     assert tool.type == "file_search" and tool.vector_store_ids == [store.id] and tool.max_num_results == 3
 
 
+def test_the_code_interpreter_form_runs_python_and_shows_its_logs_and_figure(console: Console, tmp_path: Path) -> None:
+    code = "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nprint('plotted')"
+    ask = f"[tool:python {json.dumps({'code': code})}] " + '[answer {"text": "Here it is."}]'
+    with signed_in(console, tmp_path) as page:
+        open_tools(page, console)
+        page.check("#code-interpreter-on")
+        page.select_option("#code-interpreter-memory", "1g")
+        page.fill("#input", ask)
+        page.click("#send")
+        page.wait_for_function(COMPLETED)
+        tool = page.locator("#conversation .tool")
+        assert tool.inner_text().startswith("python: import matplotlib") and tool.locator("pre.logs").inner_text() == "plotted\n"
+        assert tool.locator("img.plot").evaluate("image => image.naturalWidth") > 0  # the PNG drew
+        tool.locator("img.plot").scroll_into_view_if_needed()
+        snapshot(page, "playground-code-interpreter")
+
+
 def test_a_file_the_code_wrote_is_cited_as_its_download_for_its_owner_only(console: Console, tmp_path: Path) -> None:
     code = "open('/mnt/data/tally.txt', 'w').write('42 sheep')"
     ask = f"[tool:python {json.dumps({'code': code})}] " + '[answer {"text": "Counted: sandbox:/mnt/data/tally.txt"}]'

@@ -52,7 +52,7 @@ const playgroundTools = {
     const tools = [];
     form.querySelectorAll("#functions .function-tool").forEach((box, index) => tools.push(this.functionTool(box, index + 1)));
     form.querySelectorAll("#mcps .mcp-tool").forEach((box, index) => tools.push(this.mcpTool(box, index + 1)));
-    for (const tool of [this.fileSearch(form), this.webSearch(form)]) if (tool) tools.push(tool);
+    for (const tool of [this.fileSearch(form), this.webSearch(form), this.codeInterpreter(form)]) if (tool) tools.push(tool);
     return tools.concat(this.raw(form));
   },
 
@@ -118,6 +118,13 @@ const playgroundTools = {
     return size ? { type: "web_search", search_context_size: size } : { type: "web_search" };
   },
 
+  codeInterpreter(form) {
+    const on = form.querySelector("#code-interpreter-on");
+    if (!on || !on.checked) return null;
+    const memory = form.querySelector("#code-interpreter-memory").value;
+    return { type: "code_interpreter", container: memory ? { type: "auto", memory_limit: memory } : { type: "auto" } };
+  },
+
   // The JSON box: an array of tools (one tool object alone is taken as one tool).
   raw(form) {
     const text = form.querySelector("#tools").value.trim();
@@ -167,6 +174,7 @@ const playgroundTools = {
     if (data.get("effort")) body.reasoning = { effort: data.get("effort"), summary: "auto" };
     const tools = playgroundTools.build(form);  // a mistake throws: the caller shows it
     if (tools.length) body.tools = tools;
+    if (tools.some((tool) => tool.type === "code_interpreter")) body.include = ["code_interpreter_call.outputs"];  // its logs and images
     if (form.dataset.conversation) body.conversation = form.dataset.conversation;  // the conversation keeps the turns
     else if (previous) body.previous_response_id = previous;
     return body;
@@ -260,6 +268,14 @@ const playgroundTools = {
       } else if (item.type === "mcp_call" || item.type === "web_search_call" || item.type === "file_search_call") {
         bubble("tool", item.type + " " + (item.name || "") + " " + (item.arguments || "") + (item.output ? " → " + item.output : "") +
           (item.error ? " ✗ " + item.error : ""));
+      } else if (item.type === "code_interpreter_call") {
+        const box = bubble("tool", "python: " + (item.code || ""));
+        for (const output of item.outputs || []) {
+          if (output.type === "logs") box.appendChild(element("pre", "logs", output.logs));
+          else if (output.type === "image" && /^data:image\/png;base64,/.test(output.url || "")) {  // the sandbox's PNG, nothing else
+            const image = element("img", "plot"); image.src = output.url; image.alt = "a figure the code drew"; box.appendChild(image);
+          }
+        }
       } else if (item.type === "reasoning") {
         const text = (item.summary || []).map((part) => part.text).join("\n");
         if (text) bubble("reasoning", text);

@@ -21,14 +21,15 @@ PROVIDERS = {"object": "list", "data": [
     {"api": "inference", "provider_id": "fake", "provider_type": "openai", "status": "active", "config": {}},
     provider("mcp", servers=[{"server_label": "docs", "server_url": "https://docs.example/mcp", "authorization": "********"},
                              {"server_label": "drive", "server_url": "https://drive.example/mcp", "connector_id": "connector_googledrive"}]),
-    provider("file_search"),
+    provider("file_search"), provider("code_interpreter"),
 ]}
 STORES = {"object": "list", "data": [{"id": "vs_1", "name": "coast"}, {"id": "vs_2", "name": None}, {"name": "no id"}]}
 
 
 def test_the_forms_offer_the_tool_runtimes_the_server_runs_and_its_mcp_servers() -> None:
     assert tool_options(PROVIDERS, STORES) == ToolOptions(
-        known=True, mcp=True, file_search=True, web_search=False, servers=("docs", "drive"), connectors=("connector_googledrive",),
+        known=True, mcp=True, file_search=True, web_search=False, code_interpreter=True, servers=("docs", "drive"),
+        connectors=("connector_googledrive",),
         stores=(("vs_1", "coast (vs_1)"), ("vs_2", "unnamed (vs_2)")))
 
 
@@ -36,12 +37,14 @@ def test_web_search_is_offered_when_a_backend_is_active() -> None:
     assert tool_options({"data": [provider("searxng", base_url="http://127.0.0.1:8888")]}, None).web_search
     assert not tool_options({"data": [provider("searxng", status="inactive")]}, None).web_search
     assert not tool_options({"data": [provider("mcp")]}, None).file_search
+    assert not tool_options({"data": [provider("mcp")]}, None).code_interpreter
 
 
 def test_providers_that_cannot_be_read_offer_every_form() -> None:
     for answer in (None, {"error": {"message": "no"}}, "junk"):
         options = tool_options(answer, None)
-        assert not options.known and options.mcp and options.file_search and options.web_search and options.stores == ()
+        assert not options.known and options.mcp and options.file_search and options.web_search and options.code_interpreter
+        assert options.stores == ()
 
 
 def test_the_web_search_backends_are_the_web_search_entry_points() -> None:
