@@ -349,6 +349,7 @@ def test_whatever_a_user_stored_shows_as_text_never_as_markup(console: Console, 
 def test_the_operator_makes_a_key_shown_once_and_revokes_it(console: Console, tmp_path: Path) -> None:
     with signed_in(console, tmp_path) as page:
         page.click("#operate")
+        page.wait_for_load_state()  # the whole page: under load its text was once read while it was still coming
         assert "stack_requests_total" in page.inner_text("main")  # the server's own counts
         assert "/v1/models" in page.inner_text("#latency") and "ms" in page.inner_text("#latency")
         page.fill("#new-key-form input[name=principal]", "carol")
