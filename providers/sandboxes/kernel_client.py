@@ -128,6 +128,7 @@ class Kernels:
     def __init__(self, start: Callable[[str], Awaitable[Kernel]]) -> None:
         self._start = start
         self._slots: dict[str, _Slot] = {}
+        self._idle_watch: asyncio.Task[None] | None = None
 
     async def run(self, sandbox_id: str, code: str) -> CellOutput:
         slot = self._slots.setdefault(sandbox_id, _Slot())
@@ -157,5 +158,21 @@ class Kernels:
             if not slot.lock.locked() and now - slot.last_used > idle_s:
                 await self.stop(sandbox_id)
 
+    def watch_idle(self, idle_s: float | None) -> None:
+        """From now until `stop_all`, stop the kernels idle for `idle_s` (looked for at least once a
+        minute); nothing without a limit."""
+        if idle_s is not None:
+            self._idle_watch = asyncio.get_running_loop().create_task(self._stop_idle_every(idle_s))
+
+    async def _stop_idle_every(self, idle_s: float) -> None:
+        while True:
+            await asyncio.sleep(min(idle_s, 60.0))
+            try:
+                await self.stop_idle(idle_s)
+            except Exception:  # a kill that failed: the next round tries again
+                log.exception("stopping idle sandbox kernels failed")
+
     async def stop_all(self) -> None:
+        if self._idle_watch is not None:
+            self._idle_watch.cancel()
         await asyncio.gather(*(self.stop(sandbox_id) for sandbox_id in list(self._slots)), return_exceptions=True)

@@ -33,6 +33,7 @@ __all__ = ["BUBBLEWRAP", "BubblewrapConfig", "BubblewrapSandboxes", "host_memory
 
 log = logging.getLogger("stack")
 
+
 class BubblewrapConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -101,21 +102,13 @@ async def open_backend(config: BubblewrapConfig, state_dir: Path, *, verify: boo
     """The backend, its isolation proven (unless `verify` is off), its kernels killed at the end."""
     settings = await asyncio.to_thread(_settings, config, state_dir)
     backend = BubblewrapSandboxes(settings)
-    idle = asyncio.get_running_loop().create_task(_stop_idle(backend, config.idle_stop_s)) if config.idle_stop_s else None
+    backend.kernels.watch_idle(config.idle_stop_s)
     try:
         if verify:
             await verify_isolation(backend, state_dir)
         yield backend
     finally:
-        if idle is not None:
-            idle.cancel()
         await backend.close()
-
-
-async def _stop_idle(backend: BubblewrapSandboxes, idle_s: float) -> None:
-    while True:
-        await asyncio.sleep(min(idle_s, 60.0))
-        await backend.kernels.stop_idle(idle_s)
 
 
 @contextlib.asynccontextmanager

@@ -13,7 +13,6 @@ is there, or it does not start.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -121,21 +120,13 @@ async def open_backend(config: KubernetesConfig) -> AsyncIterator[KubernetesSand
     cluster = Cluster(config.api_url, config.token_file, config.ca_file)
     client = cluster.client(config.request_timeout_s)
     backend = KubernetesSandboxes(cluster, client, _settings(config))
-    idle = asyncio.get_running_loop().create_task(_stop_idle(backend, config.idle_stop_s)) if config.idle_stop_s else None
+    backend.kernels.watch_idle(config.idle_stop_s)
     try:
         await verify(backend, config.check_network_policy)
         yield backend
     finally:
-        if idle is not None:
-            idle.cancel()
         await backend.close()
         await client.aclose()
-
-
-async def _stop_idle(backend: KubernetesSandboxes, idle_s: float) -> None:
-    while True:
-        await asyncio.sleep(min(idle_s, 60.0))
-        await backend.kernels.stop_idle(idle_s)
 
 
 @contextlib.asynccontextmanager

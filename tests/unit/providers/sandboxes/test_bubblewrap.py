@@ -5,6 +5,7 @@ each test uses names of its own."""
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import time
 from collections.abc import AsyncIterator
@@ -155,3 +156,15 @@ async def test_a_memory_limit_above_the_backends_is_refused_and_ids_are_checked(
         await backend.create("too-big", backend.max_memory_bytes + 1)
     with pytest.raises(InvalidRequestError):
         await backend.create("../escape", 1 << 30)
+
+
+async def test_an_idle_kernel_is_stopped_and_its_files_stay(tmp_path: Path) -> None:
+    config = BubblewrapConfig(python=runtime_python(), idle_stop_s=0.2)
+    async with open_backend(config, tmp_path, verify=False) as idle:
+        await idle.create("idle", 1 << 30)
+        await idle.run("idle", "kept = 1\nopen('note.txt', 'w').write('x')")
+        deadline = time.monotonic() + 10
+        while idle.kernels.running() and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        after = await idle.run("idle", "print('kept' in globals(), open('note.txt').read())")
+        assert (after.fresh_kernel, after.logs) == (True, "False x\n")
