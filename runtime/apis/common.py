@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -15,7 +16,7 @@ from contract import fastjson
 from contract.items import ItemText, check_include
 from runtime.http.departure import on_departure
 
-__all__ = ["METADATA_SCHEMA", "JSONBytes", "include_query", "json_body", "unless_disconnected"]
+__all__ = ["METADATA_SCHEMA", "JSONBytes", "attachment", "include_query", "json_body", "unless_disconnected"]
 
 T = TypeVar("T")
 
@@ -91,3 +92,7 @@ def json_body(required: list[str], properties: dict[str, Any], *, more: bool = T
         schema["allOf"] = rules
     return {"requestBody": {"required": not optional, "content": {"application/json": {"schema": schema}}}}
 
+
+def attachment(filename: str) -> str:
+    """The content-disposition of a download named `filename` (any characters: RFC 5987's UTF-8 form)."""
+    return f"attachment; filename*=UTF-8''{quote(filename)}"

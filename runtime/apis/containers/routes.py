@@ -12,7 +12,7 @@ from contract.checks import cursor_page, parse_json_object, validate_limit, vali
 from contract.containers.checks import new_container
 from contract.containers.protocol import ContainersProvider
 from contract.errors import InvalidRequestError, PayloadTooLargeError
-from runtime.apis.common import JSONBytes, json_body
+from runtime.apis.common import JSONBytes, attachment, json_body
 from runtime.http.direct_routes import read_body
 from runtime.http.routing import Routes
 
@@ -86,7 +86,7 @@ def router(impl: ContainersProvider) -> Routes:
         content = await impl.file_content(container_id, file_id)
         # No content-length: code in the container may have changed the file since it was recorded.
         return StreamingResponse(content.chunks, media_type="application/octet-stream",
-                                 headers={"content-disposition": _disposition(content.filename)})
+                                 headers={"content-disposition": attachment(content.filename)})
 
     @routes.delete("/containers/{container_id}/files/{file_id}", summary="Delete a container file")
     async def delete_file(container_id: str, file_id: str) -> Response:
@@ -118,9 +118,3 @@ def _file_id(value: object) -> str:
     if not isinstance(value, str) or not value:
         raise InvalidRequestError("Invalid type for 'file_id': expected a file id.", param="file_id", code="invalid_type")
     return value
-
-
-def _disposition(filename: str) -> str:
-    from urllib.parse import quote
-
-    return f"attachment; filename*=UTF-8''{quote(filename)}"

@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.datastructures import UploadFile
 
-from runtime.apis.common import JSONBytes
+from runtime.apis.common import JSONBytes, attachment
 from contract.checks import cursor_page, validate_limit, validate_order
 from contract.files.protocol import NO_ROOM, PURPOSES, FilesProvider, no_room
 from contract.vector_stores.protocol import VectorStoresProvider
@@ -75,7 +75,7 @@ def router(impl: FilesProvider, vector_stores: VectorStoresProvider | None = Non
     @routes.get("/files/{file_id}/content", summary="Download a file's bytes")
     async def file_content(file_id: str) -> Response:
         content = await impl.file_content(file_id)
-        headers = {"content-length": str(content.size), "content-disposition": _disposition(content.filename)}
+        headers = {"content-length": str(content.size), "content-disposition": attachment(content.filename)}
         return StreamingResponse(content.chunks, media_type="application/octet-stream", headers=headers)
 
     @routes.delete("/files/{file_id}", summary="Delete a file, and remove it from every vector store")
@@ -104,9 +104,3 @@ def _expires_after(anchor: Any, seconds: Any) -> int | None:
         raise InvalidRequestError(f"Invalid value for 'expires_after.seconds': expected {MIN_EXPIRY_S} to {MAX_EXPIRY_S}.",
                                   param="expires_after.seconds", code="invalid_value")
     return value
-
-
-def _disposition(filename: str) -> str:
-    from urllib.parse import quote
-
-    return f"attachment; filename*=UTF-8''{quote(filename)}"
