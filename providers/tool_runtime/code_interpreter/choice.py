@@ -6,11 +6,12 @@ model says that what earlier calls left there is gone."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
+
 from contract.containers.checks import check_network_policy
-from contract.containers.protocol import ContainersProvider, NewContainer
+from contract.containers.protocol import CodeRun, ContainersProvider, NewContainer
 from contract.errors import NotFoundError
 
 __all__ = ["GONE", "ContainerChoice", "Wanted", "wanted"]
@@ -64,6 +65,22 @@ class ContainerChoice:
             if chosen is None:
                 chosen = self._chosen[index] = await self._choose(wanted, notes, gone)
             return chosen
+
+    async def run(self, index: int, wanted: Wanted, container_id: str, code: str, notes: list[str]) -> tuple[str, CodeRun | None]:
+        """Run `code` in `container_id`, tool `index`'s choice; if that is gone by then (expired, deleted), once
+        more in a new one. The container it ran in (or was last tried in), and the run: None when none was left."""
+        for attempt in range(2):
+            try:
+                return container_id, await self.containers.run_code(container_id, code)
+            except NotFoundError:
+                if attempt:
+                    break
+                container_id = await self.container(index, wanted, notes, gone=container_id)
+        return container_id, None
+
+    def chosen(self, index: int) -> str | None:
+        """The container tool `index`'s calls run in now, once chosen."""
+        return self._chosen.get(index)
 
     async def _choose(self, wanted: Wanted, notes: list[str], gone: str | None) -> str:
         target = gone or wanted.container_id or (self.earlier[-1] if self.earlier else None)

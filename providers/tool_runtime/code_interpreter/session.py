@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from contract.containers.protocol import CodeRun, ContainersProvider
-from contract.errors import APIError, NotFoundError
+from contract.errors import APIError
 from contract.items import new_id
 from contract.tool_runtime.protocol import FunctionSpec, ItemSink, ModelCall, OutputItem, Step, ToolContext
 from providers.tool_runtime.code_interpreter.checks import with_network
@@ -83,21 +83,17 @@ class CodeInterpreterSession:
             self._finish(item, ran, notes)
 
     async def _run(self, index: int, item: OutputItem, code: str, notes: list[str]) -> CodeRun | None:
-        for attempt in range(2):
-            container_id = item.item["container_id"]
-            try:
-                return await self.containers.run_code(container_id, code)
-            except NotFoundError:  # it expired (or was deleted) since it was chosen: once more, in a new one
-                if attempt:
-                    break
-                item.item["container_id"] = await self.choice.container(index, wanted(self.tools[index]["container"]), notes,
-                                                                        gone=container_id)
-            except Exception as error:
-                log.exception("code_interpreter: running a cell in %s failed", container_id)
-                item.item.update(status="failed", note=_note(notes, f"The sandbox failed to run the code ({type(error).__name__})."))
-                return None
-        item.item.update(status="failed", note=_note(notes, "The container is gone."))
-        return None
+        try:
+            item.item["container_id"], ran = await self.choice.run(index, wanted(self.tools[index]["container"]),
+                                                                   item.item["container_id"], code, notes)
+        except Exception as error:
+            item.item["container_id"] = self.choice.chosen(index) or item.item["container_id"]
+            log.exception("code_interpreter: running a cell in %s failed", item.item["container_id"])
+            item.item.update(status="failed", note=_note(notes, f"The sandbox failed to run the code ({type(error).__name__})."))
+            return None
+        if ran is None:
+            item.item.update(status="failed", note=_note(notes, "The container is gone."))
+        return ran
 
     def _finish(self, item: OutputItem, ran: CodeRun, notes: list[str]) -> None:
         container_id = item.item["container_id"]

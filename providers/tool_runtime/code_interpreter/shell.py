@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from contract.containers.protocol import ContainersProvider
-from contract.errors import InvalidRequestError, NotFoundError
+from contract.errors import InvalidRequestError
 from contract.files.protocol import FilesProvider
 from contract.items import new_id
 from contract.spec import Api, EmptyConfig, ProviderContext, ProviderSpec
@@ -142,18 +142,12 @@ class ContainerShellSession:
 
     async def _command(self, index: int, call: dict[str, Any], command: str, action: Mapping[str, Any], notes: list[str]) -> dict[str, Any]:
         code = _RUN.format(command=command, timeout=action["timeout_ms"] / 1000, limit=action["max_output_length"])
-        for attempt in range(2):
-            container_id = call["environment"]["container_id"]
-            try:
-                ran = await self.choice.containers.run_code(container_id, code)
-                return _entry(ran.output.logs, ran.output.status)
-            except NotFoundError:  # expired or deleted since it was chosen: once more, in a new one
-                if attempt:
-                    break
-                call["environment"] = {"type": "container_reference",
-                                       "container_id": await self.choice.container(index, wanted(self.tools[index]["environment"]), notes,
-                                                                                   gone=container_id)}
-        return {"stdout": "", "stderr": "The container is gone.", "outcome": {"type": "exit", "exit_code": 1}}
+        container_id, ran = await self.choice.run(index, wanted(self.tools[index]["environment"]), call["environment"]["container_id"],
+                                                  code, notes)
+        call["environment"] = {"type": "container_reference", "container_id": container_id}
+        if ran is None:
+            return {"stdout": "", "stderr": "The container is gone.", "outcome": {"type": "exit", "exit_code": 1}}
+        return _entry(ran.output.logs, ran.output.status)
 
     def citations(self) -> None:
         return None

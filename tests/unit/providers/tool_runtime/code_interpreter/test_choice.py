@@ -59,3 +59,13 @@ def test_settings_read_as_what_they_want() -> None:
     assert wanted({"type": "auto", "file_ids": ["file-1"], "memory_limit": "4g",
                    "network_policy": {"type": "allowlist", "allowed_domains": ["example.org"]}}) == Wanted(
         file_ids=("file-1",), memory_limit="4g", allowed_domains=("example.org",))
+
+
+async def test_a_run_in_a_container_gone_since_it_was_chosen_goes_once_more_in_a_new_one(containers: BuiltinContainers) -> None:
+    choice = ContainerChoice(containers, "c", [])
+    first = await choice.container(0, Wanted(), [])
+    await containers.delete_container(first)
+    notes: list[str] = []
+    ran_in, ran = await choice.run(0, Wanted(), first, "print(1)", notes)
+    assert ran_in not in (first, choice.chosen(1)) and ran_in == choice.chosen(0) and ran is not None and ran.output.logs == "1\n"
+    assert notes == [GONE]
